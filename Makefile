@@ -1,0 +1,147 @@
+# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install
+#
+# CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
+# /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
+# lives in its own directory, so both can coexist; BUILD_TAG names variants, e.g.
+#   make CUDA=0 BUILD_TAG=-asan EXTRA_CFLAGS=-fsanitize=address EXTRA_LDFLAGS=-fsanitize=address test
+
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(origin CUDA), undefined)
+CUDA := $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
+endif
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+VERSION := 0.1.0
+SOVERSION := 0
+
+CC ?= cc
+NVCC := $(CUDA_HOME)/bin/nvcc
+# sm_90 is the H100/H200; PTX for compute_90 lets newer GPUs JIT it.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -fvisibility=hidden -DBLOB_BUILDING \
+              -Iinclude $(BLAS_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS_BASE := $(BLAS_LIBS) -lpthread -lm
+
+ifeq ($(CUDA),1)
+BUILD := build/cuda$(BUILD_TAG)
+CUDA_CFLAGS := -I$(CUDA_HOME)/include
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
+BACKEND_SRC := src/core/backend_cuda.c
+KERNEL_SRC := $(wildcard src/kernels/*.cu)
+KERNEL_C_SRC := $(filter-out src/kernels/none.c,$(wildcard src/kernels/*.c))
+NVCCFLAGS ?= -O3
+ALL_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) -Iinclude -DBLOB_BUILDING \
+                 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror $(NVCCFLAGS)
+else
+BUILD := build/cpu$(BUILD_TAG)
+CUDA_CFLAGS :=
+CUDA_LIBS :=
+BACKEND_SRC := src/core/backend_none.c
+KERNEL_SRC :=
+KERNEL_C_SRC := src/kernels/none.c
+endif
+
+LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wildcard src/core/*.c)) \
+             $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \
+             $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(KERNEL_C_SRC)
+LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
+LIB_LIBS := $(CUDA_LIBS) $(LDLIBS_BASE)
+
+SHARED := $(BUILD)/libblob.so.$(VERSION)
+STATIC := $(BUILD)/libblob.a
+
+TEST_SRC := $(wildcard test/*.c)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(BUILD)/test/blob_tests
+CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
+
+.PHONY: all lib check test deps install uninstall clean bench demo install-check
+
+all: lib
+
+lib: $(SHARED) $(STATIC)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(ALL_NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(SHARED): $(LIB_OBJ)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) -shared -Wl,-soname,libblob.so.$(SOVERSION) -Wl,-z,defs $(EXTRA_LDFLAGS) -o $@ $(LIB_OBJ) $(LIB_LIBS)
+	$(Q)ln -sf libblob.so.$(VERSION) $(BUILD)/libblob.so.$(SOVERSION)
+	$(Q)ln -sf libblob.so.$(VERSION) $(BUILD)/libblob.so
+
+$(STATIC): $(LIB_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $(LIB_OBJ)
+
+$(BUILD)/test/%.o: test/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
+
+# Tests link the static archive: they reach the internal backend table.
+$(TEST_BIN): $(TEST_OBJ) $(STATIC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(TEST_OBJ) $(STATIC) $(CHECK_LIBS) $(LIB_LIBS)
+
+deps:
+	$(Q)sh tools/deps.sh
+
+test: $(TEST_BIN)
+	$(Q)$(TEST_BIN)
+
+# The README's test command: bring the dependencies, build, run the suite, then
+# install into a temporary prefix and build a consumer with pkg-config.
+check: deps
+	$(Q)$(MAKE) --no-print-directory test
+	$(Q)$(MAKE) --no-print-directory install-check
+
+install-check: lib
+	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
+
+install: lib
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
+	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
+	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
+	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
+	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
+	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION) \
+	      $(DESTDIR)$(LIBDIR)/libblob.so $(DESTDIR)$(LIBDIR)/libblob.a \
+	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

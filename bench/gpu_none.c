@@ -1,0 +1,15 @@
+/* The GPU rows in a build without CUDA: there are none. */
+#include "bench.h"
+
+bool bench_gpu_open(bool with_torch)
+{
+    (void)with_torch;
+    report_meta("device", "none: CPU-only build, no GPU found");
+    return false;
+}
+
+void bench_gpu_alloc(void) {}
+void bench_gpu_pinned(void) {}
+void bench_gpu_sync(void) {}
+void bench_gpu_update(void) {}
+void bench_gpu_close(void) {}

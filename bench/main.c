@@ -1,0 +1,74 @@
+/* blob_bench: libblob beside raw CUDA and PyTorch. See bench/README.md.
+ *   blob_bench [-o results.json] [--no-torch]       (or BLOB_BENCH_OUT=path) */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* build/bench/<GPU name, or host-<hostname>>.json, with the folders made. */
+static const char *default_path(bool gpu, const char *host, char *buf, size_t size)
+{
+    char name[96];
+    if (gpu)
+        snprintf(name, sizeof name, "%s", report_meta_value("device"));
+    else
+        snprintf(name, sizeof name, "host-%s", host);
+    for (char *c = name; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '-')
+            *c = '_';
+    mkdir("build", 0777);
+    mkdir("build/bench", 0777);
+    snprintf(buf, size, "build/bench/%s.json", name);
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = getenv("BLOB_BENCH_OUT");
+    bool with_torch = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(argv[i], "--no-torch")) {
+            with_torch = false;
+        } else {
+            fprintf(stderr, "usage: %s [-o results.json] [--no-torch]\n", argv[0]);
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    char date[32], host[64] = "unknown";
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    gethostname(host, sizeof host - 1);
+    report_meta("date", "%s", date);
+    report_meta("host", "%s", host);
+    report_meta("libblob", "%d.%d.%d, %s build", BLOB_VERSION_MAJOR, BLOB_VERSION_MINOR,
+                BLOB_VERSION_PATCH, blob_built_with_cuda() ? "CUDA" : "CPU-only");
+    bool gpu = bench_gpu_open(with_torch);
+
+    char path[256];
+    report_open(out && *out ? out : default_path(gpu, host, path, sizeof path));
+
+    if (gpu) {
+        bench_gpu_alloc();
+        bench_gpu_pinned();
+        bench_gpu_sync();
+    } else {
+        printf("\nSections 1-3 and the GPU rows of 6 skipped: no GPU found.\n");
+    }
+    bench_access(gpu);
+    bench_reshape();
+    if (gpu)
+        bench_gpu_update();
+    bench_update_host();
+    bench_loop(gpu);
+    bench_gpu_close();
+    return report_close();
+}

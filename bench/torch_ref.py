@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""PyTorch figures for blob_bench: the same operations on the same GPU, timed the same
+way (one warm-up batch, then the median of timed batches).
+
+blob_bench runs this script and merges its output, one line per figure:
+    ref KEY SIZE VALUE     (ns per call; GB/s for the copy keys)
+    info TEXT              (torch version and device)
+    error TEXT             (a figure that failed; the others still come)
+Sizes come from blob_bench's command line, so both sides measure the same ones.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+MIB = 1 << 20
+
+
+def size_list(text):
+    return [int(s) for s in text.split(",") if s]
+
+
+def say(*words):
+    print(*words, flush=True)
+
+
+def wall_ns(fn, batch, reps, sync):
+    """Median ns per call by the host clock; queued GPU work drains untimed."""
+    samples = []
+    for rep in range(reps + 1):
+        t0 = time.perf_counter_ns()
+        for _ in range(batch):
+            fn()
+        t = time.perf_counter_ns() - t0
+        sync()
+        if rep:
+            samples.append(t / batch)
+    return statistics.median(samples)
+
+
+def event_ns(torch, fn, batch, reps):
+    """Median ns per call between CUDA events on the current stream."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    samples = []
+    for rep in range(reps + 1):
+        start.record()
+        for _ in range(batch):
+            fn()
+        end.record()
+        end.synchronize()
+        if rep:
+            samples.append(start.elapsed_time(end) * 1e6 / batch)
+    return statistics.median(samples)
+
+
+def error(what, e):
+    say("error", f"{what}: {type(e).__name__}: {e}".replace("\n", " ")[:200])
+
+
+def measure(key, size, thunk):
+    try:
+        say("ref", key, size, f"{thunk():.6g}")
+    except Exception as e:  # one failed figure must not stop the others
+        error(f"{key} {size}", e)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--alloc", type=size_list, default=[], help="device alloc sizes, bytes")
+    ap.add_argument("--pinned", type=size_list, default=[], help="pinned alloc sizes, bytes")
+    ap.add_argument("--copy", type=size_list, default=[], help="H<->D copy sizes, bytes")
+    ap.add_argument("--axpy", type=size_list, default=[], help="add_ sizes, float32 elements")
+    args = ap.parse_args()
+    try:
+        import torch
+    except Exception as e:
+        error("import torch", e)
+        return 1
+    if not torch.cuda.is_available():
+        say("error torch.cuda.is_available() is False")
+        return 1
+    dev = torch.device("cuda")
+    sync = torch.cuda.synchronize
+    say(f"info {torch.__version__} on {torch.cuda.get_device_name(dev)}")
+    u8 = torch.uint8
+
+    for n in args.alloc:
+        measure("alloc_dev", n, lambda: wall_ns(
+            lambda: torch.empty(n, dtype=u8, device=dev), 20 if n >= 16 * MIB else 200, 15, sync))
+    for n in args.pinned:
+        measure("alloc_pinned", n, lambda: wall_ns(
+            lambda: torch.empty(n, dtype=u8, pin_memory=True), 20, 15, sync))
+
+    for n in args.copy:
+        try:
+            pinned = torch.empty(n, dtype=u8, pin_memory=True).fill_(60)
+            pageable = torch.empty(n, dtype=u8).fill_(60)
+            d = torch.empty(n, dtype=u8, device=dev)
+        except Exception as e:
+            error(f"copy buffers of {n} bytes", e)
+            continue
+        batch = min(50, max(1, 64 * MIB // n))
+        reps = 5 if n >= 256 * MIB else 11
+
+        def copy_gbs(dst, src):
+            return n / wall_ns(lambda: (dst.copy_(src), sync()), batch, reps, sync)
+
+        measure("h2d_pinned", n, lambda: copy_gbs(d, pinned))
+        measure("d2h_pinned", n, lambda: copy_gbs(pinned, d))
+        measure("h2d_pageable", n, lambda: copy_gbs(d, pageable))
+        measure("d2h_pageable", n, lambda: copy_gbs(pageable, d))
+        del pinned, pageable, d
+        torch.cuda.empty_cache()
+
+    for n in args.axpy:
+        try:
+            x = torch.full((n,), 1.6e-10, device=dev)
+            y = torch.full((n,), 0.747, device=dev)
+        except Exception as e:
+            error(f"axpy buffers of {n} floats", e)
+            continue
+        batch = 1 if n >= 1 << 22 else min(200, (1 << 22) // n)
+        reps = 9 if n >= 1 << 26 else 15
+        measure("axpy", n, lambda: event_ns(torch, lambda: y.add_(x, alpha=-1), batch, reps))
+        del x, y
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+/*
+ * fmnist.h - Fashion-MNIST from its gzip-compressed IDX files.
+ *
+ *   fmnist_set train;
+ *   char err[256];
+ *   if (fmnist_load(&train, "/usr/share/datasets/fashion-mnist", "train", err, sizeof err))
+ *       fprintf(stderr, "%s\n", err);
+ *
+ * The files are untrusted: a wrong magic number, images other than 28x28, label and
+ * image counts that differ, labels outside 0..9, truncated or trailing data are all
+ * reported as errors.
+ */
+#ifndef MLP_FMNIST_H
+#define MLP_FMNIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FMNIST_SIDE 28
+#define FMNIST_PIXELS (FMNIST_SIDE * FMNIST_SIDE)
+#define FMNIST_CLASSES 10
+/* Where Debian's dataset-fashion-mnist package puts the files. */
+#define FMNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
+
+typedef struct {
+    int64_t count;
+    uint8_t *images; /* count x 784 pixels, row-major */
+    uint8_t *labels; /* count classes in 0..9 */
+} fmnist_set;
+
+/* Read DIR/PREFIX-images-idx3-ubyte.gz and DIR/PREFIX-labels-idx1-ubyte.gz (PREFIX is
+ * "train" or "t10k"). Returns 0, or -1 with a message naming the file in err. */
+int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err,
+                size_t err_size);
+
+/* Free the arrays; the set becomes empty. */
+void fmnist_free(fmnist_set *set);
+
+#endif

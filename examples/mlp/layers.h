@@ -1,0 +1,117 @@
+/*
+ * layers.h - a Caffe-style layer stack on libblob: InnerProduct, ReLU and
+ * SoftmaxWithLoss, each running on the host or on the GPU.
+ *
+ *   nn_layer *ip;
+ *   nn_ip_create(&ip, NN_GPU, BLOB_FLOAT32, 784, 256, seed);  // params made and filled
+ *   blob *bottom[] = {x};
+ *   nn_layer_reshape(ip, bottom, h);        // h becomes batch x 256
+ *   nn_layer_forward(ip, bottom, h);        // h = x W^T + b
+ *   ...                                     // h's diff set by the layer above
+ *   nn_layer_backward(ip, h, true, bottom); // W and b diffs, and x's diff
+ *   nn_layer_free(ip);
+ *
+ * A layer reads its bottom blobs and writes its top blob. Forward writes top data;
+ * backward reads the top diff and overwrites (never accumulates) the param diffs and,
+ * when propagate_down, bottom[0]'s diff. The mode picks blob_cpu_* or blob_gpu_* and
+ * the matching accessors; in NN_GPU mode forward and backward only queue work on the
+ * calling thread's current stream, so they can be captured in a graph. All blobs of a
+ * layer have the layer's dtype and live on the mode's device (nn_device).
+ */
+#ifndef MLP_LAYERS_H
+#define MLP_LAYERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <blob/blob.h>
+
+/* Return the status of a failing libblob call. */
+#define NN_TRY(expr)                        \
+    do {                                    \
+        blob_status nn_st_ = (expr);        \
+        if (nn_st_ != BLOB_OK)              \
+            return nn_st_;                  \
+    } while (0)
+
+typedef enum { NN_CPU = 0, NN_GPU = 1 } nn_mode;
+
+/* The math and accessors of one side, so layer code is written once for both. */
+typedef struct {
+    blob_status (*gemm)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t,
+                        double, const void *, const void *, double, void *);
+    blob_status (*gemv)(blob_dtype, blob_trans, int64_t, int64_t, double, const void *,
+                        const void *, double, void *);
+    blob_status (*axpy)(blob_dtype, int64_t, double, const void *, void *);
+    blob_status (*axpby)(blob_dtype, int64_t, double, const void *, double, void *);
+    blob_status (*copy)(blob_dtype, int64_t, const void *, void *);
+    blob_status (*set)(blob_dtype, int64_t, double, void *);
+    blob_status (*relu_forward)(blob_dtype, int64_t, const void *, void *);
+    blob_status (*relu_backward)(blob_dtype, int64_t, const void *, const void *, void *);
+    blob_status (*softmax_loss_forward)(blob_dtype, int64_t, int64_t, const void *,
+                                        const void *, void *, void *);
+    blob_status (*softmax_loss_backward)(blob_dtype, int64_t, int64_t, const void *,
+                                         const void *, double, void *);
+    blob_status (*data)(blob *, const void **);
+    blob_status (*mutable_data)(blob *, void **);
+    blob_status (*diff)(blob *, const void **);
+    blob_status (*mutable_diff)(blob *, void **);
+} nn_math;
+
+const nn_math *nn_math_of(nn_mode mode);
+
+/* Where blobs of a mode live: the current GPU, or host-only memory. */
+int nn_device(nn_mode mode);
+
+/* A blob of the mode's device; *out is NULL on failure. */
+blob_status nn_blob_create(blob **out, nn_mode mode, blob_dtype dtype, int num_axes,
+                           const int64_t *shape);
+
+/* Element i of an array of dtype, as a double, and the reverse. */
+double nn_load(const void *p, blob_dtype dtype, int64_t i);
+void nn_store(void *p, blob_dtype dtype, int64_t i, double v);
+
+/* A uniform double in [0, 1) from a splitmix64 state. */
+double nn_uniform(uint64_t *state);
+
+/* Fill b's data with uniform values in [lo, hi) on the host. */
+blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state);
+
+typedef struct nn_layer nn_layer;
+
+/* InnerProduct: top (M x num_output) = bottom (M x num_input) W^T + b, with W
+ * (num_output x num_input) filled He-uniform from `seed` and b zero. The bias is added by
+ * a gemm with a ones vector, as in Caffe. */
+blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, int64_t num_input,
+                         int64_t num_output, uint64_t seed);
+
+/* ReLU: top = max(bottom, 0), elementwise. */
+blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype);
+
+/* SoftmaxWithLoss: bottom[0] logits (M x C), bottom[1] labels (M class indices stored as
+ * dtype values); top a scalar, the mean cross-entropy. Backward treats the loss weight
+ * as 1 (the top diff is not read) and gives labels no diff. */
+blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtype);
+
+/* The softmax probabilities (M x C) of the last forward of a SoftmaxWithLoss layer. */
+blob *nn_softmax_loss_prob(const nn_layer *layer);
+
+/* Shape top (and the layer's buffers) for bottom. Only this call changes shapes, so it
+ * stays out of forward/backward; it may allocate. Errors: BLOB_ESHAPE for a bottom the
+ * layer cannot take, libblob errors. */
+blob_status nn_layer_reshape(nn_layer *layer, blob *const *bottom, blob *top);
+blob_status nn_layer_forward(nn_layer *layer, blob *const *bottom, blob *top);
+blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
+                              blob *const *bottom);
+
+/* "InnerProduct", "ReLU" or "SoftmaxWithLoss". */
+const char *nn_layer_type(const nn_layer *layer);
+
+/* Learnable parameters: InnerProduct has weights (0) and bias (1), the others none. */
+int nn_layer_num_params(const nn_layer *layer);
+blob *nn_layer_param(const nn_layer *layer, int i);
+
+/* NULL is a no-op. */
+void nn_layer_free(nn_layer *layer);
+
+#endif

@@ -1,0 +1,263 @@
+#include "net.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MAX_LAYERS (2 * (NET_MAX_DIMS - 1))
+#define MAX_PARAMS (2 * (NET_MAX_DIMS - 1))
+
+struct net {
+    net_config cfg;
+    int64_t dims[NET_MAX_DIMS];
+    const nn_math *m;
+    int num_layers;
+    nn_layer *layers[MAX_LAYERS];
+    blob *tops[MAX_LAYERS];       /* tops[i] is written by layers[i]; the last is the loss */
+    int num_params;
+    blob *params[MAX_PARAMS];     /* borrowed from the layers */
+    blob *history[MAX_PARAMS];    /* momentum */
+    char names[MAX_PARAMS][24];
+    blob *labels;                 /* of the last forward, for net_output */
+    bool warm;                    /* a step ran eagerly, so all memory exists */
+    int num_graphs;
+    struct {
+        blob *x, *labels;
+        blob_graph *graph;
+    } graphs[NET_MAX_GRAPHS];
+};
+
+static blob *loss_top(const net *n) { return n->tops[n->num_layers - 1]; }
+static blob *prob(const net *n) { return nn_softmax_loss_prob(n->layers[n->num_layers - 1]); }
+
+static blob_status build(net *n)
+{
+    const net_config *c = &n->cfg;
+    for (int i = 0; i + 1 < c->num_dims; i++) {
+        NN_TRY(nn_ip_create(&n->layers[n->num_layers++], c->mode, c->dtype, c->dims[i],
+                            c->dims[i + 1], c->seed + (uint64_t)i));
+        if (i + 2 < c->num_dims)
+            NN_TRY(nn_relu_create(&n->layers[n->num_layers++], c->mode, c->dtype));
+    }
+    NN_TRY(nn_softmax_loss_create(&n->layers[n->num_layers++], c->mode, c->dtype));
+
+    int64_t zero = 0;
+    for (int i = 0; i < n->num_layers; i++)
+        NN_TRY(nn_blob_create(&n->tops[i], c->mode, c->dtype, 1, &zero));
+    for (int i = 0, ip = 0; i < n->num_layers; i++) {
+        nn_layer *l = n->layers[i];
+        ip += nn_layer_num_params(l) > 0;
+        for (int j = 0; j < nn_layer_num_params(l); j++) {
+            blob *p = nn_layer_param(l, j);
+            int k = n->num_params++;
+            n->params[k] = p;
+            snprintf(n->names[k], sizeof n->names[k], "ip%d.%s", ip, j ? "bias" : "weights");
+            /* zero-filled on first access, as the history starts */
+            NN_TRY(nn_blob_create(&n->history[k], c->mode, c->dtype, blob_num_axes(p),
+                                  blob_shape(p)));
+        }
+    }
+    return BLOB_OK;
+}
+
+blob_status net_create(net **out, const net_config *cfg)
+{
+    *out = NULL;
+    if (cfg->num_dims < 2 || cfg->num_dims > NET_MAX_DIMS || cfg->batch <= 0 ||
+        (cfg->graph && (cfg->mode != NN_GPU || !blob_get_stream())))
+        return BLOB_EINVAL;
+    net *n = calloc(1, sizeof *n);
+    if (!n)
+        return BLOB_ENOMEM;
+    n->cfg = *cfg;
+    for (int i = 0; i < cfg->num_dims; i++)
+        n->dims[i] = cfg->dims[i];
+    n->cfg.dims = n->dims;
+    n->m = nn_math_of(cfg->mode);
+    blob_status st = build(n);
+    if (st != BLOB_OK) {
+        net_free(n);
+        return st;
+    }
+    *out = n;
+    return BLOB_OK;
+}
+
+void net_free(net *n)
+{
+    if (!n)
+        return;
+    for (int i = 0; i < n->num_graphs; i++)
+        blob_graph_free(n->graphs[i].graph);
+    for (int i = 0; i < n->num_params; i++)
+        blob_free(n->history[i]);
+    for (int i = 0; i < n->num_layers; i++) {
+        nn_layer_free(n->layers[i]);
+        blob_free(n->tops[i]);
+    }
+    free(n);
+}
+
+/* Shape every layer for this batch (no memory moves while rows <= cfg.batch once a
+ * full batch has been seen, so captured graphs stay valid). */
+static blob_status reshape(net *n, blob *x, blob *labels)
+{
+    if (blob_num_axes(x) < 1 || blob_shape(x)[0] > n->cfg.batch)
+        return BLOB_ESHAPE;
+    for (int i = 0; i < n->num_layers; i++) {
+        blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
+        NN_TRY(nn_layer_reshape(n->layers[i], bottom, n->tops[i]));
+    }
+    n->labels = labels;
+    return BLOB_OK;
+}
+
+static blob_status forward(net *n, blob *x, blob *labels)
+{
+    for (int i = 0; i < n->num_layers; i++) {
+        blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
+        NN_TRY(nn_layer_forward(n->layers[i], bottom, n->tops[i]));
+    }
+    return BLOB_OK;
+}
+
+static blob_status backward(net *n, blob *x, blob *labels)
+{
+    for (int i = n->num_layers - 1; i >= 0; i--) {
+        blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
+        NN_TRY(nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
+    }
+    return BLOB_OK;
+}
+
+/* Caffe's SGDSolver: Regularize, ComputeUpdateValue, then Net::Update. */
+static blob_status sgd_update(net *n)
+{
+    const nn_math *m = n->m;
+    const net_config *c = &n->cfg;
+    for (int i = 0; i < n->num_params; i++) {
+        blob *p = n->params[i];
+        int64_t count = blob_count(p);
+        const void *w;
+        void *dw, *h;
+        NN_TRY(m->data(p, &w));
+        NN_TRY(m->mutable_diff(p, &dw));
+        NN_TRY(m->mutable_data(n->history[i], &h));
+        NN_TRY(m->axpy(c->dtype, count, c->weight_decay, w, dw));
+        NN_TRY(m->axpby(c->dtype, count, c->lr, dw, c->momentum, h));
+        NN_TRY(m->copy(c->dtype, count, h, dw));
+        NN_TRY(blob_update(p));
+    }
+    return BLOB_OK;
+}
+
+static blob_status step(net *n, blob *x, blob *labels)
+{
+    NN_TRY(forward(n, x, labels));
+    NN_TRY(backward(n, x, labels));
+    return sgd_update(n);
+}
+
+/* The graph of (x, labels), captured now if the net is warm and there is room; NULL
+ * means run eagerly. x and labels are current on the device. */
+static blob_status graph_for(net *n, blob *x, blob *labels, blob_graph **out)
+{
+    *out = NULL;
+    for (int i = 0; i < n->num_graphs; i++)
+        if (n->graphs[i].x == x && n->graphs[i].labels == labels) {
+            *out = n->graphs[i].graph;
+            return BLOB_OK;
+        }
+    if (!n->warm || n->num_graphs == NET_MAX_GRAPHS)
+        return BLOB_OK;
+    void *stream = blob_get_stream();
+    NN_TRY(blob_graph_begin(stream));
+    blob_status st = step(n, x, labels);
+    blob_graph *g = NULL;
+    blob_status end = blob_graph_end(stream, &g); /* ends the capture either way */
+    if (st != BLOB_OK || end != BLOB_OK) {
+        blob_graph_free(g);
+        return st != BLOB_OK ? st : end;
+    }
+    n->graphs[n->num_graphs].x = x;
+    n->graphs[n->num_graphs].labels = labels;
+    n->graphs[n->num_graphs++].graph = g;
+    *out = g;
+    return BLOB_OK;
+}
+
+/* A launched graph writes device memory behind the heads' back: claim the device side
+ * of everything it writes that a caller may read, so host reads copy it back. */
+static blob_status claim_device_side(net *n)
+{
+    void *p;
+    for (int i = 0; i < n->num_layers; i++)
+        NN_TRY(blob_mutable_gpu_data(n->tops[i], &p));
+    NN_TRY(blob_mutable_gpu_data(prob(n), &p));
+    for (int i = 0; i < n->num_params; i++) {
+        NN_TRY(blob_mutable_gpu_data(n->params[i], &p));
+        NN_TRY(blob_mutable_gpu_diff(n->params[i], &p));
+        NN_TRY(blob_mutable_gpu_data(n->history[i], &p));
+    }
+    return BLOB_OK;
+}
+
+/* Queue the copies of the loss and the probabilities to the host behind the step. */
+static blob_status start_readback(net *n)
+{
+    if (n->cfg.mode != NN_GPU)
+        return BLOB_OK;
+    void *stream = blob_get_stream();
+    NN_TRY(blob_syncedmem_async_cpu_pull(blob_data_mem(loss_top(n)), stream));
+    return blob_syncedmem_async_cpu_pull(blob_data_mem(prob(n)), stream);
+}
+
+blob_status net_train_step(net *n, blob *x, blob *labels)
+{
+    NN_TRY(reshape(n, x, labels));
+    blob_graph *g = NULL;
+    if (n->cfg.graph && blob_shape(x)[0] == n->cfg.batch) {
+        const void *p;
+        NN_TRY(blob_gpu_data(x, &p));
+        NN_TRY(blob_gpu_data(labels, &p));
+        NN_TRY(graph_for(n, x, labels, &g));
+    }
+    if (g) {
+        NN_TRY(blob_graph_launch(g, blob_get_stream()));
+        NN_TRY(claim_device_side(n));
+    } else {
+        NN_TRY(step(n, x, labels));
+        n->warm = true;
+    }
+    return start_readback(n);
+}
+
+blob_status net_forward(net *n, blob *x, blob *labels)
+{
+    NN_TRY(reshape(n, x, labels));
+    NN_TRY(forward(n, x, labels));
+    return start_readback(n);
+}
+
+blob_status net_output(net *n, double *loss, int64_t *correct)
+{
+    blob_dtype dt = n->cfg.dtype;
+    const void *l, *p, *y;
+    NN_TRY(blob_cpu_data(loss_top(n), &l));
+    NN_TRY(blob_cpu_data(prob(n), &p));
+    NN_TRY(blob_cpu_data(n->labels, &y));
+    int64_t rows = blob_shape(prob(n))[0], classes = blob_shape(prob(n))[1];
+    *loss = nn_load(l, dt, 0);
+    *correct = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; c++)
+            if (nn_load(p, dt, r * classes + c) > nn_load(p, dt, r * classes + best))
+                best = c;
+        *correct += best == (int64_t)nn_load(y, dt, r);
+    }
+    return BLOB_OK;
+}
+
+int net_num_params(const net *n) { return n->num_params; }
+blob *net_param(const net *n, int i) { return n->params[i]; }
+const char *net_param_name(const net *n, int i) { return n->names[i]; }

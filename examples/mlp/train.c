@@ -1,0 +1,408 @@
+/*
+ * train - train a 784-256-128-10 MLP on Fashion-MNIST with libblob, on the GPU when there
+ * is one, and write its weights (.npy) and training curves (SVG).
+ *
+ *   train [--data DIR] [--out DIR] [--device cpu|gpu] [--graph] [--epochs N] ...
+ *
+ * Batches are double-buffered: while the GPU runs step i, the host fills the other
+ * buffer and pushes it with blob_syncedmem_async_gpu_push on a copy stream (Caffe's
+ * prefetch); the step that reads it waits for the push's event.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fmnist.h"
+#include "net.h"
+#include "plot.h"
+
+typedef struct {
+    const char *data_dir, *out_dir, *device;
+    bool graph;
+    int epochs;
+    int64_t batch, limit;
+    double lr, momentum, weight_decay, min_accuracy;
+    uint64_t seed;
+} options;
+
+static const options defaults = {
+    .data_dir = NULL, .out_dir = "demo-out", .device = NULL, .graph = false,
+    .epochs = 15, .batch = 64, .limit = 0,
+    .lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4, .min_accuracy = 0, .seed = 1,
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: train [options]\n"
+            "  --data DIR          Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR,\n"
+            "                      else " FMNIST_DEFAULT_DIR ")\n"
+            "  --out DIR           where the weights (.npy) and curve.svg go (default %s)\n"
+            "  --device cpu|gpu    default: gpu when one is present\n"
+            "  --graph             run training steps as CUDA graphs (gpu only)\n"
+            "  --epochs N          default %d\n"
+            "  --batch N           default %lld\n"
+            "  --lr X              learning rate, default %g\n"
+            "  --momentum X        default %g\n"
+            "  --weight-decay X    default %g\n"
+            "  --seed N            weight initialisation and shuffling, default %llu\n"
+            "  --limit N           train on the first N training images only\n"
+            "  --min-accuracy X    exit with status 1 if the final test accuracy is below X\n",
+            defaults.out_dir, defaults.epochs, (long long)defaults.batch, defaults.lr,
+            defaults.momentum, defaults.weight_decay, (unsigned long long)defaults.seed);
+}
+
+/* Parse "--name value" pairs; exits with status 2 on a bad command line. */
+static options parse_options(int argc, char **argv)
+{
+    options o = defaults;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--graph")) {
+            o.graph = true;
+            continue;
+        }
+        if (i + 1 == argc)
+            goto bad;
+        const char *v = argv[++i];
+        char *end;
+        errno = 0;
+        double num = strtod(v, &end);
+        bool is_num = end != v && !*end && !errno;
+        bool is_count = is_num && num >= 0 && num <= 1e15 && num == (double)(int64_t)num;
+        if (!strcmp(a, "--data"))
+            o.data_dir = v;
+        else if (!strcmp(a, "--out"))
+            o.out_dir = v;
+        else if (!strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
+            o.device = v;
+        else if (!strcmp(a, "--epochs") && is_count && num >= 1 && num <= 10000)
+            o.epochs = (int)num;
+        else if (!strcmp(a, "--batch") && is_count && num >= 1)
+            o.batch = (int64_t)num;
+        else if (!strcmp(a, "--limit") && is_count && num >= 1)
+            o.limit = (int64_t)num;
+        else if (!strcmp(a, "--seed") && is_count)
+            o.seed = (uint64_t)num;
+        else if (!strcmp(a, "--lr") && is_num && num > 0)
+            o.lr = num;
+        else if (!strcmp(a, "--momentum") && is_num && num >= 0 && num < 1)
+            o.momentum = num;
+        else if (!strcmp(a, "--weight-decay") && is_num && num >= 0)
+            o.weight_decay = num;
+        else if (!strcmp(a, "--min-accuracy") && is_num && num >= 0 && num <= 1)
+            o.min_accuracy = num;
+        else
+            goto bad;
+        continue;
+    bad:
+        fprintf(stderr, "train: bad or incomplete option '%s'\n", a);
+        usage(stderr);
+        exit(2);
+    }
+    if (!o.data_dir)
+        o.data_dir = getenv("FASHION_MNIST_DIR") ? getenv("FASHION_MNIST_DIR")
+                                                 : FMNIST_DEFAULT_DIR;
+    return o;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Double-buffered input: x (rows x 784 floats in [0, 1]) and labels. */
+typedef struct {
+    blob *x[2], *labels[2];
+    int next;          /* the buffer the next fill goes into */
+    void *copy_stream; /* GPU mode: where pushes are queued */
+} feeder;
+
+static blob_status feeder_init(feeder *f, nn_mode mode, int64_t batch, void *copy_stream)
+{
+    int64_t shape[2] = {batch, FMNIST_PIXELS};
+    f->copy_stream = copy_stream;
+    for (int k = 0; k < 2; k++) {
+        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, 2, shape));
+        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, shape));
+    }
+    return BLOB_OK;
+}
+
+static void feeder_free(feeder *f)
+{
+    for (int k = 0; k < 2; k++) {
+        blob_free(f->x[k]);
+        blob_free(f->labels[k]);
+    }
+}
+
+/* Fill the next buffer with images order[start .. start + rows) of set (file order when
+ * order is NULL) and, on the GPU, start pushing it; *k is the buffer filled. The buffer
+ * must not be in use by a step still running. */
+static blob_status feed(feeder *f, const fmnist_set *set, const int32_t *order, int64_t start,
+                        int64_t rows, int *k)
+{
+    *k = f->next;
+    f->next ^= 1;
+    blob *x = f->x[*k], *y = f->labels[*k];
+    int64_t shape[2] = {rows, FMNIST_PIXELS};
+    float *px, *py;
+    NN_TRY(blob_reshape(x, 2, shape));
+    NN_TRY(blob_reshape(y, 1, &rows));
+    NN_TRY(blob_mutable_cpu_data(x, (void **)&px));
+    NN_TRY(blob_mutable_cpu_data(y, (void **)&py));
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t i = order ? order[start + r] : start + r;
+        const uint8_t *img = set->images + i * FMNIST_PIXELS;
+        for (int p = 0; p < FMNIST_PIXELS; p++)
+            px[r * FMNIST_PIXELS + p] = (float)img[p] * (1.0f / 255.0f);
+        py[r] = set->labels[i];
+    }
+    if (!f->copy_stream)
+        return BLOB_OK;
+    NN_TRY(blob_syncedmem_async_gpu_push(blob_data_mem(x), f->copy_stream));
+    return blob_syncedmem_async_gpu_push(blob_data_mem(y), f->copy_stream);
+}
+
+typedef struct {
+    double loss; /* summed over rows */
+    int64_t correct, rows, steps;
+    double seconds;
+} tally;
+
+/* A progress bar on a terminal, rewritten in place. */
+static void progress(const char *what, int64_t done, int64_t total, double loss)
+{
+    enum { WIDTH = 30 };
+    int fill = (int)(WIDTH * done / total);
+    printf("\r%s [%.*s%*s] %3d%%  loss %.4f", what, fill, "##############################",
+           WIDTH - fill, "", (int)(100 * done / total), loss);
+    fflush(stdout);
+}
+
+/* Run over the first n images of set in `order`: training steps when train, else
+ * forward passes; every next batch is filled and pushed while the current one runs. */
+static blob_status run_pass(net *n, feeder *f, const fmnist_set *set, const int32_t *order,
+                            int64_t count, int64_t batch, bool train, const char *bar,
+                            tally *t)
+{
+    double t0 = now();
+    int64_t steps = (count + batch - 1) / batch, every = steps / 100 + 1;
+    int k;
+    memset(t, 0, sizeof *t);
+    NN_TRY(feed(f, set, order, 0, count < batch ? count : batch, &k));
+    for (int64_t s = 0; s < steps; s++) {
+        int cur = k;
+        int64_t rows = blob_shape(f->x[cur])[0];
+        NN_TRY(train ? net_train_step(n, f->x[cur], f->labels[cur])
+                     : net_forward(n, f->x[cur], f->labels[cur]));
+        int64_t next = (s + 1) * batch;
+        if (next < count)
+            NN_TRY(feed(f, set, order, next, count - next < batch ? count - next : batch, &k));
+        double loss;
+        int64_t correct;
+        NN_TRY(net_output(n, &loss, &correct));
+        t->loss += loss * (double)rows;
+        t->correct += correct;
+        t->rows += rows;
+        if (bar && ((s + 1) % every == 0 || s + 1 == steps))
+            progress(bar, s + 1, steps, t->loss / (double)t->rows);
+    }
+    t->steps = steps;
+    t->seconds = now() - t0;
+    return BLOB_OK;
+}
+
+static void shuffle(int32_t *order, int64_t n, uint64_t *rng)
+{
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(nn_uniform(rng) * (double)(i + 1));
+        int32_t tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
+    }
+}
+
+typedef struct {
+    options o;
+    nn_mode mode;
+    fmnist_set train, test;
+    net *net;
+    feeder feed;
+    double *curves; /* 3 x epochs: loss, train accuracy, test accuracy */
+    int32_t *order;
+} trainer;
+
+static blob_status train(trainer *t, int64_t used, double *test_accuracy)
+{
+    const options *o = &t->o;
+    int64_t per_epoch = used / o->batch * o->batch; /* whole batches only */
+    uint64_t rng = o->seed;
+    double *loss = t->curves, *train_acc = loss + o->epochs, *test_acc = train_acc + o->epochs;
+    double t0 = now(), train_seconds = 0;
+    int64_t steps = 0;
+    bool tty = isatty(STDOUT_FILENO);
+    for (int32_t i = 0; i < used; i++)
+        t->order[i] = i;
+    for (int e = 0; e < o->epochs; e++) {
+        char bar[32];
+        snprintf(bar, sizeof bar, "epoch %*d/%d", o->epochs > 9 ? 2 : 1, e + 1, o->epochs);
+        tally tr, te;
+        double e0 = now();
+        shuffle(t->order, used, &rng);
+        NN_TRY(run_pass(t->net, &t->feed, &t->train, t->order, per_epoch, o->batch, true,
+                        tty ? bar : NULL, &tr));
+        NN_TRY(run_pass(t->net, &t->feed, &t->test, NULL, t->test.count, o->batch, false, NULL,
+                        &te));
+        loss[e] = tr.loss / (double)tr.rows;
+        train_acc[e] = (double)tr.correct / (double)tr.rows;
+        test_acc[e] = (double)te.correct / (double)te.rows;
+        train_seconds += tr.seconds;
+        steps += tr.steps;
+        printf("%s%s  loss %.4f  train %.2f%%  test %.2f%%  %.1f s\n", tty ? "\r\033[K" : "",
+               bar, loss[e], 100 * train_acc[e], 100 * test_acc[e], now() - e0);
+        fflush(stdout);
+    }
+    *test_accuracy = test_acc[o->epochs - 1];
+    printf("test accuracy %.2f%% after %d epochs in %.1f s (%.1f us per training step)\n",
+           100 * *test_accuracy, o->epochs, now() - t0, 1e6 * train_seconds / (double)steps);
+    return BLOB_OK;
+}
+
+/* The weights as OUT/ip1.weights.npy ... and the curves as OUT/curve.svg. */
+static int save(trainer *t)
+{
+    const char *out = t->o.out_dir;
+    char path[4096];
+    if (mkdir(out, 0777) && errno != EEXIST) {
+        fprintf(stderr, "train: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < net_num_params(t->net); i++) {
+        snprintf(path, sizeof path, "%s/%s.npy", out, net_param_name(t->net, i));
+        if (blob_save_npy(net_param(t->net, i), BLOB_PART_DATA, path) != BLOB_OK) {
+            fprintf(stderr, "train: %s: %s\n", path, blob_last_error());
+            return -1;
+        }
+    }
+    snprintf(path, sizeof path, "%s/curve.svg", out);
+    const double *c = t->curves;
+    int epochs = t->o.epochs;
+    if (plot_curves_svg(path, "MLP 784-256-128-10 on Fashion-MNIST", epochs, c, c + epochs,
+                        c + 2 * epochs)) {
+        fprintf(stderr, "train: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    printf("wrote %d weight files (%s/ip*.npy) and %s\n", net_num_params(t->net), out, path);
+    return 0;
+}
+
+static void print_header(const trainer *t, int64_t used)
+{
+    const options *o = &t->o;
+    printf("MLP 784-256-128-10 on Fashion-MNIST (%s): %lld training images, %lld test images\n",
+           o->data_dir, (long long)used, (long long)t->test.count);
+    int device = 0;
+    if (t->mode == NN_GPU && blob_device_get(&device) == BLOB_OK)
+        printf("device: GPU %d, %s", device, o->graph ? "CUDA graphs" : "eager");
+    else
+        printf("device: CPU");
+    printf(" | batch %lld, lr %g, momentum %g, weight decay %g, %d epochs, seed %llu\n",
+           (long long)o->batch, o->lr, o->momentum, o->weight_decay, o->epochs,
+           (unsigned long long)o->seed);
+    fflush(stdout);
+}
+
+static int run(trainer *t)
+{
+    const options *o = &t->o;
+    char err[512];
+    if (fmnist_load(&t->train, o->data_dir, "train", err, sizeof err) ||
+        fmnist_load(&t->test, o->data_dir, "t10k", err, sizeof err)) {
+        fprintf(stderr, "train: %s\n", err);
+        return 1;
+    }
+    int64_t used = o->limit && o->limit < t->train.count ? o->limit : t->train.count;
+    if (used < o->batch) {
+        fprintf(stderr, "train: %lld training images make no batch of %lld\n",
+                (long long)used, (long long)o->batch);
+        return 1;
+    }
+    if (!(t->curves = malloc(3 * (size_t)o->epochs * sizeof *t->curves)) ||
+        !(t->order = malloc((size_t)used * sizeof *t->order))) {
+        fprintf(stderr, "train: out of memory\n");
+        return 1;
+    }
+    print_header(t, used);
+
+    int64_t dims[] = {FMNIST_PIXELS, 256, 128, FMNIST_CLASSES};
+    net_config cfg = {
+        .mode = t->mode, .dtype = BLOB_FLOAT32, .num_dims = 4, .dims = dims,
+        .batch = o->batch, .seed = o->seed, .lr = o->lr, .momentum = o->momentum,
+        .weight_decay = o->weight_decay, .graph = o->graph,
+    };
+    void *compute = NULL, *copy = NULL;
+    blob_status st = BLOB_OK;
+    if (t->mode == NN_GPU && (st = blob_stream_create(&compute)) == BLOB_OK)
+        st = blob_stream_create(&copy);
+    blob_set_stream(compute);
+    double accuracy = 0;
+    if (st == BLOB_OK)
+        st = net_create(&t->net, &cfg);
+    if (st == BLOB_OK)
+        st = feeder_init(&t->feed, t->mode, o->batch, copy);
+    if (st == BLOB_OK)
+        st = train(t, used, &accuracy);
+    int rc = 1;
+    if (st != BLOB_OK)
+        fprintf(stderr, "train: %s: %s\n", blob_strerror(st), blob_last_error());
+    else if (save(t) == 0) {
+        rc = accuracy < o->min_accuracy;
+        if (rc)
+            fprintf(stderr, "train: test accuracy %.2f%% is below the required %.2f%%\n",
+                    100 * accuracy, 100 * o->min_accuracy);
+    }
+    if (compute)
+        blob_stream_synchronize(compute);
+    net_free(t->net);
+    feeder_free(&t->feed);
+    blob_set_stream(NULL);
+    blob_stream_destroy(copy);
+    blob_stream_destroy(compute);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    trainer t = {.o = parse_options(argc, argv)};
+    bool have_gpu = blob_device_count() > 0;
+    if (t.o.device && !strcmp(t.o.device, "gpu") && !have_gpu) {
+        fprintf(stderr, "train: --device gpu: no GPU found (libblob %s CUDA)\n",
+                blob_built_with_cuda() ? "built with" : "built without");
+        return 1;
+    }
+    t.mode = have_gpu && !(t.o.device && !strcmp(t.o.device, "cpu")) ? NN_GPU : NN_CPU;
+    if (t.o.graph && t.mode != NN_GPU) {
+        fprintf(stderr, "train: --graph needs a GPU\n");
+        return 1;
+    }
+    int rc = run(&t);
+    fmnist_free(&t.train);
+    fmnist_free(&t.test);
+    free(t.curves);
+    free(t.order);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/*
+ * blob/device.h - GPUs, streams and the calling thread's current stream.
+ *
+ *   if (blob_device_count() > 0) {
+ *       void *s;
+ *       blob_stream_create(&s);
+ *       blob_set_stream(s);          // device math of this thread now runs on s
+ *       ...
+ *       blob_stream_synchronize(s);
+ *       blob_set_stream(NULL);
+ *       blob_stream_destroy(s);
+ *   }
+ *
+ * Streams are CUDA streams passed as void * (NULL is the legacy default stream), so no
+ * CUDA header is needed. In a build without CUDA, or on a machine without a GPU or
+ * driver, blob_device_count() is 0 and every device call returns BLOB_ENODEV.
+ */
+#ifndef BLOB_DEVICE_H
+#define BLOB_DEVICE_H
+
+#include <stdbool.h>
+
+#include "blob/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable GPUs; 0 when the build has no CUDA or no driver/GPU is found. */
+BLOB_API int blob_device_count(void);
+
+/* Whether the library was built with CUDA (true even when no GPU is present). */
+BLOB_API bool blob_built_with_cuda(void);
+
+/* The calling thread's current device. BLOB_ENODEV without GPUs. */
+BLOB_API blob_status blob_device_get(int *device);
+
+/* Make device current for the calling thread. BLOB_ERANGE if there is no such device. */
+BLOB_API blob_status blob_device_set(int device);
+
+/* Wait until all work on the current device is complete. */
+BLOB_API blob_status blob_device_synchronize(void);
+
+/* Create a non-blocking stream on the current device; *stream is NULL on failure. */
+BLOB_API blob_status blob_stream_create(void **stream);
+
+/* Destroy a stream made by blob_stream_create. NULL is a no-op. */
+BLOB_API blob_status blob_stream_destroy(void *stream);
+
+/* Wait until all work queued on stream is complete. */
+BLOB_API blob_status blob_stream_synchronize(void *stream);
+
+/* Set the stream on which this thread's device math (blob/math.h) and blob updates run.
+ * NULL selects the legacy default stream. The stream is not owned. */
+BLOB_API void blob_set_stream(void *stream);
+
+/* The calling thread's current stream (NULL: the legacy default stream). */
+BLOB_API void *blob_get_stream(void);
+
+/* A recorded sequence of device work that can be replayed with one launch (a CUDA
+ * graph): capture a training step once, then launch it every step.
+ *
+ *   blob_graph_begin(s);   ... queue device math on s (blob_set_stream(s)) ...
+ *   blob_graph_end(s, &g);
+ *   for (...) blob_graph_launch(g, s);
+ *
+ * While capturing, only queue work on the stream: calls that synchronise (dot, asum,
+ * host/device transfers) or allocate device memory make blob_graph_end fail; touch
+ * every blob once before capturing so its memory exists. The default stream cannot be
+ * captured (BLOB_EINVAL). */
+typedef struct blob_graph blob_graph;
+BLOB_API blob_status blob_graph_begin(void *stream);
+/* End the capture on stream and make it launchable; *out is NULL on failure. */
+BLOB_API blob_status blob_graph_end(void *stream, blob_graph **out);
+BLOB_API blob_status blob_graph_launch(blob_graph *graph, void *stream);
+/* NULL is a no-op. */
+BLOB_API void blob_graph_free(blob_graph *graph);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

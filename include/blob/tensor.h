@@ -1,0 +1,155 @@
+/*
+ * blob/tensor.h - the N-D blob: a shape, and a data and a diff block of that many
+ * elements of float32 or float64.
+ *
+ *   int64_t shape[] = {64, 784};
+ *   blob *x;
+ *   blob_create(&x, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 2, shape);
+ *   float *p;
+ *   blob_mutable_cpu_data(x, (void **)&p);     // fill on the host ...
+ *   const void *d;
+ *   blob_gpu_data(x, &d);                      // ... read on the GPU (one H->D copy)
+ *   blob_update(x);                            // data -= diff where data's head is
+ *   blob_free(x);
+ *
+ * Counts are int64_t; a 0-axis shape has count 1, a shape with a 0 dim count 0 (and
+ * every accessor still works, yielding NULL). Reshape keeps memory and contents while
+ * the new count fits the capacity and allocates fresh (lazily zeroed) blocks only when
+ * it grows past it; blob_shrink_to_fit gives memory back. A failed call leaves the blob
+ * exactly as it was. A blob is not safe for concurrent use by several threads.
+ */
+#ifndef BLOB_TENSOR_H
+#define BLOB_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blob/status.h"
+#include "blob/syncedmem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { BLOB_FLOAT32 = 0, BLOB_FLOAT64 = 1 } blob_dtype;
+
+#define BLOB_MAX_AXES 32
+/* Enough for any shape string, terminator included. */
+#define BLOB_SHAPE_STRING_MAX (BLOB_MAX_AXES * 21 + 24)
+
+typedef struct blob blob;
+
+/* Bytes per element of dtype; 0 for an invalid dtype. */
+BLOB_API size_t blob_dtype_size(blob_dtype dtype);
+
+/* Create a blob of the given shape (0 <= num_axes <= 32, every dim >= 0) on `device`
+ * (a GPU id, BLOB_HOST_ONLY or BLOB_DEVICE_DEFAULT). No data is allocated until first
+ * access. *out is NULL on failure.
+ * Errors: BLOB_EINVAL, BLOB_ERANGE (no such GPU), BLOB_EOVERFLOW, BLOB_ENOMEM. */
+BLOB_API blob_status blob_create(blob **out, blob_dtype dtype, int device, int num_axes,
+                                 const int64_t *shape);
+
+/* Free the blob and drop its references to its blocks. NULL is a no-op. */
+BLOB_API void blob_free(blob *b);
+
+/* Change the shape. Memory is replaced (by fresh lazy blocks) only for a block whose
+ * capacity is below the new count; otherwise memory and contents are kept.
+ * Errors: BLOB_EINVAL (bad axes or negative dim), BLOB_EOVERFLOW, BLOB_ENOMEM. */
+BLOB_API blob_status blob_reshape(blob *b, int num_axes, const int64_t *shape);
+BLOB_API blob_status blob_reshape_like(blob *b, const blob *other);
+
+/* Give back memory beyond count: blocks larger than needed are replaced by blocks of
+ * exactly count elements holding the same values. Blocks shared with other blobs are
+ * left alone. No-op when nothing is spare. */
+BLOB_API blob_status blob_shrink_to_fit(blob *b);
+
+/* Queries. */
+BLOB_API blob_dtype blob_get_dtype(const blob *b);
+BLOB_API int blob_device(const blob *b);
+BLOB_API int blob_num_axes(const blob *b);
+BLOB_API int64_t blob_count(const blob *b);
+/* Elements the current data and diff blocks can both hold without reallocation. */
+BLOB_API int64_t blob_capacity(const blob *b);
+/* The dims, blob_num_axes(b) of them; valid until the next reshape. */
+BLOB_API const int64_t *blob_shape(const blob *b);
+/* Axis index with negatives counted from the end: valid for -n <= axis < n. */
+BLOB_API blob_status blob_canonical_axis(const blob *b, int axis, int *out);
+BLOB_API blob_status blob_shape_at(const blob *b, int axis, int64_t *out);
+/* Product of dims in [start, end); 1 for an empty range. BLOB_ERANGE out of bounds. */
+BLOB_API blob_status blob_count_range(const blob *b, int start, int end, int64_t *out);
+/* "2 3 4 5 (120)" into buf of `size` bytes; BLOB_ERANGE if it does not fit. */
+BLOB_API blob_status blob_shape_string(const blob *b, char *buf, size_t size);
+/* Caffe's num/channels/height/width: only for <= 4 axes (BLOB_ESTATE otherwise);
+ * axes past num_axes read as 1, as in Caffe (a 2-axis blob is num x channels x 1 x 1).
+ * Any output pointer may be NULL. */
+BLOB_API blob_status blob_legacy_shape(const blob *b, int64_t *num, int64_t *channels,
+                                       int64_t *height, int64_t *width);
+/* Row-major offset of the element at `indices` (n <= num_axes of them; missing trailing
+ * indices are 0). Every index must satisfy 0 <= i < dim: BLOB_ERANGE otherwise. */
+BLOB_API blob_status blob_offset(const blob *b, int n, const int64_t *indices, int64_t *out);
+
+/* The blocks (borrowed references; valid until the next reshape, share or free). */
+BLOB_API blob_syncedmem *blob_data_mem(const blob *b);
+BLOB_API blob_syncedmem *blob_diff_mem(const blob *b);
+
+/* Data and diff accessors: see blob/syncedmem.h for the head-state rules. */
+BLOB_API blob_status blob_cpu_data(blob *b, const void **out);
+BLOB_API blob_status blob_mutable_cpu_data(blob *b, void **out);
+BLOB_API blob_status blob_gpu_data(blob *b, const void **out);
+BLOB_API blob_status blob_mutable_gpu_data(blob *b, void **out);
+BLOB_API blob_status blob_cpu_diff(blob *b, const void **out);
+BLOB_API blob_status blob_mutable_cpu_diff(blob *b, void **out);
+BLOB_API blob_status blob_gpu_diff(blob *b, const void **out);
+BLOB_API blob_status blob_mutable_gpu_diff(blob *b, void **out);
+
+/* Borrow caller memory of `bytes` bytes as the data's host (device) side. If the data
+ * block is shared with other blobs, this blob gets a block of its own first.
+ * Errors: BLOB_EINVAL (bytes < count * element size), as blob_syncedmem_set_*_data. */
+BLOB_API blob_status blob_set_cpu_data(blob *b, void *data, size_t bytes);
+BLOB_API blob_status blob_set_gpu_data(blob *b, void *data, size_t bytes);
+
+/* data -= diff, by axpy where data's head is: CBLAS when AT_CPU, cuBLAS on the current
+ * stream when AT_GPU or SYNCED (data ends AT_GPU). Count 0 is a no-op.
+ * Errors: BLOB_ESTATE when data is UNINITIALIZED, accessor errors. */
+BLOB_API blob_status blob_update(blob *b);
+
+/* Sum of |x| and of x^2 of data or diff, computed where the head is (heads unchanged);
+ * 0 without allocating when UNINITIALIZED. */
+BLOB_API blob_status blob_asum_data(blob *b, double *out);
+BLOB_API blob_status blob_asum_diff(blob *b, double *out);
+BLOB_API blob_status blob_sumsq_data(blob *b, double *out);
+BLOB_API blob_status blob_sumsq_diff(blob *b, double *out);
+/* Multiply data or diff by s where the head is; no-op when UNINITIALIZED. */
+BLOB_API blob_status blob_scale_data(blob *b, double s);
+BLOB_API blob_status blob_scale_diff(blob *b, double s);
+
+/* Copy src's data (or diff, if copy_diff) into dst's, on the GPU when src's newest
+ * bytes are there and dst has a GPU, else on the host. Shapes must be equal
+ * (BLOB_ESHAPE) unless reshape is true; dtypes must be equal (BLOB_EINVAL). */
+BLOB_API blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape);
+
+/* Make b use other's data (diff) block. Counts must match (BLOB_ESHAPE) and so must
+ * dtype and device (BLOB_EINVAL). b's capacity becomes what the shared block holds, so
+ * a later reshape past it allocates instead of writing past the shared memory. */
+BLOB_API blob_status blob_share_data(blob *b, blob *other);
+BLOB_API blob_status blob_share_diff(blob *b, blob *other);
+
+typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
+
+/* Write data or diff as a NumPy .npy file (format 1.0, little-endian '<f4' or '<f8', C
+ * order). The file is written to a temporary name in the same directory, flushed and
+ * renamed, so `path` is either the old file or the complete new one.
+ * Errors: BLOB_EIO, accessor errors. */
+BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
+
+/* Read a .npy file (format 1.x-3.x, '<f4' '<f8' '>f4' '>f8', C order) into data or diff,
+ * reshaping the blob to the file's shape (the other part is reshaped too) and converting
+ * to the blob's dtype. The file is untrusted: every malformed input gives BLOB_EFORMAT
+ * (BLOB_EIO for read errors) and leaves the blob untouched. */
+BLOB_API blob_status blob_load_npy(blob *b, blob_part part, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

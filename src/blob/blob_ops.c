@@ -1,0 +1,182 @@
+/* Math on whole blobs, dispatched on where the head is: update, norms, scaling, copies. */
+#include <string.h>
+
+#include "../core/core.h"
+#include "../syncedmem/syncedmem_internal.h"
+#include "blob/math.h"
+#include "blob_impl.h"
+
+/* Whether the newest bytes of mem are on the device (computations run there). */
+static bool head_on_gpu(const blob_syncedmem *mem)
+{
+    blob_head h = blob_syncedmem_head(mem);
+    return h == BLOB_HEAD_AT_GPU || h == BLOB_SYNCED;
+}
+
+blob_status blob_update(blob *b)
+{
+    if (!b)
+        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+    if (blob_syncedmem_head(b->data) == BLOB_UNINITIALIZED)
+        return BLOB_FAIL(BLOB_ESTATE, "data is uninitialized");
+    if (b->count == 0)
+        return BLOB_OK;
+    const void *diff;
+    void *data;
+    if (head_on_gpu(b->data)) {
+        BLOB_TRY(blob_syncedmem_gpu_data(b->diff, &diff));
+        BLOB_TRY(blob_syncedmem_mutable_gpu_data(b->data, &data));
+        return blob_gpu_axpy(b->dtype, b->count, -1.0, diff, data);
+    }
+    BLOB_TRY(blob_syncedmem_cpu_data(b->diff, &diff));
+    BLOB_TRY(blob_syncedmem_mutable_cpu_data(b->data, &data));
+    return blob_cpu_axpy(b->dtype, b->count, -1.0, diff, data);
+}
+
+/* sum |x| (squares = false) or sum x^2 of a block, where its head is. */
+static blob_status reduce(const blob *b, blob_syncedmem *mem, bool squares, double *out)
+{
+    if (!b || !out)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    const void *x;
+    if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0) {
+        *out = 0;
+        return BLOB_OK;
+    }
+    if (head_on_gpu(mem)) {
+        BLOB_TRY(blob_syncedmem_gpu_data(mem, &x));
+        return squares ? blob_gpu_dot(b->dtype, b->count, x, x, out)
+                       : blob_gpu_asum(b->dtype, b->count, x, out);
+    }
+    BLOB_TRY(blob_syncedmem_cpu_data(mem, &x));
+    return squares ? blob_cpu_dot(b->dtype, b->count, x, x, out)
+                   : blob_cpu_asum(b->dtype, b->count, x, out);
+}
+
+blob_status blob_asum_data(blob *b, double *out) { return reduce(b, b ? b->data : NULL, false, out); }
+blob_status blob_asum_diff(blob *b, double *out) { return reduce(b, b ? b->diff : NULL, false, out); }
+blob_status blob_sumsq_data(blob *b, double *out) { return reduce(b, b ? b->data : NULL, true, out); }
+blob_status blob_sumsq_diff(blob *b, double *out) { return reduce(b, b ? b->diff : NULL, true, out); }
+
+static blob_status scale(const blob *b, blob_syncedmem *mem, double s)
+{
+    if (!b)
+        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+    void *x;
+    if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0)
+        return BLOB_OK;
+    if (head_on_gpu(mem)) {
+        BLOB_TRY(blob_syncedmem_mutable_gpu_data(mem, &x));
+        return blob_gpu_scal(b->dtype, b->count, s, x);
+    }
+    BLOB_TRY(blob_syncedmem_mutable_cpu_data(mem, &x));
+    return blob_cpu_scal(b->dtype, b->count, s, x);
+}
+
+blob_status blob_scale_data(blob *b, double s) { return scale(b, b ? b->data : NULL, s); }
+blob_status blob_scale_diff(blob *b, double s) { return scale(b, b ? b->diff : NULL, s); }
+
+/* Copy `count` elements from block src of blob from to block dst of blob to: on the GPU
+ * when src's newest bytes are there and both blobs live on the same GPU, else on the host. */
+static blob_status copy_block(const blob *from, blob_syncedmem *src, const blob *to,
+                              blob_syncedmem *dst, int64_t count)
+{
+    const void *x;
+    void *y;
+    if (count == 0 || blob_syncedmem_head(src) == BLOB_UNINITIALIZED) {
+        /* nothing written yet: the destination reads as zeros too */
+        BLOB_TRY(blob_syncedmem_mutable_cpu_data(dst, &y));
+        if (count)
+            memset(y, 0, (size_t)count * blob_dtype_size(to->dtype));
+        return BLOB_OK;
+    }
+    if (head_on_gpu(src) && to->device == from->device) {
+        BLOB_TRY(blob_syncedmem_gpu_data(src, &x));
+        BLOB_TRY(blob_syncedmem_mutable_gpu_data(dst, &y));
+        return blob_gpu_copy(to->dtype, count, x, y);
+    }
+    BLOB_TRY(blob_syncedmem_cpu_data(src, &x));
+    BLOB_TRY(blob_syncedmem_mutable_cpu_data(dst, &y));
+    memcpy(y, x, (size_t)count * blob_dtype_size(to->dtype));
+    return BLOB_OK;
+}
+
+static bool same_shape(const blob *a, const blob *b)
+{
+    return a->num_axes == b->num_axes &&
+           (a->num_axes == 0 || !memcmp(a->shape, b->shape, (size_t)a->num_axes * sizeof(int64_t)));
+}
+
+blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
+{
+    if (!dst || !src)
+        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+    if (dst->dtype != src->dtype)
+        return BLOB_FAIL(BLOB_EINVAL, "dtypes differ");
+    if (dst == src)
+        return BLOB_OK;
+    bool reshaping = !same_shape(dst, src);
+    if (reshaping && !reshape) {
+        char a[BLOB_SHAPE_STRING_MAX], b[BLOB_SHAPE_STRING_MAX];
+        blob_shape_string(dst, a, sizeof a);
+        blob_shape_string(src, b, sizeof b);
+        return BLOB_FAIL(BLOB_ESHAPE, "shapes differ: %s vs %s", a, b);
+    }
+    /* Keep the old shape and blocks alive so a failed copy can put them back. */
+    int old_axes = dst->num_axes;
+    int64_t old_shape[BLOB_MAX_AXES];
+    memcpy(old_shape, dst->shape, sizeof old_shape);
+    int64_t old_count = dst->count;
+    blob_syncedmem *old_data = dst->data, *old_diff = dst->diff;
+    blob_syncedmem_retain(old_data);
+    blob_syncedmem_retain(old_diff);
+    blob_status st = reshaping ? blob_reshape_like(dst, src) : BLOB_OK;
+    if (st == BLOB_OK)
+        st = copy_diff ? copy_block(src, src->diff, dst, dst->diff, src->count)
+                       : copy_block(src, src->data, dst, dst->data, src->count);
+    if (st != BLOB_OK) {
+        blob__commit(dst, old_axes, old_shape, old_count, old_data, old_diff);
+        return st;
+    }
+    blob_syncedmem_free(old_data);
+    blob_syncedmem_free(old_diff);
+    return BLOB_OK;
+}
+
+/* A reference to an exact-size copy of block mem, or to mem itself when nothing is
+ * spare or it is shared. */
+static blob_status shrunk(const blob *b, blob_syncedmem *mem, blob_syncedmem **out)
+{
+    if (blob__mem_capacity(b, mem) == b->count || blob__syncedmem_shared(mem)) {
+        blob_syncedmem_retain(mem);
+        *out = mem;
+        return BLOB_OK;
+    }
+    blob_syncedmem *fresh;
+    BLOB_TRY(blob_syncedmem_create(&fresh, (size_t)b->count * blob_dtype_size(b->dtype),
+                                   b->device));
+    blob_status st = blob_syncedmem_head(mem) == BLOB_UNINITIALIZED
+                         ? BLOB_OK /* the fresh block stays lazy */
+                         : copy_block(b, mem, b, fresh, b->count);
+    if (st != BLOB_OK) {
+        blob_syncedmem_free(fresh);
+        return st;
+    }
+    *out = fresh;
+    return BLOB_OK;
+}
+
+blob_status blob_shrink_to_fit(blob *b)
+{
+    if (!b)
+        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+    blob_syncedmem *data, *diff;
+    BLOB_TRY(shrunk(b, b->data, &data));
+    blob_status st = shrunk(b, b->diff, &diff);
+    if (st != BLOB_OK) {
+        blob_syncedmem_free(data);
+        return st;
+    }
+    blob__commit(b, b->num_axes, b->shape, b->count, data, diff);
+    return BLOB_OK;
+}

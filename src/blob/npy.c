@@ -1,0 +1,464 @@
+/* NumPy .npy files: an atomic writer of format 1.0 and a reader that treats every file
+ * as hostile. Layout: "\x93NUMPY", major, minor, header length (u16 little-endian in
+ * 1.0, u32 in 2.0 and 3.0), a Python dict literal padded with spaces and '\n', data. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/core.h"
+#include "blob_impl.h"
+
+#define MAGIC "\x93NUMPY"
+#define MAGIC_LEN 6
+#define ALIGN 64                 /* the data offset of files numpy writes */
+#define HEADER_LIMIT (64 * 1024) /* longest header read; numpy itself stops at 10000 */
+#define GROWTH_DIGITS 21         /* numpy leaves room for the first dim to grow this long */
+#define CHUNK 16384              /* bytes converted per read or write */
+#define HOST_BIG (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
+#define SAVE "blob_save_npy"      /* the public functions, named in failure details */
+#define LOAD "blob_load_npy"
+
+/* Record a failure of `func` concerning the file `path`. */
+__attribute__((format(printf, 4, 5))) static blob_status
+file_fail(blob_status st, const char *func, const char *path, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return blob__fail(st, func, "%s: %s", path, msg);
+}
+
+/* BLOB_EIO for a failed system call `what`, with errno's text. */
+static blob_status errno_fail(const char *func, const char *path, const char *what)
+{
+    char buf[128];
+    return file_fail(BLOB_EIO, func, path, "%s: %s", what, strerror_r(errno, buf, sizeof buf));
+}
+
+static blob_status check_args(const blob *b, blob_part part, const char *path,
+                              const char *func)
+{
+    if (!b || !path)
+        return blob__fail(BLOB_EINVAL, func, "NULL argument");
+    if (part != BLOB_PART_DATA && part != BLOB_PART_DIFF)
+        return blob__fail(BLOB_EINVAL, func, "bad part %d", (int)part);
+    return BLOB_OK;
+}
+
+/* How elements lie in memory: their type, and whether their bytes are reversed with
+ * respect to the host's order. */
+typedef struct {
+    blob_dtype dtype;
+    bool swap;
+} elem_fmt;
+
+static void copy_bytes(unsigned char *dst, const unsigned char *src, size_t n, bool swap)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[swap ? n - 1 - i : i];
+}
+
+/* Convert n elements; values change type by C conversion (f8 -> f4 rounds). */
+static void convert(void *dst, elem_fmt to, const void *src, elem_fmt from, size_t n)
+{
+    size_t ds = blob_dtype_size(to.dtype), ss = blob_dtype_size(from.dtype);
+    if (to.dtype == from.dtype && to.swap == from.swap) {
+        memcpy(dst, src, n * ss);
+        return;
+    }
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    for (size_t i = 0; i < n; i++, d += ds, s += ss) {
+        unsigned char in[8], out[8];
+        copy_bytes(in, s, ss, from.swap);
+        if (to.dtype == from.dtype) {
+            memcpy(out, in, ss);
+        } else if (to.dtype == BLOB_FLOAT32) {
+            double v;
+            memcpy(&v, in, sizeof v);
+            float f = (float)v;
+            memcpy(out, &f, sizeof f);
+        } else {
+            float f;
+            memcpy(&f, in, sizeof f);
+            double v = f;
+            memcpy(out, &v, sizeof v);
+        }
+        copy_bytes(d, out, ds, to.swap);
+    }
+}
+
+/* ---- writing ---- */
+
+/* The header numpy writes for this array: magic, version 1.0, length, then the dict,
+ * room for the first dim to grow, spaces and '\n' up to the next multiple of ALIGN.
+ * Returns its length; buf must hold HEADER_WRITE_MAX bytes. */
+#define HEADER_WRITE_MAX 1024 /* 32 axes of 19 digits need about 830 */
+static size_t make_header(char *buf, blob_dtype dtype, int num_axes, const int64_t *shape)
+{
+    size_t n = MAGIC_LEN + 4, spaces = 0;
+    n += (size_t)sprintf(buf + n, "{'descr': '<f%zu', 'fortran_order': False, 'shape': (",
+                         blob_dtype_size(dtype));
+    for (int i = 0; i < num_axes; i++) {
+        int k = sprintf(buf + n, i ? ", %lld" : "%lld", (long long)shape[i]);
+        if (i == 0)
+            spaces = GROWTH_DIGITS - (size_t)k;
+        n += (size_t)k;
+    }
+    n += (size_t)sprintf(buf + n, num_axes == 1 ? ",), }" : "), }");
+    spaces += ALIGN - (n + spaces + 1) % ALIGN;
+    memset(buf + n, ' ', spaces);
+    n += spaces;
+    buf[n++] = '\n';
+    size_t hlen = n - MAGIC_LEN - 4;
+    memcpy(buf, MAGIC "\x01\x00", MAGIC_LEN + 2);
+    buf[MAGIC_LEN + 2] = (char)(hlen & 0xff);
+    buf[MAGIC_LEN + 3] = (char)(hlen >> 8);
+    return n;
+}
+
+/* Write the header and count elements of `src` (host order) little-endian to f. */
+static blob_status write_npy(FILE *f, const char *path, const blob *b, const void *src)
+{
+    char header[HEADER_WRITE_MAX];
+    size_t hlen = make_header(header, b->dtype, b->num_axes, b->shape);
+    if (fwrite(header, 1, hlen, f) != hlen)
+        return errno_fail(SAVE, path, "write");
+    size_t es = blob_dtype_size(b->dtype), per = CHUNK / es;
+    unsigned char buf[CHUNK];
+    for (size_t done = 0, left = (size_t)b->count; left > 0;) {
+        size_t n = left < per ? left : per;
+        convert(buf, (elem_fmt){b->dtype, HOST_BIG}, (const unsigned char *)src + done * es,
+                (elem_fmt){b->dtype, false}, n);
+        if (fwrite(buf, es, n, f) != n)
+            return errno_fail(SAVE, path, "write");
+        done += n;
+        left -= n;
+    }
+    if (fflush(f) != 0)
+        return errno_fail(SAVE, path, "write");
+    if (fsync(fileno(f)) != 0)
+        return errno_fail(SAVE, path, "fsync");
+    return BLOB_OK;
+}
+
+blob_status blob_save_npy(blob *b, blob_part part, const char *path)
+{
+    BLOB_TRY(check_args(b, part, path, SAVE));
+    const void *src;
+    BLOB_TRY(part == BLOB_PART_DATA ? blob_cpu_data(b, &src) : blob_cpu_diff(b, &src));
+    size_t n = strlen(path) + sizeof ".XXXXXX";
+    char *tmp = blob__obj_alloc(n);
+    if (!tmp)
+        return BLOB_ENOMEM;
+    snprintf(tmp, n, "%s.XXXXXX", path);
+    blob_status st = BLOB_OK;
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+    if (!f) {
+        st = errno_fail(SAVE, tmp, fd < 0 ? "mkostemp" : "fdopen");
+        if (fd >= 0)
+            close(fd);
+    } else {
+        st = write_npy(f, path, b, src);
+    }
+    if (f && fclose(f) != 0 && st == BLOB_OK)
+        st = errno_fail(SAVE, path, "close");
+    if (st == BLOB_OK && rename(tmp, path) != 0)
+        st = errno_fail(SAVE, path, "rename");
+    if (st != BLOB_OK && fd >= 0)
+        unlink(tmp);
+    blob__obj_free(tmp);
+    return st;
+}
+
+/* ---- reading ---- */
+
+typedef struct {
+    blob_dtype dtype;
+    bool big_endian;
+    int num_axes;
+    int64_t shape[BLOB_MAX_AXES];
+    int64_t count;
+} npy_header;
+
+/* The unparsed rest of the header dict. */
+typedef struct {
+    const char *p, *start, *end;
+    const char *path;
+} cursor;
+
+__attribute__((format(printf, 2, 3))) static blob_status syntax(const cursor *c,
+                                                                 const char *fmt, ...)
+{
+    char msg[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return file_fail(BLOB_EFORMAT, LOAD, c->path, "header byte %td: %s", c->p - c->start, msg);
+}
+
+static void skip_space(cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n'))
+        c->p++;
+}
+
+/* Skip white space, then consume ch if it comes next. */
+static bool at(cursor *c, char ch)
+{
+    skip_space(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return true;
+    }
+    return false;
+}
+
+static blob_status expect(cursor *c, char ch)
+{
+    return at(c, ch) ? BLOB_OK : syntax(c, "expected '%c'", ch);
+}
+
+/* A quoted string without escapes: '...' or "...". */
+static blob_status parse_string(cursor *c, const char **s, int *len)
+{
+    char q = at(c, '\'') ? '\'' : at(c, '"') ? '"' : 0;
+    if (!q)
+        return syntax(c, "expected a quoted string");
+    const char *e = c->p;
+    while (e < c->end && *e != q && *e != '\\' && *e != '\n' && *e)
+        e++;
+    if (e == c->end || *e != q)
+        return syntax(c, "unterminated string or escape sequence");
+    *s = c->p;
+    *len = (int)(e - c->p);
+    c->p = e + 1;
+    return BLOB_OK;
+}
+
+static blob_status parse_bool(cursor *c, bool *v)
+{
+    skip_space(c);
+    const char *e = c->p;
+    while (e < c->end && (*e == '_' || (*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z')))
+        e++;
+    int n = (int)(e - c->p);
+    if ((n == 4 && !memcmp(c->p, "True", 4)) || (n == 5 && !memcmp(c->p, "False", 5))) {
+        *v = n == 4;
+        c->p = e;
+        return BLOB_OK;
+    }
+    return syntax(c, "fortran_order is not True or False");
+}
+
+/* A tuple of non-negative decimal ints: "()", "(5,)", "(2, 3)", "(2, 3,)". */
+static blob_status parse_shape(cursor *c, npy_header *h)
+{
+    BLOB_TRY(expect(c, '('));
+    bool comma = false;
+    h->num_axes = 0;
+    while (!at(c, ')')) {
+        if (h->num_axes == BLOB_MAX_AXES)
+            return syntax(c, "shape has more than %d axes", BLOB_MAX_AXES);
+        bool neg = at(c, '-');
+        const char *d = c->p;
+        int64_t v = 0;
+        for (; c->p < c->end && *c->p >= '0' && *c->p <= '9'; c->p++) {
+            if (v > (INT64_MAX - (*c->p - '0')) / 10)
+                return syntax(c, "dim %d is too large", h->num_axes);
+            v = v * 10 + (*c->p - '0');
+        }
+        if (c->p == d)
+            return syntax(c, "expected a dim");
+        if (c->p < c->end && *c->p == 'L') /* a long, in files written by Python 2 */
+            c->p++;
+        if (neg)
+            return syntax(c, "dim %d is negative", h->num_axes);
+        h->shape[h->num_axes++] = v;
+        comma = at(c, ',');
+        if (!comma && !at(c, ')'))
+            return syntax(c, "expected ',' or ')' in shape");
+        if (!comma)
+            break;
+    }
+    if (h->num_axes == 1 && !comma)
+        return syntax(c, "shape is not a tuple (a 1-tuple needs a trailing comma)");
+    return BLOB_OK;
+}
+
+static blob_status parse_descr(cursor *c, npy_header *h)
+{
+    const char *s;
+    int n;
+    BLOB_TRY(parse_string(c, &s, &n));
+    if (n != 3 || !strchr("<>=", s[0]) || s[1] != 'f' || (s[2] != '4' && s[2] != '8'))
+        return file_fail(BLOB_EFORMAT, LOAD, c->path,
+                         "unsupported dtype '%.*s' (only '<f4', '<f8', '>f4', '>f8')", n, s);
+    h->dtype = s[2] == '4' ? BLOB_FLOAT32 : BLOB_FLOAT64;
+    h->big_endian = s[0] == '=' ? HOST_BIG : s[0] == '>';
+    return BLOB_OK;
+}
+
+/* The header dict: exactly the keys descr, fortran_order and shape, in any order. */
+static blob_status parse_dict(cursor *c, npy_header *h)
+{
+    static const char *const keys[] = {"descr", "fortran_order", "shape"};
+    bool seen[3] = {false, false, false}, fortran = false;
+    BLOB_TRY(expect(c, '{'));
+    while (!at(c, '}')) {
+        const char *k;
+        int n, i = 0;
+        BLOB_TRY(parse_string(c, &k, &n));
+        while (i < 3 && !((int)strlen(keys[i]) == n && !memcmp(k, keys[i], (size_t)n)))
+            i++;
+        if (i == 3)
+            return file_fail(BLOB_EFORMAT, LOAD, c->path, "unexpected key '%.*s'", n, k);
+        if (seen[i])
+            return file_fail(BLOB_EFORMAT, LOAD, c->path, "duplicate key '%s'", keys[i]);
+        seen[i] = true;
+        BLOB_TRY(expect(c, ':'));
+        BLOB_TRY(i == 0 ? parse_descr(c, h) : i == 1 ? parse_bool(c, &fortran) : parse_shape(c, h));
+        if (!at(c, ',')) {
+            BLOB_TRY(expect(c, '}'));
+            break;
+        }
+    }
+    skip_space(c);
+    if (c->p != c->end)
+        return syntax(c, "unexpected text after the dict");
+    for (int i = 0; i < 3; i++)
+        if (!seen[i])
+            return file_fail(BLOB_EFORMAT, LOAD, c->path, "missing key '%s'", keys[i]);
+    if (fortran)
+        return file_fail(BLOB_EFORMAT, LOAD, c->path, "fortran_order True is not supported");
+    return BLOB_OK;
+}
+
+/* A read that came up short: an I/O error, or a file that ends early. */
+static blob_status short_read(FILE *f, const char *path, const char *what)
+{
+    if (ferror(f))
+        return errno_fail(LOAD, path, "read");
+    return file_fail(BLOB_EFORMAT, LOAD, path, "file ends inside the %s", what);
+}
+
+/* Read and check everything up to the data, leaving f at the data: the header, and that
+ * the rest of the file holds exactly the elements the shape needs. The count is checked
+ * to fit in memory as `dtype`. */
+static blob_status read_header(FILE *f, const char *path, blob_dtype dtype, npy_header *h)
+{
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0)
+        return errno_fail(LOAD, path, "fstat");
+    if (!S_ISREG(sb.st_mode))
+        return file_fail(BLOB_EIO, LOAD, path, "not a regular file");
+    unsigned char pre[MAGIC_LEN + 6];
+    if (fread(pre, 1, MAGIC_LEN + 2, f) != MAGIC_LEN + 2)
+        return short_read(f, path, "magic string");
+    if (memcmp(pre, MAGIC, MAGIC_LEN) != 0)
+        return file_fail(BLOB_EFORMAT, LOAD, path, "not a .npy file (bad magic string)");
+    int major = pre[MAGIC_LEN], minor = pre[MAGIC_LEN + 1];
+    if (major < 1 || major > 3 || minor != 0)
+        return file_fail(BLOB_EFORMAT, LOAD, path, "unsupported format version %d.%d", major,
+                         minor);
+    size_t lsize = major == 1 ? 2 : 4;
+    unsigned char *l = pre + MAGIC_LEN + 2;
+    if (fread(l, 1, lsize, f) != lsize)
+        return short_read(f, path, "header length");
+    uint32_t hlen = l[0] | (uint32_t)l[1] << 8;
+    if (lsize == 4)
+        hlen |= (uint32_t)l[2] << 16 | (uint32_t)l[3] << 24;
+    if (hlen > HEADER_LIMIT)
+        return file_fail(BLOB_EFORMAT, LOAD, path, "header length %u exceeds the limit of %d",
+                         hlen, HEADER_LIMIT);
+    int64_t data_at = MAGIC_LEN + 2 + (int64_t)lsize + hlen;
+    if (data_at > sb.st_size)
+        return file_fail(BLOB_EFORMAT, LOAD, path,
+                         "header of %u bytes runs past the end of the %lld-byte file", hlen,
+                         (long long)sb.st_size);
+    char *text = blob__obj_alloc(hlen ? hlen : 1);
+    if (!text)
+        return BLOB_ENOMEM;
+    blob_status st = fread(text, 1, hlen, f) == hlen ? BLOB_OK : short_read(f, path, "header");
+    if (st == BLOB_OK) {
+        cursor c = {text, text, text + hlen, path};
+        st = parse_dict(&c, h);
+    }
+    blob__obj_free(text);
+    BLOB_TRY(st);
+    if (blob__shape_count(dtype, h->num_axes, h->shape, &h->count) != BLOB_OK)
+        return file_fail(BLOB_EFORMAT, LOAD, path, "shape's element count overflows");
+    /* count * 8 fits: the count fits in memory as at least 4-byte elements. */
+    uint64_t avail = (uint64_t)(sb.st_size - data_at);
+    uint64_t need = (uint64_t)h->count * blob_dtype_size(h->dtype);
+    if (avail != need)
+        return file_fail(BLOB_EFORMAT, LOAD, path, "data holds %llu bytes, the shape needs %llu",
+                         (unsigned long long)avail, (unsigned long long)need);
+    return BLOB_OK;
+}
+
+/* Read the data into a new block of h->count elements of `dtype` on `device`. */
+static blob_status read_block(FILE *f, const char *path, const npy_header *h, blob_dtype dtype,
+                              int device, blob_syncedmem **out)
+{
+    size_t ds = blob_dtype_size(dtype), ss = blob_dtype_size(h->dtype), per = CHUNK / ss;
+    blob_syncedmem *mem;
+    void *dst;
+    BLOB_TRY(blob_syncedmem_create(&mem, (size_t)h->count * ds, device));
+    blob_status st = blob_syncedmem_mutable_cpu_data(mem, &dst);
+    unsigned char buf[CHUNK];
+    for (size_t done = 0, left = (size_t)h->count; st == BLOB_OK && left > 0;) {
+        size_t n = left < per ? left : per;
+        if (fread(buf, ss, n, f) != n) {
+            st = short_read(f, path, "data");
+            break;
+        }
+        convert((unsigned char *)dst + done * ds, (elem_fmt){dtype, false}, buf,
+                (elem_fmt){h->dtype, h->big_endian != HOST_BIG}, n);
+        done += n;
+        left -= n;
+    }
+    if (st != BLOB_OK) {
+        blob_syncedmem_free(mem);
+        return st;
+    }
+    *out = mem;
+    return BLOB_OK;
+}
+
+blob_status blob_load_npy(blob *b, blob_part part, const char *path)
+{
+    BLOB_TRY(check_args(b, part, path, LOAD));
+    FILE *f = fopen(path, "rbe");
+    if (!f)
+        return errno_fail(LOAD, path, "open");
+    npy_header h;
+    blob_syncedmem *mem = NULL, *other = part == BLOB_PART_DATA ? b->diff : b->data;
+    blob_status st = read_header(f, path, b->dtype, &h);
+    if (st == BLOB_OK)
+        st = read_block(f, path, &h, b->dtype, b->device, &mem);
+    fclose(f);
+    if (st == BLOB_OK && blob__mem_capacity(b, other) < h.count) {
+        st = blob_syncedmem_create(&other, (size_t)h.count * blob_dtype_size(b->dtype),
+                                   b->device);
+        if (st != BLOB_OK)
+            blob_syncedmem_free(mem);
+    } else if (st == BLOB_OK) {
+        blob_syncedmem_retain(other); /* blob__commit takes over one reference */
+    }
+    BLOB_TRY(st);
+    if (part == BLOB_PART_DATA)
+        blob__commit(b, h.num_axes, h.shape, h.count, mem, other);
+    else
+        blob__commit(b, h.num_axes, h.shape, h.count, other, mem);
+    return BLOB_OK;
+}

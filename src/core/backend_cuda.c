@@ -1,0 +1,255 @@
+/* The default device backend: plain C over the CUDA runtime API. */
+#include <pthread.h>
+
+#include <cuda_runtime_api.h>
+
+#include "blob/device.h"
+#include "core.h"
+
+/* Record a failed CUDA call with its error name, clear the sticky error, map the code. */
+static blob_status cuda_fail(cudaError_t err, const char *expr, const char *func, int line)
+{
+    (void)cudaGetLastError();
+    blob_status st = BLOB_ECUDA;
+    if (err == cudaErrorMemoryAllocation)
+        st = BLOB_EDEVMEM;
+    else if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+        st = BLOB_ENODEV;
+    return blob__fail(st, func, "%s failed: %s (%s), line %d", expr, cudaGetErrorName(err),
+                      cudaGetErrorString(err), line);
+}
+
+#define CUDA_TRY(expr)                                            \
+    do {                                                          \
+        cudaError_t cuda_err_ = (expr);                           \
+        if (cuda_err_ != cudaSuccess)                             \
+            return cuda_fail(cuda_err_, #expr, __func__, __LINE__); \
+    } while (0)
+
+static int device_count_value;
+static pthread_once_t device_count_once = PTHREAD_ONCE_INIT;
+
+/* Any error (no driver, no device, driver too old) means no GPU. */
+static void probe_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    device_count_value = n;
+}
+
+static int cuda_device_count(void)
+{
+    pthread_once(&device_count_once, probe_device_count);
+    return device_count_value;
+}
+
+static blob_status cuda_get_device(int *device)
+{
+    CUDA_TRY(cudaGetDevice(device));
+    return BLOB_OK;
+}
+
+static blob_status cuda_set_device(int device)
+{
+    CUDA_TRY(cudaSetDevice(device));
+    return BLOB_OK;
+}
+
+static blob_status cuda_pinned_alloc(size_t bytes, void **out)
+{
+    cudaError_t err = cudaMallocHost(out, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return BLOB_FAIL(BLOB_ENOMEM, "cudaMallocHost(%zu) failed: %s", bytes,
+                         cudaGetErrorName(err));
+    }
+    CUDA_TRY(err);
+    return BLOB_OK;
+}
+
+static void cuda_pinned_free(void *p)
+{
+    if (p && cudaFreeHost(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static blob_status cuda_device_alloc(size_t bytes, void **out)
+{
+    CUDA_TRY(cudaMalloc(out, bytes));
+    return BLOB_OK;
+}
+
+static void cuda_device_free(void *p)
+{
+    if (p && cudaFree(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static enum cudaMemcpyKind copy_kind(blob__copy_kind kind)
+{
+    switch (kind) {
+    case BLOB__H2D:
+        return cudaMemcpyHostToDevice;
+    case BLOB__D2H:
+        return cudaMemcpyDeviceToHost;
+    case BLOB__D2D:
+        return cudaMemcpyDeviceToDevice;
+    }
+    return cudaMemcpyDefault;
+}
+
+static blob_status cuda_copy_async(void *dst, const void *src, size_t bytes,
+                                   blob__copy_kind kind, void *stream)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, copy_kind(kind), (cudaStream_t)stream));
+    return BLOB_OK;
+}
+
+static blob_status cuda_memset_async(void *dst, int value, size_t bytes, void *stream)
+{
+    CUDA_TRY(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream));
+    return BLOB_OK;
+}
+
+static blob_status cuda_device_synchronize(void)
+{
+    CUDA_TRY(cudaDeviceSynchronize());
+    return BLOB_OK;
+}
+
+static blob_status cuda_stream_create(void **out)
+{
+    cudaStream_t s;
+    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = s;
+    return BLOB_OK;
+}
+
+static void cuda_stream_destroy(void *stream)
+{
+    if (stream && cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static blob_status cuda_stream_synchronize(void *stream)
+{
+    CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
+    return BLOB_OK;
+}
+
+static blob_status cuda_stream_wait_event(void *stream, void *event)
+{
+    CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+    return BLOB_OK;
+}
+
+static blob_status cuda_event_create(void **out)
+{
+    cudaEvent_t e;
+    CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *out = e;
+    return BLOB_OK;
+}
+
+static void cuda_event_destroy(void *event)
+{
+    if (event && cudaEventDestroy((cudaEvent_t)event) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static blob_status cuda_event_record(void *event, void *stream)
+{
+    CUDA_TRY(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+    return BLOB_OK;
+}
+
+static blob_status cuda_event_query(void *event, bool *done)
+{
+    cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        *done = false;
+        return BLOB_OK;
+    }
+    CUDA_TRY(err);
+    *done = true;
+    return BLOB_OK;
+}
+
+static blob_status cuda_event_synchronize(void *event)
+{
+    CUDA_TRY(cudaEventSynchronize((cudaEvent_t)event));
+    return BLOB_OK;
+}
+
+static blob_status cuda_graph_begin(void *stream)
+{
+    CUDA_TRY(cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+    return BLOB_OK;
+}
+
+static blob_status cuda_graph_end(void *stream, void **exec)
+{
+    cudaGraph_t graph;
+    CUDA_TRY(cudaStreamEndCapture((cudaStream_t)stream, &graph));
+    cudaGraphExec_t e;
+    cudaError_t err = cudaGraphInstantiate(&e, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    CUDA_TRY(err);
+    *exec = e;
+    return BLOB_OK;
+}
+
+static blob_status cuda_graph_launch(void *exec, void *stream)
+{
+    CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+    return BLOB_OK;
+}
+
+static void cuda_graph_destroy(void *exec)
+{
+    if (exec && cudaGraphExecDestroy((cudaGraphExec_t)exec) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static const blob__backend cuda_backend = {
+    .name = "cuda",
+    .device_count = cuda_device_count,
+    .get_device = cuda_get_device,
+    .set_device = cuda_set_device,
+    .host_alloc = blob__system_host_alloc,
+    .host_free = blob__system_host_free,
+    .pinned_alloc = cuda_pinned_alloc,
+    .pinned_free = cuda_pinned_free,
+    .device_alloc = cuda_device_alloc,
+    .device_free = cuda_device_free,
+    .copy_async = cuda_copy_async,
+    .memset_async = cuda_memset_async,
+    .device_synchronize = cuda_device_synchronize,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+};
+
+const blob__backend *blob__backend_default(void)
+{
+    return &cuda_backend;
+}
+
+bool blob_built_with_cuda(void)
+{
+    return true;
+}

@@ -1,0 +1,98 @@
+/* The device backend of builds without CUDA: no GPU, every device entry says so. */
+#include "blob/device.h"
+#include "core.h"
+
+static blob_status no_gpu(const char *what)
+{
+    return blob__fail(BLOB_ENODEV, what, "built without CUDA");
+}
+
+static int none_device_count(void) { return 0; }
+static blob_status none_get_device(int *device) { (void)device; return no_gpu("get_device"); }
+static blob_status none_set_device(int device) { (void)device; return no_gpu("set_device"); }
+static blob_status none_alloc(size_t bytes, void **out)
+{
+    (void)bytes;
+    (void)out;
+    return no_gpu("alloc");
+}
+static void none_free(void *p) { (void)p; }
+static blob_status none_copy_async(void *dst, const void *src, size_t bytes,
+                                   blob__copy_kind kind, void *stream)
+{
+    (void)dst, (void)src, (void)bytes, (void)kind, (void)stream;
+    return no_gpu("copy_async");
+}
+static blob_status none_memset(void *dst, int value, size_t bytes, void *stream)
+{
+    (void)dst, (void)value, (void)bytes, (void)stream;
+    return no_gpu("memset");
+}
+static blob_status none_sync(void) { return no_gpu("synchronize"); }
+static blob_status none_create(void **out) { (void)out; return no_gpu("create"); }
+static blob_status none_on(void *obj) { (void)obj; return no_gpu("synchronize"); }
+static blob_status none_wait(void *stream, void *event)
+{
+    (void)stream, (void)event;
+    return no_gpu("stream_wait_event");
+}
+static blob_status none_record(void *event, void *stream)
+{
+    (void)event, (void)stream;
+    return no_gpu("event_record");
+}
+static blob_status none_query(void *event, bool *done)
+{
+    (void)event, (void)done;
+    return no_gpu("event_query");
+}
+
+static blob_status none_graph_end(void *stream, void **exec)
+{
+    (void)stream, (void)exec;
+    return no_gpu("graph_end");
+}
+static blob_status none_graph_launch(void *exec, void *stream)
+{
+    (void)exec, (void)stream;
+    return no_gpu("graph_launch");
+}
+
+static const blob__backend none_backend = {
+    .name = "none",
+    .device_count = none_device_count,
+    .get_device = none_get_device,
+    .set_device = none_set_device,
+    .host_alloc = blob__system_host_alloc,
+    .host_free = blob__system_host_free,
+    .pinned_alloc = none_alloc,
+    .pinned_free = none_free,
+    .device_alloc = none_alloc,
+    .device_free = none_free,
+    .copy_async = none_copy_async,
+    .memset_async = none_memset,
+    .device_synchronize = none_sync,
+    .stream_create = none_create,
+    .stream_destroy = none_free,
+    .stream_synchronize = none_on,
+    .stream_wait_event = none_wait,
+    .event_create = none_create,
+    .event_destroy = none_free,
+    .event_record = none_record,
+    .event_query = none_query,
+    .event_synchronize = none_on,
+    .graph_begin = none_on,
+    .graph_end = none_graph_end,
+    .graph_launch = none_graph_launch,
+    .graph_destroy = none_free,
+};
+
+const blob__backend *blob__backend_default(void)
+{
+    return &none_backend;
+}
+
+bool blob_built_with_cuda(void)
+{
+    return false;
+}

@@ -1,0 +1,90 @@
+/* Internal: the device backend table, error recording and object allocation shared by
+ * every layer. Names shared across files start with blob__. Never installed. */
+#ifndef BLOB_CORE_H
+#define BLOB_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "blob/status.h"
+
+typedef enum { BLOB__H2D, BLOB__D2H, BLOB__D2D } blob__copy_kind;
+
+/* Every device operation the library performs goes through one of these tables: the
+ * CUDA runtime by default, a "no GPU" table in builds without CUDA, and an instrumented
+ * host-memory device in the tests. Device entries act on the calling thread's current
+ * device. Streams and events are opaque; NULL is the default stream. Device entries
+ * are NULL-safe on free/destroy. */
+typedef struct blob__backend {
+    const char *name;
+    int (*device_count)(void);
+    blob_status (*get_device)(int *device);
+    blob_status (*set_device)(int device);
+    blob_status (*host_alloc)(size_t bytes, void **out); /* pageable */
+    void (*host_free)(void *p);
+    blob_status (*pinned_alloc)(size_t bytes, void **out);
+    void (*pinned_free)(void *p);
+    blob_status (*device_alloc)(size_t bytes, void **out);
+    void (*device_free)(void *p);
+    /* Copies and fills are queued on a stream; callers synchronize as needed. */
+    blob_status (*copy_async)(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
+                              void *stream);
+    blob_status (*memset_async)(void *dst, int value, size_t bytes, void *stream);
+    blob_status (*device_synchronize)(void);
+    blob_status (*stream_create)(void **out);
+    void (*stream_destroy)(void *stream);
+    blob_status (*stream_synchronize)(void *stream);
+    blob_status (*stream_wait_event)(void *stream, void *event);
+    blob_status (*event_create)(void **out);
+    void (*event_destroy)(void *event);
+    blob_status (*event_record)(void *event, void *stream);
+    /* *done = whether all work captured by the event has completed. */
+    blob_status (*event_query)(void *event, bool *done);
+    blob_status (*event_synchronize)(void *event);
+    /* Stream capture into an executable graph (opaque). */
+    blob_status (*graph_begin)(void *stream);
+    blob_status (*graph_end)(void *stream, void **exec);
+    blob_status (*graph_launch)(void *exec, void *stream);
+    void (*graph_destroy)(void *exec);
+} blob__backend;
+
+/* The table in use. Read on every device operation; changed only by install. */
+extern const blob__backend *blob__be;
+
+/* The table this build uses by default (CUDA, or "no GPU"). */
+const blob__backend *blob__backend_default(void);
+
+/* Switch tables (NULL: the default). The caller guarantees that no memory, stream or
+ * event of the old table is still alive, allocator caches included. For tests. */
+void blob__backend_install(const blob__backend *be);
+
+/* Pageable host memory from malloc, shared by the real tables. */
+blob_status blob__system_host_alloc(size_t bytes, void **out);
+void blob__system_host_free(void *p);
+
+/* Record the calling thread's failure detail and return status. */
+blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define BLOB_FAIL(status, ...) blob__fail((status), __func__, __VA_ARGS__)
+
+/* Propagate a failed status (its detail is already recorded). */
+#define BLOB_TRY(expr)                      \
+    do {                                    \
+        blob_status try_st_ = (expr);       \
+        if (try_st_ != BLOB_OK)             \
+            return try_st_;                 \
+    } while (0)
+
+/* Small host allocations for library objects, through the backend so that tests can
+ * make any of them fail. blob__obj_alloc zero-fills; NULL means out of memory (the
+ * detail is recorded). */
+void *blob__obj_alloc(size_t bytes);
+void blob__obj_free(void *p);
+
+/* The calling thread's current stream (blob_set_stream). */
+void *blob__current_stream(void);
+
+/* Check that `device` is the calling thread's current device. */
+blob_status blob__check_device(int device);
+
+#endif

@@ -1,0 +1,47 @@
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core.h"
+
+const char *blob_strerror(blob_status status)
+{
+    switch (status) {
+#define BLOB__STATUS_MESSAGE(name, value, msg) \
+    case BLOB_##name:                          \
+        return msg;
+        BLOB_STATUS_MAP(BLOB__STATUS_MESSAGE)
+#undef BLOB__STATUS_MESSAGE
+    }
+    return "unknown status";
+}
+
+const char *blob_status_name(blob_status status)
+{
+    switch (status) {
+#define BLOB__STATUS_NAME(name, value, msg) \
+    case BLOB_##name:                       \
+        return #name;
+        BLOB_STATUS_MAP(BLOB__STATUS_NAME)
+#undef BLOB__STATUS_NAME
+    }
+    return "UNKNOWN";
+}
+
+static _Thread_local char last_error[512];
+
+const char *blob_last_error(void)
+{
+    return last_error;
+}
+
+blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
+{
+    int n = snprintf(last_error, sizeof last_error, "%s: ", func);
+    if (n < 0 || (size_t)n >= sizeof last_error)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+    return status;
+}

@@ -1,0 +1,206 @@
+/* The BLAS launchers over cuBLAS's 64-bit API. Each thread has one handle per device,
+ * created on first use (pointer mode host, the default) and destroyed at thread exit.
+ * Row-major matrices are handed to column-major cuBLAS as their transposes. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <cublas_v2.h>
+
+#include "common.cuh"
+
+static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *func)
+{
+    (void)cudaGetLastError();
+    return blob__fail(BLOB_ECUBLAS, func, "%s failed: %s", call, cublasGetStatusName(st));
+}
+
+/* Call fn with the parenthesised args; on failure record #fn under func and return. */
+#define CUBLAS_TRY(func, fn, args)                                 \
+    do {                                                           \
+        cublasStatus_t cublas_st_ = fn args;                       \
+        if (cublas_st_ != CUBLAS_STATUS_SUCCESS)                   \
+            return cublas_fail(cublas_st_, #fn, (func));           \
+    } while (0)
+
+typedef struct {
+    int count;
+    cublasHandle_t *handle; /* [count], NULL until first used on that device */
+} handle_table;
+
+static pthread_key_t table_key;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+static int table_key_err;
+
+/* At thread exit: destroy each handle on its own device (cublasDestroy synchronises it). */
+static void table_destroy(void *p)
+{
+    handle_table *t = (handle_table *)p;
+    int prev;
+    bool restore = cudaGetDevice(&prev) == cudaSuccess;
+    for (int d = 0; d < t->count; d++)
+        if (t->handle[d] && cudaSetDevice(d) == cudaSuccess)
+            (void)cublasDestroy(t->handle[d]);
+    if (restore)
+        (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+    free(t);
+}
+
+static void table_key_create(void)
+{
+    table_key_err = pthread_key_create(&table_key, table_destroy);
+}
+
+/* The calling thread's handle for the current device, bound to stream. */
+static blob_status handle_for(const char *func, void *stream, cublasHandle_t *out)
+{
+    pthread_once(&table_once, table_key_create);
+    if (table_key_err)
+        return blob__fail(BLOB_ENOMEM, func, "pthread_key_create failed (%d)", table_key_err);
+    handle_table *t = (handle_table *)pthread_getspecific(table_key);
+    if (!t) {
+        int count;
+        CUDA_TRY(func, cudaGetDeviceCount(&count));
+        t = (handle_table *)calloc(1, sizeof *t + (size_t)count * sizeof(cublasHandle_t));
+        if (!t)
+            return blob__fail(BLOB_ENOMEM, func, "no host memory for the cuBLAS handle table");
+        t->count = count;
+        t->handle = (cublasHandle_t *)(t + 1);
+        if (pthread_setspecific(table_key, t) != 0) {
+            free(t);
+            return blob__fail(BLOB_ENOMEM, func, "pthread_setspecific failed");
+        }
+    }
+    int dev;
+    CUDA_TRY(func, cudaGetDevice(&dev));
+    if (dev < 0 || dev >= t->count)
+        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev, t->count);
+    if (!t->handle[dev]) {
+        cublasHandle_t h;
+        CUBLAS_TRY(func, cublasCreate, (&h));
+        t->handle[dev] = h;
+    }
+    CUBLAS_TRY(func, cublasSetStream, (t->handle[dev], (cudaStream_t)stream));
+    *out = t->handle[dev];
+    return BLOB_OK;
+}
+
+static cublasOperation_t op(blob_trans t)
+{
+    return t == BLOB_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans trans_a,
+                                    blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                    double alpha, const void *A, const void *B, double beta,
+                                    void *C)
+{
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    /* Column-major C^T (N x M, ld N) = op(B)^T op(A)^T, where each stored row-major matrix
+     * reads as its transpose. */
+    const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+    if (dtype == BLOB_FLOAT32) {
+        const float a = (float)alpha, b = (float)beta;
+        CUBLAS_TRY(__func__, cublasSgemm_64, (h, op(trans_b), op(trans_a), N, M, K, &a,
+                                              (const float *)B, ldb, (const float *)A, lda, &b,
+                                              (float *)C, N));
+    } else {
+        CUBLAS_TRY(__func__, cublasDgemm_64, (h, op(trans_b), op(trans_a), N, M, K, &alpha,
+                                              (const double *)B, ldb, (const double *)A, lda,
+                                              &beta, (double *)C, N));
+    }
+    return BLOB_OK;
+}
+
+extern "C" blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans trans_a,
+                                    int64_t M, int64_t N, double alpha, const void *A,
+                                    const void *x, double beta, void *y)
+{
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    /* Row-major A (M x N) is column-major A^T (N x M, ld N): flip the operation. */
+    const cublasOperation_t o = trans_a == BLOB_TRANS ? CUBLAS_OP_N : CUBLAS_OP_T;
+    if (dtype == BLOB_FLOAT32) {
+        const float a = (float)alpha, b = (float)beta;
+        CUBLAS_TRY(__func__, cublasSgemv_64, (h, o, N, M, &a, (const float *)A, N,
+                                              (const float *)x, 1, &b, (float *)y, 1));
+    } else {
+        CUBLAS_TRY(__func__, cublasDgemv_64, (h, o, N, M, &alpha, (const double *)A, N,
+                                              (const double *)x, 1, &beta, (double *)y, 1));
+    }
+    return BLOB_OK;
+}
+
+extern "C" blob_status blob__k_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                                    const void *x, void *y)
+{
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    if (dtype == BLOB_FLOAT32) {
+        const float a = (float)alpha;
+        CUBLAS_TRY(__func__, cublasSaxpy_64, (h, n, &a, (const float *)x, 1, (float *)y, 1));
+    } else {
+        CUBLAS_TRY(__func__, cublasDaxpy_64, (h, n, &alpha, (const double *)x, 1, (double *)y, 1));
+    }
+    return BLOB_OK;
+}
+
+extern "C" blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                                    void *x)
+{
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    if (dtype == BLOB_FLOAT32) {
+        const float a = (float)alpha;
+        CUBLAS_TRY(__func__, cublasSscal_64, (h, n, &a, (float *)x, 1));
+    } else {
+        CUBLAS_TRY(__func__, cublasDscal_64, (h, n, &alpha, (double *)x, 1));
+    }
+    return BLOB_OK;
+}
+
+extern "C" blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                   const void *y, double *out)
+{
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    if (dtype == BLOB_FLOAT32) {
+        float r = 0;
+        CUBLAS_TRY(__func__, cublasSdot_64, (h, n, (const float *)x, 1, (const float *)y, 1, &r));
+        *out = r;
+    } else {
+        double r = 0;
+        CUBLAS_TRY(__func__, cublasDdot_64, (h, n, (const double *)x, 1, (const double *)y, 1,
+                                             &r));
+        *out = r;
+    }
+    return BLOB_OK;
+}
+
+extern "C" blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                    double *out)
+{
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    if (dtype == BLOB_FLOAT32) {
+        float r = 0;
+        CUBLAS_TRY(__func__, cublasSasum_64, (h, n, (const float *)x, 1, &r));
+        *out = r;
+    } else {
+        double r = 0;
+        CUBLAS_TRY(__func__, cublasDasum_64, (h, n, (const double *)x, 1, &r));
+        *out = r;
+    }
+    return BLOB_OK;
+}
+
+/* A device-to-device copy: no cuBLAS needed. */
+extern "C" blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                    void *y)
+{
+    if (n > 0 && x != y)
+        CUDA_TRY(__func__, cudaMemcpyAsync(y, x, (size_t)n * blob_dtype_size(dtype),
+                                           cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+    return BLOB_OK;
+}

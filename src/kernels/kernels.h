@@ -1,0 +1,54 @@
+/* Internal: the plain-C launchers behind blob_gpu_* (blob/math.h). They take device
+ * pointers of the current device, validated arguments and the stream to queue on, and
+ * return a status with the detail recorded. The CUDA build implements them in
+ * src/kernels/ (*.cu), the CPU-only build in none.c (every one returns BLOB_ENODEV).
+ * Sizes may be 0 unless stated. Errors: BLOB_ECUDA, BLOB_ECUBLAS, BLOB_ENOMEM. */
+#ifndef BLOB_KERNELS_H
+#define BLOB_KERNELS_H
+
+#include <stdint.h>
+
+#include "blob/math.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Row-major C = alpha * op(A) * op(B) + beta * C with M, N, K > 0 (beta == 0: C not read). */
+blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
+                         int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                         const void *B, double beta, void *C);
+/* Row-major y = alpha * op(A) * x + beta * y, A M x N with M, N > 0 (beta == 0: y not read). */
+blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N,
+                         double alpha, const void *A, const void *x, double beta, void *y);
+blob_status blob__k_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha, const void *x,
+                         void *y);
+/* beta == 0: y is not read. */
+blob_status blob__k_axpby(void *stream, blob_dtype dtype, int64_t n, double alpha, const void *x,
+                          double beta, void *y);
+blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, double alpha, void *x);
+/* dot and asum wait for their result. */
+blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x, const void *y,
+                        double *out);
+blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out);
+blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y);
+blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y);
+blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y);
+blob_status blob__k_mul(void *stream, blob_dtype dtype, int64_t n, const void *a, const void *b,
+                        void *y);
+blob_status blob__k_relu_forward(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                 void *y);
+blob_status blob__k_relu_backward(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                  const void *dy, void *dx);
+/* A label that is not an integer in [0, classes) gives a NaN loss and a zero dlogits row. */
+blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dtype, int64_t rows,
+                                         int64_t classes, const void *logits,
+                                         const void *labels, void *prob, void *loss);
+blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_t rows,
+                                          int64_t classes, const void *prob, const void *labels,
+                                          double scale, void *dlogits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

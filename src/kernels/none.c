@@ -1,0 +1,42 @@
+/* The launchers of builds without CUDA: every one reports that CUDA is absent. */
+#include "../core/core.h"
+#include "kernels.h"
+
+#pragma GCC diagnostic ignored "-Wunused-parameter" /* the arguments are never looked at */
+
+#define NO_CUDA return blob__fail(BLOB_ENODEV, __func__, "built without CUDA")
+
+blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
+                         int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                         const void *B, double beta, void *C) { NO_CUDA; }
+blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N,
+                         double alpha, const void *A, const void *x, double beta, void *y)
+{ NO_CUDA; }
+blob_status blob__k_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha, const void *x,
+                         void *y) { NO_CUDA; }
+blob_status blob__k_axpby(void *stream, blob_dtype dtype, int64_t n, double alpha, const void *x,
+                          double beta, void *y) { NO_CUDA; }
+blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, double alpha, void *x)
+{ NO_CUDA; }
+blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x, const void *y,
+                        double *out) { NO_CUDA; }
+blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out)
+{ NO_CUDA; }
+blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y)
+{ NO_CUDA; }
+blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y)
+{ NO_CUDA; }
+blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y)
+{ NO_CUDA; }
+blob_status blob__k_mul(void *stream, blob_dtype dtype, int64_t n, const void *a, const void *b,
+                        void *y) { NO_CUDA; }
+blob_status blob__k_relu_forward(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                 void *y) { NO_CUDA; }
+blob_status blob__k_relu_backward(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                  const void *dy, void *dx) { NO_CUDA; }
+blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dtype, int64_t rows,
+                                         int64_t classes, const void *logits,
+                                         const void *labels, void *prob, void *loss) { NO_CUDA; }
+blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_t rows,
+                                          int64_t classes, const void *prob, const void *labels,
+                                          double scale, void *dlogits) { NO_CUDA; }

@@ -1,0 +1,358 @@
+/* The head-state machine: a switch on the head in to_cpu()/to_gpu(), every device
+ * operation through the backend table, every allocation through the allocators. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "blob/syncedmem.h"
+#include "../alloc/alloc.h"
+#include "../core/core.h"
+#include "syncedmem_internal.h"
+
+struct blob_syncedmem {
+    void *host;
+    void *dev;
+    size_t size;
+    blob_head head;
+    int device;         /* GPU id or BLOB_HOST_ONLY */
+    bool own_host;
+    bool own_dev;
+    bool host_pinned;   /* owned host side came from the pinned place */
+    bool pending;       /* an async copy recorded on `event` may still be in flight */
+    void *event;        /* created on the first async copy, reused after */
+    atomic_int refs;
+};
+
+static blob_place host_place(const blob_syncedmem *m)
+{
+    return m->device >= 0 ? blob_place_pinned() : blob_place_host();
+}
+
+blob_status blob_syncedmem_create(blob_syncedmem **out, size_t bytes, int device)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    int n = blob__be->device_count();
+    if (device == BLOB_DEVICE_DEFAULT) {
+        device = BLOB_HOST_ONLY;
+        if (n > 0)
+            BLOB_TRY(blob__be->get_device(&device));
+    } else if (device < BLOB_HOST_ONLY) {
+        return BLOB_FAIL(BLOB_EINVAL, "bad device %d", device);
+    } else if (device >= n) {
+        return BLOB_FAIL(BLOB_ERANGE, "no GPU %d (%d present)", device, n);
+    }
+    blob_syncedmem *m = blob__obj_alloc(sizeof *m);
+    if (!m)
+        return BLOB_ENOMEM;
+    m->size = bytes;
+    m->head = BLOB_UNINITIALIZED;
+    m->device = device;
+    atomic_init(&m->refs, 1);
+    *out = m;
+    return BLOB_OK;
+}
+
+void blob_syncedmem_retain(blob_syncedmem *m)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+
+static void free_host(blob_syncedmem *m)
+{
+    if (m->own_host)
+        blob__free(m->host_pinned ? blob_place_pinned() : blob_place_host(), m->host);
+    m->host = NULL;
+    m->own_host = false;
+    m->host_pinned = false;
+}
+
+static void free_dev(blob_syncedmem *m)
+{
+    if (m->own_dev)
+        blob__free(blob_place_device(m->device), m->dev);
+    m->dev = NULL;
+    m->own_dev = false;
+}
+
+/* Wait for the in-flight async copy, if any. */
+static blob_status settle(blob_syncedmem *m)
+{
+    if (!m->pending)
+        return BLOB_OK;
+    BLOB_TRY(blob__be->event_synchronize(m->event));
+    m->pending = false;
+    return BLOB_OK;
+}
+
+void blob_syncedmem_free(blob_syncedmem *m)
+{
+    if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (m->pending && settle(m) != BLOB_OK)
+        (void)blob__be->device_synchronize();
+    blob__be->event_destroy(m->event);
+    free_host(m);
+    free_dev(m);
+    blob__obj_free(m);
+}
+
+size_t blob_syncedmem_size(const blob_syncedmem *m) { return m->size; }
+blob_head blob_syncedmem_head(const blob_syncedmem *m) { return m->head; }
+int blob_syncedmem_device(const blob_syncedmem *m) { return m->device; }
+bool blob_syncedmem_host_pinned(const blob_syncedmem *m) { return m->host && m->host_pinned; }
+bool blob_syncedmem_pending(const blob_syncedmem *m) { return m->pending; }
+
+bool blob__syncedmem_shared(const blob_syncedmem *m)
+{
+    return atomic_load_explicit(&m->refs, memory_order_acquire) > 1;
+}
+
+/* GPU work is allowed: the block is bound to a GPU and it is the current one. */
+static blob_status check_gpu(const blob_syncedmem *m)
+{
+    if (m->device < 0)
+        return BLOB_FAIL(BLOB_ENODEV, "block is host-only");
+    return blob__check_device(m->device);
+}
+
+static blob_status alloc_host(blob_syncedmem *m)
+{
+    blob_place place = host_place(m);
+    BLOB_TRY(blob__alloc(place, m->size, blob__current_stream(), &m->host));
+    m->own_host = true;
+    m->host_pinned = place.kind == BLOB_PLACE_PINNED;
+    return BLOB_OK;
+}
+
+static blob_status alloc_dev(blob_syncedmem *m, void *stream)
+{
+    BLOB_TRY(blob__alloc(blob_place_device(m->device), m->size, stream, &m->dev));
+    m->own_dev = true;
+    return BLOB_OK;
+}
+
+/* Copy between the sides on `stream` and wait for it. */
+static blob_status copy_sync(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
+                             void *stream)
+{
+    BLOB_TRY(blob__be->copy_async(dst, src, bytes, kind, stream));
+    return blob__be->stream_synchronize(stream);
+}
+
+/* Make the host side current. On failure nothing has changed. */
+static blob_status to_cpu(blob_syncedmem *m)
+{
+    BLOB_TRY(settle(m));
+    switch (m->head) {
+    case BLOB_UNINITIALIZED:
+        if (m->size) {
+            BLOB_TRY(alloc_host(m));
+            memset(m->host, 0, m->size);
+        }
+        m->head = BLOB_HEAD_AT_CPU;
+        return BLOB_OK;
+    case BLOB_HEAD_AT_GPU: {
+        if (m->size) {
+            BLOB_TRY(check_gpu(m));
+            bool fresh = !m->host;
+            if (fresh)
+                BLOB_TRY(alloc_host(m));
+            blob_status st = copy_sync(m->host, m->dev, m->size, BLOB__D2H, blob__current_stream());
+            if (st != BLOB_OK) {
+                if (fresh)
+                    free_host(m);
+                return st;
+            }
+        }
+        m->head = BLOB_SYNCED;
+        return BLOB_OK;
+    }
+    case BLOB_HEAD_AT_CPU:
+    case BLOB_SYNCED:
+        return BLOB_OK;
+    }
+    return BLOB_FAIL(BLOB_ESTATE, "corrupt head %d", (int)m->head);
+}
+
+/* Make the device side current. On failure nothing has changed. */
+static blob_status to_gpu(blob_syncedmem *m)
+{
+    BLOB_TRY(check_gpu(m));
+    BLOB_TRY(settle(m));
+    void *stream = blob__current_stream();
+    switch (m->head) {
+    case BLOB_UNINITIALIZED:
+        if (m->size) {
+            BLOB_TRY(alloc_dev(m, stream));
+            blob_status st = blob__be->memset_async(m->dev, 0, m->size, stream);
+            if (st != BLOB_OK) {
+                free_dev(m);
+                return st;
+            }
+        }
+        m->head = BLOB_HEAD_AT_GPU;
+        return BLOB_OK;
+    case BLOB_HEAD_AT_CPU: {
+        if (m->size) {
+            bool fresh = !m->dev;
+            if (fresh)
+                BLOB_TRY(alloc_dev(m, stream));
+            blob_status st = copy_sync(m->dev, m->host, m->size, BLOB__H2D, stream);
+            if (st != BLOB_OK) {
+                if (fresh)
+                    free_dev(m);
+                return st;
+            }
+        }
+        m->head = BLOB_SYNCED;
+        return BLOB_OK;
+    }
+    case BLOB_HEAD_AT_GPU:
+    case BLOB_SYNCED:
+        return BLOB_OK;
+    }
+    return BLOB_FAIL(BLOB_ESTATE, "corrupt head %d", (int)m->head);
+}
+
+blob_status blob_syncedmem_cpu_data(blob_syncedmem *m, const void **out)
+{
+    if (!m || !out)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    BLOB_TRY(to_cpu(m));
+    *out = m->host;
+    return BLOB_OK;
+}
+
+blob_status blob_syncedmem_mutable_cpu_data(blob_syncedmem *m, void **out)
+{
+    if (!m || !out)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    BLOB_TRY(to_cpu(m));
+    m->head = BLOB_HEAD_AT_CPU;
+    *out = m->host;
+    return BLOB_OK;
+}
+
+blob_status blob_syncedmem_gpu_data(blob_syncedmem *m, const void **out)
+{
+    if (!m || !out)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    BLOB_TRY(to_gpu(m));
+    *out = m->dev;
+    return BLOB_OK;
+}
+
+blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *m, void **out)
+{
+    if (!m || !out)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    BLOB_TRY(to_gpu(m));
+    m->head = BLOB_HEAD_AT_GPU;
+    *out = m->dev;
+    return BLOB_OK;
+}
+
+static blob_status check_borrow(const blob_syncedmem *m, const void *data, size_t bytes)
+{
+    if (!m)
+        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
+    if (bytes < m->size)
+        return BLOB_FAIL(BLOB_EINVAL, "borrowed memory holds %zu bytes, block needs %zu", bytes,
+                         m->size);
+    if (!data && m->size)
+        return BLOB_FAIL(BLOB_EINVAL, "borrowed memory is NULL");
+    return BLOB_OK;
+}
+
+blob_status blob_syncedmem_set_cpu_data(blob_syncedmem *m, void *data, size_t bytes)
+{
+    BLOB_TRY(check_borrow(m, data, bytes));
+    BLOB_TRY(settle(m));
+    free_host(m);
+    m->host = data;
+    m->head = BLOB_HEAD_AT_CPU;
+    return BLOB_OK;
+}
+
+blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *m, void *data, size_t bytes)
+{
+    BLOB_TRY(check_borrow(m, data, bytes));
+    BLOB_TRY(check_gpu(m));
+    BLOB_TRY(settle(m));
+    free_dev(m);
+    m->dev = data;
+    m->head = BLOB_HEAD_AT_GPU;
+    return BLOB_OK;
+}
+
+/* Queue a copy between the sides on `stream` and mark the block pending on its event. */
+static blob_status copy_pending(blob_syncedmem *m, void *dst, const void *src,
+                                blob__copy_kind kind, void *stream)
+{
+    if (!m->event)
+        BLOB_TRY(blob__be->event_create(&m->event));
+    BLOB_TRY(blob__be->copy_async(dst, src, m->size, kind, stream));
+    if (blob__be->event_record(m->event, stream) != BLOB_OK)
+        BLOB_TRY(blob__be->stream_synchronize(stream)); /* the copy is queued: finish it */
+    else
+        m->pending = true;
+    m->head = BLOB_SYNCED;
+    return BLOB_OK;
+}
+
+blob_status blob_syncedmem_async_gpu_push(blob_syncedmem *m, void *stream)
+{
+    if (!m)
+        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
+    BLOB_TRY(check_gpu(m));
+    if (m->head == BLOB_SYNCED)
+        return BLOB_OK;
+    if (m->head != BLOB_HEAD_AT_CPU)
+        return BLOB_FAIL(BLOB_ESTATE, "async push needs the head at the CPU (head %d)",
+                         (int)m->head);
+    BLOB_TRY(settle(m));
+    if (!m->size) {
+        m->head = BLOB_SYNCED;
+        return BLOB_OK;
+    }
+    bool fresh = !m->dev;
+    if (fresh)
+        BLOB_TRY(alloc_dev(m, stream));
+    blob_status st = copy_pending(m, m->dev, m->host, BLOB__H2D, stream);
+    if (st != BLOB_OK && fresh)
+        free_dev(m);
+    return st;
+}
+
+blob_status blob_syncedmem_async_cpu_pull(blob_syncedmem *m, void *stream)
+{
+    if (!m)
+        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
+    BLOB_TRY(check_gpu(m));
+    if (m->head == BLOB_SYNCED)
+        return BLOB_OK;
+    if (m->head != BLOB_HEAD_AT_GPU)
+        return BLOB_FAIL(BLOB_ESTATE, "async pull needs the head at the GPU (head %d)",
+                         (int)m->head);
+    BLOB_TRY(settle(m));
+    if (!m->size) {
+        m->head = BLOB_SYNCED;
+        return BLOB_OK;
+    }
+    bool fresh = !m->host;
+    if (fresh)
+        BLOB_TRY(alloc_host(m));
+    blob_status st = copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
+    if (st != BLOB_OK && fresh)
+        free_host(m);
+    return st;
+}
+
+blob_status blob_syncedmem_wait(blob_syncedmem *m)
+{
+    if (!m)
+        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
+    return settle(m);
+}

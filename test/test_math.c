@@ -1,0 +1,687 @@
+/* The math API: every operation, host and GPU, against a double-precision reference
+ * computed here; the host's CBLAS splitting with a tiny chunk; exact error codes; and
+ * the GPU entry points without a GPU or without CUDA. */
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/core/core.h"
+#include "../src/math/math_impl.h"
+#include "testutil.h"
+
+/* The operations of one side, so that one test body serves the host and the GPU. */
+typedef struct {
+    const char *name;
+    bool gpu;
+    __typeof__(blob_cpu_gemm) *gemm;
+    __typeof__(blob_cpu_gemv) *gemv;
+    __typeof__(blob_cpu_axpy) *axpy;
+    __typeof__(blob_cpu_axpby) *axpby;
+    __typeof__(blob_cpu_scal) *scal;
+    __typeof__(blob_cpu_dot) *dot;
+    __typeof__(blob_cpu_asum) *asum;
+    __typeof__(blob_cpu_copy) *copy;
+    __typeof__(blob_cpu_set) *set;
+    __typeof__(blob_cpu_add_scalar) *add_scalar;
+    __typeof__(blob_cpu_mul) *mul;
+    __typeof__(blob_cpu_relu_forward) *relu_forward;
+    __typeof__(blob_cpu_relu_backward) *relu_backward;
+    __typeof__(blob_cpu_softmax_loss_forward) *softmax_loss_forward;
+    __typeof__(blob_cpu_softmax_loss_backward) *softmax_loss_backward;
+} side;
+
+#define SIDE(s, on_gpu)                                                                       \
+    {                                                                                         \
+        #s, on_gpu, blob_##s##_gemm, blob_##s##_gemv, blob_##s##_axpy, blob_##s##_axpby,      \
+            blob_##s##_scal, blob_##s##_dot, blob_##s##_asum, blob_##s##_copy, blob_##s##_set, \
+            blob_##s##_add_scalar, blob_##s##_mul, blob_##s##_relu_forward,                    \
+            blob_##s##_relu_backward, blob_##s##_softmax_loss_forward,                         \
+            blob_##s##_softmax_loss_backward                                                   \
+    }
+static const side cpu_side = SIDE(cpu, false);
+static const side gpu_side = SIDE(gpu, true);
+
+static const char *dtype_name(blob_dtype dt) { return dt == BLOB_FLOAT32 ? "float32" : "float64"; }
+
+static double get(blob_dtype dt, const void *p, int64_t i)
+{
+    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static void put(blob_dtype dt, void *p, int64_t i, double v)
+{
+    if (dt == BLOB_FLOAT32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+/* Relative tolerance for results that sum k rounded terms. */
+static double tol(blob_dtype dt, int64_t k)
+{
+    return 4 * (dt == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * (double)(k + 1);
+}
+
+/* ---- Test arrays: values of dtype on the host (h), the same as doubles for the
+ * reference (v), and a copy in the memory of the side under test (d). ---- */
+
+typedef struct {
+    blob_dtype dt;
+    int64_t n;
+    void *h;
+    double *v;
+    void *d;
+} arr;
+
+/* n random values in [lo, hi), host only until arr_up. */
+static arr arr_new(blob_dtype dt, int64_t n, double lo, double hi)
+{
+    arr a = {dt, n, malloc((size_t)n * blob_dtype_size(dt) + 1), malloc((size_t)n * 8 + 8), NULL};
+    test_fill(dt, a.h, n, lo, hi);
+    for (int64_t i = 0; i < n; i++)
+        a.v[i] = get(dt, a.h, i);
+    return a;
+}
+
+static void arr_set(arr *a, int64_t i, double v)
+{
+    put(a->dt, a->h, i, v);
+    a->v[i] = get(a->dt, a->h, i);
+}
+
+/* Copy the host values to the side's memory (NULL for an empty array). */
+static void arr_up(const side *s, arr *a)
+{
+    size_t bytes = (size_t)a->n * blob_dtype_size(a->dt);
+    if (!bytes)
+        return;
+    if (!s->gpu) {
+        a->d = malloc(bytes);
+        memcpy(a->d, a->h, bytes);
+        return;
+    }
+    void *st = blob_get_stream();
+    ck_ok(blob__be->device_alloc(bytes, &a->d));
+    ck_ok(blob__be->copy_async(a->d, a->h, bytes, BLOB__H2D, st));
+    ck_ok(blob__be->stream_synchronize(st));
+}
+
+static arr arr_on(const side *s, blob_dtype dt, int64_t n, double lo, double hi)
+{
+    arr a = arr_new(dt, n, lo, hi);
+    arr_up(s, &a);
+    return a;
+}
+
+/* The side's values of a, read back into a->h. */
+static void arr_down(const side *s, arr *a)
+{
+    size_t bytes = (size_t)a->n * blob_dtype_size(a->dt);
+    if (!bytes)
+        return;
+    if (!s->gpu) {
+        memcpy(a->h, a->d, bytes);
+        return;
+    }
+    void *st = blob_get_stream();
+    ck_ok(blob__be->copy_async(a->h, a->d, bytes, BLOB__D2H, st));
+    ck_ok(blob__be->stream_synchronize(st));
+}
+
+static void arr_free(const side *s, arr *a)
+{
+    if (s->gpu)
+        blob__be->device_free(a->d);
+    else
+        free(a->d);
+    free(a->h);
+    free(a->v);
+}
+
+/* The side's values of a match ref within tolerance t, relative to max(|ref|, floor). */
+static void expect(const side *s, arr *a, const double *ref, double t, double floor,
+                   const char *what)
+{
+    arr_down(s, a);
+    double e = test_rel_err(a->dt, a->h, ref, a->n, floor);
+    ck_assert_msg(e <= t, "%s %s %s (n = %lld): relative error %g > %g", s->name,
+                  dtype_name(a->dt), what, (long long)a->n, e, t);
+}
+
+/* ---- One check per operation, on any side ---- */
+
+static void check_gemm(const side *s, blob_dtype dt, blob_trans ta, blob_trans tb, int64_t M,
+                       int64_t N, int64_t K, double alpha, double beta)
+{
+    arr A = arr_on(s, dt, M * K, -1, 1), B = arr_on(s, dt, K * N, -1, 1),
+        C = arr_on(s, dt, M * N, -1, 1);
+    double *ref = malloc((size_t)(M * N) * sizeof(double) + 8);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double sum = 0;
+            for (int64_t k = 0; k < K; k++)
+                sum += (ta ? A.v[k * M + i] : A.v[i * K + k]) *
+                       (tb ? B.v[j * K + k] : B.v[k * N + j]);
+            ref[i * N + j] = alpha * sum + beta * C.v[i * N + j];
+        }
+    ck_ok(s->gemm(dt, ta, tb, M, N, K, alpha, A.d, B.d, beta, C.d));
+    char what[64];
+    snprintf(what, sizeof what, "gemm %c%c %lldx%lldx%lld", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             (long long)M, (long long)N, (long long)K);
+    expect(s, &C, ref, tol(dt, K), 1, what);
+    free(ref);
+    arr_free(s, &A);
+    arr_free(s, &B);
+    arr_free(s, &C);
+}
+
+static void check_gemv(const side *s, blob_dtype dt, blob_trans ta, int64_t M, int64_t N,
+                       double alpha, double beta)
+{
+    int64_t nx = ta ? M : N, ny = ta ? N : M;
+    arr A = arr_on(s, dt, M * N, -1, 1), x = arr_on(s, dt, nx, -1, 1), y = arr_on(s, dt, ny, -1, 1);
+    double *ref = malloc((size_t)ny * sizeof(double) + 8);
+    for (int64_t i = 0; i < ny; i++) {
+        double sum = 0;
+        for (int64_t k = 0; k < nx; k++)
+            sum += (ta ? A.v[k * N + i] : A.v[i * N + k]) * x.v[k];
+        ref[i] = alpha * sum + beta * y.v[i];
+    }
+    ck_ok(s->gemv(dt, ta, M, N, alpha, A.d, x.d, beta, y.d));
+    char what[64];
+    snprintf(what, sizeof what, "gemv %c %lldx%lld", ta ? 'T' : 'N', (long long)M, (long long)N);
+    expect(s, &y, ref, tol(dt, nx), 1, what);
+    free(ref);
+    arr_free(s, &A);
+    arr_free(s, &x);
+    arr_free(s, &y);
+}
+
+/* Every level-1 and elementwise operation on n elements, aliasing included. */
+static void check_vector_ops(const side *s, blob_dtype dt, int64_t n)
+{
+    const double alpha = 0.75, beta = -1.25;
+    arr x = arr_on(s, dt, n, -1, 1), y = arr_on(s, dt, n, -1, 1);
+    double *ref = malloc((size_t)n * sizeof(double) + 8);
+    double *y0 = malloc((size_t)n * sizeof(double) + 8);
+    double t = tol(dt, 1);
+
+    /* Each step updates y from its previous value y0 (the reference of the step before). */
+    memcpy(y0, y.v, (size_t)n * sizeof(double));
+#define STEP(call, formula, what)                           \
+    do {                                                    \
+        ck_ok(call);                                        \
+        for (int64_t i = 0; i < n; i++)                     \
+            ref[i] = (formula);                             \
+        expect(s, &y, ref, t, 1, what);                     \
+        for (int64_t i = 0; i < n; i++)                     \
+            y0[i] = get(dt, y.h, i);                        \
+    } while (0)
+    STEP(s->axpy(dt, n, alpha, x.d, y.d), y0[i] + alpha * x.v[i], "axpy");
+    STEP(s->axpby(dt, n, alpha, x.d, beta, y.d), alpha * x.v[i] + beta * y0[i], "axpby");
+    STEP(s->scal(dt, n, beta, y.d), beta * y0[i], "scal");
+    STEP(s->add_scalar(dt, n, alpha, y.d), y0[i] + alpha, "add_scalar");
+    STEP(s->mul(dt, n, x.d, y.d, y.d), x.v[i] * y0[i], "mul (y aliases b)");
+    STEP(s->mul(dt, n, y.d, x.d, y.d), y0[i] * x.v[i], "mul (y aliases a)");
+    STEP(s->copy(dt, n, x.d, y.d), x.v[i], "copy");
+    STEP(s->relu_forward(dt, n, y.d, y.d), y0[i] > 0 ? y0[i] : 0, "relu_forward (in place)");
+    STEP(s->set(dt, n, beta, y.d), beta, "set");
+    STEP(s->relu_forward(dt, n, x.d, y.d), x.v[i] > 0 ? x.v[i] : 0, "relu_forward");
+    arr dy = arr_on(s, dt, n, -1, 1);
+    STEP(s->relu_backward(dt, n, x.d, dy.d, y.d), x.v[i] > 0 ? dy.v[i] : 0, "relu_backward");
+    STEP(s->copy(dt, n, dy.d, y.d), dy.v[i], "copy");
+    STEP(s->relu_backward(dt, n, x.d, y.d, y.d), x.v[i] > 0 ? y0[i] : 0,
+         "relu_backward (dx aliases dy)");
+#undef STEP
+
+    double dot_ref = 0, asum_ref = 0, out = NAN;
+    for (int64_t i = 0; i < n; i++) {
+        dot_ref += x.v[i] * dy.v[i];
+        asum_ref += fabs(x.v[i]);
+    }
+    ck_ok(s->dot(dt, n, x.d, dy.d, &out));
+    ck_assert_msg(test_rel_err(BLOB_FLOAT64, &out, &dot_ref, 1, 1) <= tol(dt, n),
+                  "%s %s dot (n = %lld): %.17g, expected %.17g", s->name, dtype_name(dt),
+                  (long long)n, out, dot_ref);
+    ck_ok(s->asum(dt, n, x.d, &out));
+    ck_assert_msg(test_rel_err(BLOB_FLOAT64, &out, &asum_ref, 1, 1) <= tol(dt, n),
+                  "%s %s asum (n = %lld): %.17g, expected %.17g", s->name, dtype_name(dt),
+                  (long long)n, out, asum_ref);
+    free(ref);
+    free(y0);
+    arr_free(s, &x);
+    arr_free(s, &y);
+    arr_free(s, &dy);
+}
+
+static double min_normal(blob_dtype dt) { return dt == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN; }
+
+/* Forward and backward of softmax with loss. Row 0 gets a label whose probability
+ * underflows, so that its loss is the clamped -log(smallest normal); row 1 gets logits
+ * near 1000, whose exponentials overflow unless the row maximum is subtracted. */
+static void check_softmax(const side *s, blob_dtype dt, int64_t rows, int64_t classes)
+{
+    arr logits = arr_new(dt, rows * classes, -5, 5), labels = arr_new(dt, rows, 0, 1);
+    for (int64_t r = 0; r < rows; r++)
+        arr_set(&labels, r, floor(test_uniform(0, (double)classes)));
+    if (classes > 1) {
+        arr_set(&logits, 0, 0);
+        arr_set(&logits, 1, -1000);
+        arr_set(&labels, 0, 1);
+    }
+    for (int64_t j = 0; rows > 1 && j < classes; j++)
+        arr_set(&logits, classes + j, 1000 + logits.v[classes + j]);
+    arr_up(s, &logits);
+    arr_up(s, &labels);
+    arr prob = arr_on(s, dt, rows * classes, 0, 1), loss = arr_on(s, dt, rows, 0, 1);
+    double *p = malloc((size_t)(rows * classes) * sizeof(double));
+    double *l = malloc((size_t)rows * sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        const double *x = logits.v + r * classes;
+        double m = x[0], sum = 0;
+        for (int64_t j = 1; j < classes; j++)
+            m = fmax(m, x[j]);
+        for (int64_t j = 0; j < classes; j++)
+            sum += exp(x[j] - m);
+        for (int64_t j = 0; j < classes; j++)
+            p[r * classes + j] = exp(x[j] - m) / sum;
+        l[r] = -log(fmax(p[r * classes + (int64_t)labels.v[r]], min_normal(dt)));
+    }
+    ck_ok(s->softmax_loss_forward(dt, rows, classes, logits.d, labels.d, prob.d, loss.d));
+    expect(s, &prob, p, tol(dt, classes), 1e-300, "softmax prob");
+    expect(s, &loss, l, tol(dt, classes), 1, "softmax loss");
+    if (classes > 1)
+        ck_assert_double_eq_tol(get(dt, loss.h, 0), -log(min_normal(dt)), 1e-4);
+
+    const double scale = 0.125;
+    arr dlogits = arr_on(s, dt, rows * classes, -1, 1);
+    for (int64_t i = 0; i < rows * classes; i++)
+        p[i] = scale * (get(dt, prob.h, i) - (i % classes == (int64_t)labels.v[i / classes]));
+    ck_ok(s->softmax_loss_backward(dt, rows, classes, prob.d, labels.d, scale, dlogits.d));
+    expect(s, &dlogits, p, tol(dt, 1), 1, "softmax dlogits");
+    free(p);
+    free(l);
+    arr_free(s, &logits);
+    arr_free(s, &labels);
+    arr_free(s, &prob);
+    arr_free(s, &loss);
+    arr_free(s, &dlogits);
+}
+
+/* beta == 0 never reads the output (BLAS convention), and products whose reduction is
+ * empty scale the output by beta. */
+static void check_beta_edges(const side *s, blob_dtype dt)
+{
+    arr A = arr_on(s, dt, 12, -1, 1), x = arr_on(s, dt, 4, -1, 1), y = arr_new(dt, 12, 0, 1);
+    for (int64_t i = 0; i < y.n; i++)
+        arr_set(&y, i, NAN);
+    arr_up(s, &y);
+    double ref[12];
+    for (int64_t i = 0; i < 3; i++) {
+        ref[i] = 0;
+        for (int64_t k = 0; k < 4; k++)
+            ref[i] += 2 * A.v[i * 4 + k] * x.v[k];
+    }
+    ck_ok(s->gemv(dt, BLOB_NO_TRANS, 3, 4, 2, A.d, x.d, 0, y.d));
+    arr y3 = y;
+    y3.n = 3;
+    expect(s, &y3, ref, tol(dt, 4), 1, "gemv beta = 0 over NaN");
+    ck_ok(s->axpby(dt, 12, -3, A.d, 0, y.d));
+    for (int64_t i = 0; i < 12; i++)
+        ref[i] = -3 * A.v[i];
+    expect(s, &y, ref, tol(dt, 1), 1, "axpby beta = 0");
+
+    ck_ok(s->set(dt, 12, NAN, y.d));
+    ck_ok(s->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 3, 4, 0, 2, NULL, NULL, 0, y.d));
+    for (int64_t i = 0; i < 12; i++)
+        ref[i] = 0;
+    expect(s, &y, ref, 0, 1, "gemm K = 0, beta = 0 over NaN");
+    ck_ok(s->set(dt, 12, 3, y.d));
+    ck_ok(s->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, 3, 4, 0, 2, NULL, NULL, 0.5, y.d));
+    for (int64_t i = 0; i < 12; i++)
+        ref[i] = 1.5;
+    expect(s, &y, ref, 0, 1, "gemm K = 0, beta = 0.5");
+    ck_ok(s->gemv(dt, BLOB_TRANS, 0, 12, 2, NULL, NULL, -2, y.d));
+    for (int64_t i = 0; i < 12; i++)
+        ref[i] = -3;
+    expect(s, &y, ref, 0, 1, "gemv empty reduction, beta = -2");
+    ck_ok(s->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 0, 4, 3, 2, NULL, A.d, 0, NULL));
+    ck_ok(s->gemv(dt, BLOB_NO_TRANS, 0, 4, 2, NULL, x.d, 0, NULL));
+
+    ck_ok(s->set(dt, 12, NAN, y.d));
+    ck_ok(s->gemm(dt, BLOB_NO_TRANS, BLOB_TRANS, 3, 4, 1, 1, x.d, x.d, 0, y.d));
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t j = 0; j < 4; j++)
+            ref[i * 4 + j] = x.v[i] * x.v[j];
+    expect(s, &y, ref, tol(dt, 1), 1, "gemm beta = 0 over NaN");
+    arr_free(s, &A);
+    arr_free(s, &x);
+    arr_free(s, &y);
+}
+
+/* Every operation over odd sizes, all transpose combinations, alpha and beta not 0/1. */
+static void check_all(const side *s, blob_dtype dt)
+{
+    static const int64_t vec_n[] = {0, 1, 7, 100, 1001};
+    static const int64_t mnk[][3] = {{1, 1, 1}, {5, 7, 3}, {17, 13, 19}, {33, 2, 40}, {2, 33, 9}};
+    static const int64_t softmax_shapes[][2] = {{1, 1}, {4, 10}, {7, 33}, {3, 300}, {2, 1500}};
+    test_seed(12345 + (uint64_t)dt);
+    for (size_t i = 0; i < sizeof vec_n / sizeof vec_n[0]; i++)
+        check_vector_ops(s, dt, vec_n[i]);
+    for (size_t i = 0; i < sizeof mnk / sizeof mnk[0]; i++)
+        for (int t = 0; t < 4; t++) {
+            check_gemm(s, dt, t & 1, t >> 1, mnk[i][0], mnk[i][1], mnk[i][2], 1.5, -0.75);
+            if (t < 2)
+                check_gemv(s, dt, t, mnk[i][0], mnk[i][1], -0.5, 1.25);
+        }
+    for (size_t i = 0; i < sizeof softmax_shapes / sizeof softmax_shapes[0]; i++)
+        check_softmax(s, dt, softmax_shapes[i][0], softmax_shapes[i][1]);
+    check_beta_edges(s, dt);
+}
+
+/* ---- Host ---- */
+
+START_TEST(test_cpu_ops)
+{
+    check_all(&cpu_side, (blob_dtype)_i);
+}
+END_TEST
+
+/* With CBLAS calls of at most 7 elements per dimension every result must stay the same. */
+START_TEST(test_cpu_ops_chunked)
+{
+    blob__blas_chunk = 7;
+    check_all(&cpu_side, (blob_dtype)_i);
+    check_gemm(&cpu_side, (blob_dtype)_i, BLOB_TRANS, BLOB_NO_TRANS, 15, 8, 22, 0.5, 2);
+    check_gemv(&cpu_side, (blob_dtype)_i, BLOB_NO_TRANS, 15, 22, 0.5, 2);
+    blob__blas_chunk = INT_MAX;
+}
+END_TEST
+
+/* ---- Errors: each operation called with small valid arguments except for one ---- */
+
+enum { N_OPS = 15 };
+static const char *const op_names[N_OPS] = {
+    "gemm", "gemv", "axpy", "axpby", "scal", "dot", "asum", "copy",
+    "set", "add_scalar", "mul", "relu_forward", "relu_backward",
+    "softmax_loss_forward", "softmax_loss_backward"};
+static const int op_arrays[N_OPS] = {3, 3, 2, 2, 1, 2, 1, 2, 1, 1, 3, 2, 3, 4, 3};
+
+/* Op `op` of side s with sizes n and arrays all at buf except array null_arg (NULL). */
+static blob_status call_op(const side *s, int op, blob_dtype dt, int64_t n, int null_arg,
+                           void *buf)
+{
+    void *p[4] = {buf, buf, buf, buf};
+    if (null_arg >= 0)
+        p[null_arg] = NULL;
+    double out;
+    switch (op) {
+    case 0: return s->gemm(dt, BLOB_NO_TRANS, BLOB_TRANS, n, n, n, 2, p[0], p[1], 3, p[2]);
+    case 1: return s->gemv(dt, BLOB_TRANS, n, n, 2, p[0], p[1], 3, p[2]);
+    case 2: return s->axpy(dt, n, 2, p[0], p[1]);
+    case 3: return s->axpby(dt, n, 2, p[0], 3, p[1]);
+    case 4: return s->scal(dt, n, 2, p[0]);
+    case 5: return s->dot(dt, n, p[0], p[1], &out);
+    case 6: return s->asum(dt, n, p[0], &out);
+    case 7: return s->copy(dt, n, p[0], p[1]);
+    case 8: return s->set(dt, n, 2, p[0]);
+    case 9: return s->add_scalar(dt, n, 2, p[0]);
+    case 10: return s->mul(dt, n, p[0], p[1], p[2]);
+    case 11: return s->relu_forward(dt, n, p[0], p[1]);
+    case 12: return s->relu_backward(dt, n, p[0], p[1], p[2]);
+    case 13: return s->softmax_loss_forward(dt, n, n, p[0], p[1], p[2], p[3]);
+    case 14: return s->softmax_loss_backward(dt, n, n, p[0], p[1], 0.5, p[2]);
+    }
+    return BLOB_EINVAL;
+}
+
+static double err_buf[64]; /* zeros: valid data and valid labels (class 0) */
+
+/* Bad dtype, negative size, NULL arrays and overflowing sizes, checked before any GPU
+ * is looked for: the same codes on both sides. */
+START_TEST(test_bad_arguments)
+{
+    const side *s = _i ? &gpu_side : &cpu_side;
+    char name[64];
+    for (int op = 0; op < N_OPS; op++) {
+        snprintf(name, sizeof name, "blob_%s_%s", s->name, op_names[op]);
+        ck_status(call_op(s, op, (blob_dtype)2, 2, -1, err_buf), BLOB_EINVAL);
+        ck_assert_msg(strstr(blob_last_error(), name), "detail \"%s\" lacks %s",
+                      blob_last_error(), name);
+        ck_status(call_op(s, op, (blob_dtype)-1, 2, -1, err_buf), BLOB_EINVAL);
+        ck_status(call_op(s, op, BLOB_FLOAT32, -1, -1, err_buf), BLOB_EINVAL);
+        ck_status(call_op(s, op, BLOB_FLOAT64, INT64_MAX, -1, err_buf), BLOB_EOVERFLOW);
+        for (int a = 0; a < op_arrays[op]; a++) {
+            ck_status(call_op(s, op, BLOB_FLOAT64, 2, a, err_buf), BLOB_EINVAL);
+            ck_assert_msg(strstr(blob_last_error(), "is NULL"), "%s", blob_last_error());
+        }
+    }
+    ck_status(s->dot(BLOB_FLOAT32, 2, err_buf, err_buf, NULL), BLOB_EINVAL);
+    ck_status(s->asum(BLOB_FLOAT32, 0, NULL, NULL), BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, (blob_trans)2, BLOB_NO_TRANS, 1, 1, 1, 1, err_buf, err_buf,
+                      0, err_buf), BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, (blob_trans)-1, 1, 1, 1, 1, err_buf, err_buf,
+                      0, err_buf), BLOB_EINVAL);
+    ck_status(s->gemv(BLOB_FLOAT32, (blob_trans)2, 1, 1, 1, err_buf, err_buf, 0, err_buf),
+              BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, -1, 1, err_buf, err_buf,
+                      0, err_buf), BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, INT64_MAX / 2, 1, 4, 1,
+                      err_buf, err_buf, 0, err_buf), BLOB_EOVERFLOW);
+    ck_status(s->softmax_loss_forward(BLOB_FLOAT32, 2, -3, err_buf, err_buf, err_buf, err_buf),
+              BLOB_EINVAL);
+    ck_assert(strstr(blob_last_error(), "classes = -3"));
+}
+END_TEST
+
+/* Empty arrays may be NULL: fine on the host, and on the GPU side fine with a GPU. */
+START_TEST(test_empty_null)
+{
+    const side *s = _i ? &gpu_side : &cpu_side;
+    blob_status expected = s->gpu && blob_device_count() <= 0 ? BLOB_ENODEV : BLOB_OK;
+    for (int op = 0; op < N_OPS; op++)
+        for (int dt = 0; dt < 2; dt++)
+            ck_status(call_op(s, op, (blob_dtype)dt, 0, -1, NULL), expected);
+}
+END_TEST
+
+/* Host labels: anything but an integer class in [0, classes) fails before any write. */
+START_TEST(test_cpu_bad_labels)
+{
+    const blob_dtype dt = (blob_dtype)_i;
+    static const double bad[] = {-1, 3, 1.5, NAN, 1e30};
+    double logits[6] = {0, 1, 2, 3, 4, 5}, labels[2], prob[6], loss[2];
+    float logits32[6] = {0, 1, 2, 3, 4, 5}, labels32[2], prob32[6], loss32[2];
+    void *lg = dt == BLOB_FLOAT32 ? (void *)logits32 : logits;
+    void *lb = dt == BLOB_FLOAT32 ? (void *)labels32 : labels;
+    void *pr = dt == BLOB_FLOAT32 ? (void *)prob32 : prob;
+    void *ls = dt == BLOB_FLOAT32 ? (void *)loss32 : loss;
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        put(dt, lb, 0, 2);
+        put(dt, lb, 1, bad[b]);
+        for (int i = 0; i < 6; i++)
+            put(dt, pr, i, 7);
+        ck_status(blob_cpu_softmax_loss_forward(dt, 2, 3, lg, lb, pr, ls), BLOB_ERANGE);
+        ck_assert(strstr(blob_last_error(), "row 1"));
+        ck_status(blob_cpu_softmax_loss_backward(dt, 2, 3, lg, lb, 0.5, pr), BLOB_ERANGE);
+        for (int i = 0; i < 6; i++)
+            ck_assert_double_eq(get(dt, pr, i), 7);
+    }
+    ck_status(blob_cpu_softmax_loss_forward(dt, 1, 0, NULL, lb, NULL, ls), BLOB_ERANGE);
+}
+END_TEST
+
+/* A row length beyond the host BLAS's int is refused; sizes beyond it are split. */
+START_TEST(test_cpu_leading_dim_overflow)
+{
+    const int64_t big = (int64_t)INT_MAX + 1;
+    ck_status(blob_cpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, big, 1, err_buf,
+                            err_buf, 0, err_buf), BLOB_EOVERFLOW);
+    ck_assert(strstr(blob_last_error(), "row length"));
+    ck_status(blob_cpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, 1, big, 1, 1, err_buf,
+                            err_buf, 0, err_buf), BLOB_EOVERFLOW);
+    ck_status(blob_cpu_gemv(BLOB_FLOAT64, BLOB_TRANS, 1, big, 1, err_buf, err_buf, 0, err_buf),
+              BLOB_EOVERFLOW);
+}
+END_TEST
+
+/* ---- The GPU side without a GPU, and without CUDA ---- */
+
+static int no_devices(void) { return 0; }
+
+/* With no GPU every blob_gpu_* says so, for valid arguments of any size. */
+START_TEST(test_gpu_without_gpu)
+{
+    blob__backend none = *blob__backend_default();
+    none.device_count = no_devices;
+    blob__backend_install(&none);
+    for (int op = 0; op < N_OPS; op++) {
+        ck_status(call_op(&gpu_side, op, BLOB_FLOAT32, 2, -1, err_buf), BLOB_ENODEV);
+        ck_assert(strstr(blob_last_error(), "no GPU"));
+        ck_status(call_op(&gpu_side, op, BLOB_FLOAT64, 0, -1, err_buf), BLOB_ENODEV);
+    }
+    blob__backend_install(NULL);
+}
+END_TEST
+
+/* In a CPU-only build the launchers themselves refuse, even when a (fake) GPU is seen. */
+START_TEST(test_launchers_without_cuda)
+{
+    for (int op = 0; op < N_OPS; op++) {
+        ck_status(call_op(&gpu_side, op, BLOB_FLOAT32, 2, -1, err_buf), BLOB_ENODEV);
+        ck_assert_msg(strstr(blob_last_error(), "built without CUDA"), "%s", blob_last_error());
+    }
+}
+END_TEST
+
+/* ---- Real GPU ---- */
+
+START_TEST(test_gpu_ops)
+{
+    check_all(&gpu_side, (blob_dtype)_i);
+}
+END_TEST
+
+/* Bad labels on the GPU: NaN loss and zero gradient for that row only. */
+START_TEST(test_gpu_bad_labels)
+{
+    const blob_dtype dt = (blob_dtype)_i;
+    static const double bad[] = {-1, 3, 1.5, NAN};
+    const int64_t rows = 5, classes = 3;
+    arr logits = arr_on(&gpu_side, dt, rows * classes, -2, 2), labels = arr_new(dt, rows, 0, 1);
+    for (int64_t r = 0; r < rows; r++)
+        arr_set(&labels, r, r == 0 ? 2 : bad[r - 1]);
+    arr_up(&gpu_side, &labels);
+    arr prob = arr_on(&gpu_side, dt, rows * classes, 0, 1);
+    arr loss = arr_on(&gpu_side, dt, rows, 0, 1);
+    arr dl = arr_on(&gpu_side, dt, rows * classes, -1, 1);
+    ck_ok(blob_gpu_softmax_loss_forward(dt, rows, classes, logits.d, labels.d, prob.d, loss.d));
+    ck_ok(blob_gpu_softmax_loss_backward(dt, rows, classes, prob.d, labels.d, 2, dl.d));
+    arr_down(&gpu_side, &prob);
+    arr_down(&gpu_side, &loss);
+    arr_down(&gpu_side, &dl);
+    ck_assert(isfinite(get(dt, loss.h, 0)));
+    ck_assert_double_eq_tol(get(dt, loss.h, 0), -log(get(dt, prob.h, 2)), 1e-5);
+    ck_assert_double_eq_tol(get(dt, dl.h, 2), 2 * (get(dt, prob.h, 2) - 1), 1e-5);
+    for (int64_t r = 1; r < rows; r++) {
+        ck_assert_msg(isnan(get(dt, loss.h, r)), "row %lld: loss %g", (long long)r,
+                      get(dt, loss.h, r));
+        for (int64_t j = 0; j < classes; j++)
+            ck_assert_double_eq(get(dt, dl.h, r * classes + j), 0);
+    }
+    arr_free(&gpu_side, &logits);
+    arr_free(&gpu_side, &labels);
+    arr_free(&gpu_side, &prob);
+    arr_free(&gpu_side, &loss);
+    arr_free(&gpu_side, &dl);
+}
+END_TEST
+
+/* Everything again on a non-blocking stream: uploads, operations and downloads all go
+ * to the thread's current stream. */
+START_TEST(test_gpu_ops_on_stream)
+{
+    void *stream;
+    ck_ok(blob_stream_create(&stream));
+    blob_set_stream(stream);
+    check_all(&gpu_side, (blob_dtype)_i);
+    blob_set_stream(NULL);
+    ck_ok(blob_stream_destroy(stream));
+}
+END_TEST
+
+/* axpy and friends past INT_MAX elements: 2^31 + 37 floats per buffer (about 17 GB for
+ * both). Skipped, with a note, when the GPU lacks the memory. */
+START_TEST(test_gpu_beyond_int_max)
+{
+    const int64_t n = ((int64_t)1 << 31) + 37, w = 64;
+    const int64_t starts[] = {0, n / 2, n - w}; /* the last window crosses 2^31 */
+    const size_t bytes = (size_t)n * sizeof(float);
+    void *x = NULL, *y = NULL;
+    blob_status st = blob__be->device_alloc(bytes, &x);
+    if (st == BLOB_OK)
+        st = blob__be->device_alloc(bytes, &y);
+    if (st == BLOB_EDEVMEM) {
+        printf("note: test_gpu_beyond_int_max skipped, not enough GPU memory (%s)\n",
+               blob_last_error());
+        blob__be->device_free(x);
+        return;
+    }
+    ck_ok(st);
+    ck_ok(blob_gpu_set(BLOB_FLOAT32, n, 2, x));
+    ck_ok(blob_gpu_set(BLOB_FLOAT32, n, 1, y));
+    float win[64], got[64];
+    for (int i = 0; i < w; i++)
+        win[i] = (float)(i + 3);
+    for (int k = 0; k < 3; k++)
+        ck_ok(blob__be->copy_async((float *)x + starts[k], win, sizeof win, BLOB__H2D, NULL));
+    ck_ok(blob_gpu_axpy(BLOB_FLOAT32, n, 0.5, x, y));
+    double expected_sum = (double)(n - 3 * w) * 2;
+    for (int k = 0; k < 3; k++) {
+        ck_ok(blob__be->copy_async(got, (float *)y + starts[k], sizeof got, BLOB__D2H, NULL));
+        ck_ok(blob__be->stream_synchronize(NULL));
+        for (int i = 0; i < w; i++) {
+            ck_assert_float_eq(got[i], 1 + 0.5f * win[i]);
+            expected_sum += got[i];
+        }
+    }
+    double sum;
+    ck_ok(blob_gpu_asum(BLOB_FLOAT32, n, y, &sum));
+    ck_assert_double_eq_tol(sum / expected_sum, 1, 1e-3);
+    blob__be->device_free(x);
+    blob__be->device_free(y);
+}
+END_TEST
+
+Suite *math_suite(void)
+{
+    Suite *s = suite_create("math");
+    TCase *tc = tcase_create("host");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_cpu_ops, 0, 2);
+    tcase_add_loop_test(tc, test_cpu_ops_chunked, 0, 2);
+    tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
+    tcase_add_loop_test(tc, test_empty_null, 0, 2);
+    tcase_add_loop_test(tc, test_cpu_bad_labels, 0, 2);
+    tcase_add_test(tc, test_cpu_leading_dim_overflow);
+    tcase_add_test(tc, test_gpu_without_gpu);
+    suite_add_tcase(s, tc);
+
+    if (!blob_built_with_cuda()) {
+        TCase *fake = tcase_create("no-cuda");
+        tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
+        tcase_add_test(fake, test_launchers_without_cuda);
+        suite_add_tcase(s, fake);
+    }
+
+    TCase *gpu = gpu_tcase("gpu");
+    gpu_add_loop_test(gpu, test_gpu_ops, 0, 2);
+    gpu_add_loop_test(gpu, test_gpu_bad_labels, 0, 2);
+    gpu_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
+    gpu_add_test(gpu, test_gpu_beyond_int_max);
+    suite_add_tcase(s, gpu);
+    return s;
+}

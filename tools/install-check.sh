@@ -1,0 +1,31 @@
+#!/bin/sh
+# Install into a temporary prefix and build a consumer against it with pkg-config, the
+# way a user would: shared, then fully static for libblob.
+# Usage: install-check.sh MAKE CUDA
+set -eu
+make_cmd=$1
+cuda=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+$make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" install >/dev/null
+$make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" install DESTDIR="$tmp/stage" >/dev/null
+[ -f "$tmp/stage$tmp/usr/include/blob/blob.h" ] || { echo "install-check: DESTDIR not honoured"; exit 1; }
+export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+cc=${CC:-cc}
+
+# shellcheck disable=SC2046
+$cc -std=c11 -Wall -Werror -o "$tmp/app" test/install/app.c $(pkg-config --cflags --libs blob)
+LD_LIBRARY_PATH="$tmp/usr/lib" "$tmp/app"
+
+static_libs=$(pkg-config --static --libs blob | sed 's/-lblob/-l:libblob.a/')
+# shellcheck disable=SC2046,SC2086
+$cc -std=c11 -Wall -Werror -o "$tmp/app-static" test/install/app.c $(pkg-config --cflags blob) $static_libs
+if ldd "$tmp/app-static" | grep -q libblob; then
+    echo "install-check: static consumer still links libblob.so"
+    exit 1
+fi
+"$tmp/app-static"
+
+$make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" uninstall >/dev/null
+[ ! -e "$tmp/usr/include/blob" ] && [ ! -e "$tmp/usr/lib/libblob.a" ] || { echo "install-check: uninstall left files"; exit 1; }
+echo "install-check: shared and static consumers built with pkg-config and ran"
