@@ -54,5 +54,6 @@ int main(void)
     srunner_run_tagged(sr, NULL, NULL, NULL, exclude, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    blob_thread_release();
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

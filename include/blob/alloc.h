@@ -41,7 +41,8 @@ static inline blob_place blob_place_pinned(void) { blob_place p = {BLOB_PLACE_PI
 static inline blob_place blob_place_device(int device) { blob_place p = {BLOB_PLACE_DEVICE, device}; return p; }
 
 typedef struct {
-    size_t in_use;           /* bytes handed out and not yet freed (as requested, rounded) */
+    size_t in_use;           /* bytes of blocks handed out and not yet freed (requests
+                                rounded up to 512 B, or up to 1/8 more when not split) */
     size_t in_use_peak;      /* highest in_use since the last reset */
     size_t reserved;         /* bytes obtained from the driver and not returned */
     size_t reserved_peak;    /* highest reserved since the last reset */
@@ -59,8 +60,9 @@ BLOB_API blob_status blob_alloc_get_stats(blob_place place, blob_alloc_stats *ou
 /* Set in_use_peak and reserved_peak to the current values. */
 BLOB_API blob_status blob_alloc_reset_peaks(blob_place place);
 
-/* Return all cached, unused memory of a place to the driver. Blocks still in use stay.
- * Waits for pending frees on other streams to complete. */
+/* Return all cached, unused memory of a place to the driver: every segment with no
+ * block in use (a segment partly in use stays). Waits for pending frees on other
+ * streams to complete. */
 BLOB_API blob_status blob_alloc_empty_cache(blob_place place);
 
 /* Cap the cached (unused but reserved) bytes of a place; SIZE_MAX removes the cap.

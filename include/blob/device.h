@@ -57,6 +57,11 @@ BLOB_API void blob_set_stream(void *stream);
 /* The calling thread's current stream (NULL: the legacy default stream). */
 BLOB_API void *blob_get_stream(void);
 
+/* Release the calling thread's library resources (its cuBLAS handles). Threads do this
+ * by themselves when they exit; the main thread may call it before returning from main
+ * so that leak checkers find nothing outstanding. Later device math recreates them. */
+BLOB_API void blob_thread_release(void);
+
 /* A recorded sequence of device work that can be replayed with one launch (a CUDA
  * graph): capture a training step once, then launch it every step.
  *

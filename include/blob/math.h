@@ -13,9 +13,10 @@
  * those returning a host scalar (dot, asum), which wait for their result. Arrays hold
  * elements of `dtype`; scalars are passed as double and converted. Sizes are int64_t and
  * may exceed INT_MAX. Matrices are row-major; lda etc. are the row lengths implied by
- * the shapes. Every blob_gpu_* returns BLOB_ENODEV without a GPU.
+ * the shapes. As in BLAS, beta == 0 means C (y) is not read, so it may hold NaN.
+ * Every blob_gpu_* returns BLOB_ENODEV without a GPU.
  * Errors: BLOB_EINVAL (bad dtype, negative size, NULL array with a non-zero size),
- * BLOB_ECUBLAS, BLOB_ECUDA.
+ * BLOB_EOVERFLOW (on the host, a row length beyond INT_MAX), BLOB_ECUBLAS, BLOB_ECUDA.
  */
 #ifndef BLOB_MATH_H
 #define BLOB_MATH_H
@@ -79,14 +80,15 @@ typedef enum { BLOB_NO_TRANS = 0, BLOB_TRANS = 1 } blob_trans;
                                                      void *dx);                             \
     /* Row-wise softmax of logits[rows x classes] into prob, and per-row cross-entropy     \
      * loss[i] = -log(prob[i, label[i]]) (prob clamped to the dtype's smallest normal).     \
-     * labels hold class indices as values of dtype. A label outside [0, classes) gives    \
-     * BLOB_ERANGE on the host; on the GPU its loss row is NaN. */                          \
+     * labels hold class indices as values of dtype. A bad label (outside [0, classes),   \
+     * not an integer, NaN) gives BLOB_ERANGE on the host; on the GPU its loss is NaN. */   \
     BLOB_API blob_status blob_##side##_softmax_loss_forward(blob_dtype dtype, int64_t rows, \
                                                             int64_t classes,                \
                                                             const void *logits,             \
                                                             const void *labels,             \
                                                             void *prob, void *loss);        \
-    /* dlogits = scale * (prob - onehot(labels)); rows with a bad label get zeros. */       \
+    /* dlogits = scale * (prob - onehot(labels)). A bad label gives BLOB_ERANGE on the     \
+     * host (nothing written); on the GPU its row of dlogits is zero. */                    \
     BLOB_API blob_status blob_##side##_softmax_loss_backward(blob_dtype dtype,              \
                                                              int64_t rows, int64_t classes, \
                                                              const void *prob,              \

@@ -6,6 +6,7 @@
 
 #include <cublas_v2.h>
 
+#include "blob/device.h"
 #include "common.cuh"
 
 static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *func)
@@ -49,6 +50,16 @@ static void table_destroy(void *p)
 static void table_key_create(void)
 {
     table_key_err = pthread_key_create(&table_key, table_destroy);
+}
+
+extern "C" void blob_thread_release(void)
+{
+    pthread_once(&table_once, table_key_create);
+    void *t = table_key_err ? NULL : pthread_getspecific(table_key);
+    if (!t)
+        return;
+    (void)pthread_setspecific(table_key, NULL);
+    table_destroy(t);
 }
 
 /* The calling thread's handle for the current device, bound to stream. */

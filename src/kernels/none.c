@@ -1,5 +1,6 @@
 /* The launchers of builds without CUDA: every one reports that CUDA is absent. */
 #include "../core/core.h"
+#include "blob/device.h"
 #include "kernels.h"
 
 #pragma GCC diagnostic ignored "-Wunused-parameter" /* the arguments are never looked at */
@@ -40,3 +41,7 @@ blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dtype, int64_t
 blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_t rows,
                                           int64_t classes, const void *prob, const void *labels,
                                           double scale, void *dlogits) { NO_CUDA; }
+
+void blob_thread_release(void)
+{
+}
