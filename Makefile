@@ -109,6 +109,19 @@ $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(TEST_OBJ) $(STATIC) $(CHECK_LIBS) $(LIB_LIBS)
 
+# Benchmarks (bench/README.md); the GPU rows only in CUDA builds.
+BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c \
+             $(if $(filter 1,$(CUDA)),bench/gpu.c,bench/gpu_none.c)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
+BENCH_BIN := $(BUILD)/bench/blob_bench
+
+$(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(BENCH_OBJ) $(STATIC) $(LIB_LIBS)
+
+bench: $(BENCH_BIN)
+	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
+
 deps:
 	$(Q)sh tools/deps.sh
 
@@ -144,4 +157,4 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)

@@ -136,7 +136,8 @@ bool bench_gpu_open(bool with_torch)
                 prop.major, prop.minor, prop.multiProcessorCount,
                 (double)prop.totalGlobalMem / (double)GIB, (double)prop.l2CacheSize / (double)MIB);
     report_meta("driver", "%s%sCUDA %d.%d", nv, *nv ? ", " : "", drv / 1000, drv % 1000 / 10);
-    report_meta("runtime", "CUDA runtime %d.%d, cuBLAS %d", rt / 1000, rt % 1000 / 10, cbv);
+    report_meta("runtime", "CUDA runtime %d.%d, cuBLAS %d.%d.%d", rt / 1000, rt % 1000 / 10,
+                cbv / 10000, cbv / 100 % 100, cbv % 100);
     if (with_torch)
         run_torch();
     else
@@ -157,10 +158,23 @@ void bench_gpu_close(void)
 
 typedef struct {
     size_t size;
-    void *buf; /* for the memset-only rows */
+    blob_place place;
 } alloc_ctx;
 
-/* The public path: a block bound to the GPU, its first device touch, its free. */
+/* The allocator: blob_place_alloc + blob_place_free at the place. */
+static int place_run(void *ctx, int n)
+{
+    alloc_ctx *a = ctx;
+    for (int i = 0; i < n; i++) {
+        void *p;
+        BTRY(blob_place_alloc(a->place, a->size, NULL, &p));
+        blob_place_free(a->place, p);
+    }
+    return 0;
+}
+
+/* The blob path: a block bound to the GPU, its first device touch (allocation and a
+ * queued zero-fill), its free. */
 static int blob_device_run(void *ctx, int n)
 {
     alloc_ctx *a = ctx;
@@ -212,14 +226,6 @@ static int cuda_malloc_async_run(void *ctx, int n)
     return 0;
 }
 
-static int cuda_memset_run(void *ctx, int n)
-{
-    alloc_ctx *a = ctx;
-    for (int i = 0; i < n; i++)
-        CTRY(cudaMemsetAsync(a->buf, 0, a->size, 0));
-    return 0;
-}
-
 static int cuda_malloc_host_run(void *ctx, int n)
 {
     alloc_ctx *a = ctx;
@@ -228,14 +234,6 @@ static int cuda_malloc_host_run(void *ctx, int n)
         CTRY(cudaMallocHost(&p, a->size));
         CTRY(cudaFreeHost(p));
     }
-    return 0;
-}
-
-static int host_memset_run(void *ctx, int n)
-{
-    alloc_ctx *a = ctx;
-    for (int i = 0; i < n; i++)
-        memset(a->buf, 0, a->size);
     return 0;
 }
 
@@ -279,20 +277,18 @@ static double blob_uncached_us(int (*run)(void *, int), alloc_ctx *a, int batch,
 
 static int alloc_row(size_t size, double *v)
 {
-    alloc_ctx a = {size, NULL};
+    alloc_ctx a = {size, blob_place_device(device)};
     int big = size >= 16 * MIB;
-    double drv = NAN;
-    CTRY(cudaMalloc(&a.buf, size));
-    v[0] = blob_cached_us(blob_device_run, &a, blob_place_device(device), big ? 20 : 200, &drv);
+    double drv = NAN, block_drv = NAN;
+    v[0] = blob_cached_us(place_run, &a, a.place, big ? 20 : 200, &drv);
     if (!isnan(v[0]))
-        v[1] = blob_uncached_us(blob_device_run, &a, 10, 7);
+        v[1] = blob_uncached_us(place_run, &a, 10, 7);
     if (!isnan(v[1]))
         v[2] = time_us(cuda_malloc_run, drain, &a, 10, 7, &bench_wall);
     if (!isnan(v[2]))
         v[3] = time_us(cuda_malloc_async_run, drain, &a, 200, 15, &bench_wall);
     if (!isnan(v[3]))
-        v[4] = time_us(cuda_memset_run, drain, &a, big ? 20 : 200, 15, &bench_wall);
-    cudaFree(a.buf);
+        v[4] = blob_cached_us(blob_device_run, &a, a.place, big ? 20 : 200, &block_drv);
     v[5] = torch_ref("alloc_dev", (double)size) / 1e3;
     v[6] = v[2] / v[0];
     v[7] = drv;
@@ -301,8 +297,8 @@ static int alloc_row(size_t size, double *v)
 
 void bench_gpu_alloc(void)
 {
-    static const char *const cols[] = {"cached",    "uncached", "cudaMalloc", "mallocAsync",
-                                       "memset",    "torch",    "Malloc/cached", "drv"};
+    static const char *const cols[] = {"cached",     "uncached", "cudaMalloc", "mallocAsync",
+                                       "blob block", "torch",    "Malloc/cached", "drv"};
     report_section("1", "Device alloc+free, us per call (wall clock)", 8, cols);
     cudaMemPool_t pool;
     uint64_t keep = UINT64_MAX;
@@ -323,29 +319,26 @@ void bench_gpu_alloc(void)
     if (pool)
         (void)cudaMemPoolTrimTo(pool, 0);
     blob_alloc_empty_cache(blob_place_device(device));
-    report_note("cached/uncached: blob_syncedmem_create + mutable_gpu_data + free, caching on/"
-                "off; the first device touch allocates and queues a cudaMemsetAsync zero-fill");
+    report_note("cached/uncached: blob_place_alloc + blob_place_free, caching on/off; blob block: "
+                "blob_syncedmem_create + mutable_gpu_data (allocation and a queued zero-fill) + free");
     report_note("cudaMalloc: cudaMalloc+cudaFree; mallocAsync: cudaMallocAsync+cudaFreeAsync, "
-                "default pool, release threshold max; memset: cudaMemsetAsync alone");
+                "default pool, release threshold max");
     report_note("torch: torch.empty(uint8)+del, Python included; drv: driver allocs+frees in "
                 "the cached batches; queued GPU work drains untimed between batches");
 }
 
 static int pinned_row(size_t size, double *v)
 {
-    alloc_ctx a = {size, malloc(size)};
-    if (!a.buf)
-        return bench_fail("malloc(%zu) failed", size);
+    alloc_ctx a = {size, blob_place_pinned()};
     int batch = size >= MIB ? (int)(16 * MIB / size) + 1 : 200, slow = size >= 16 * MIB ? 1 : 5;
-    double drv = NAN;
-    v[0] = blob_cached_us(blob_pinned_run, &a, blob_place_pinned(), batch, &drv);
+    double drv = NAN, block_drv = NAN;
+    v[0] = blob_cached_us(place_run, &a, a.place, batch, &drv);
     if (!isnan(v[0]))
-        v[1] = blob_uncached_us(blob_pinned_run, &a, slow, 5);
+        v[1] = blob_uncached_us(place_run, &a, slow, 5);
     if (!isnan(v[1]))
         v[2] = time_us(cuda_malloc_host_run, NULL, &a, slow, 5, &bench_wall);
     if (!isnan(v[2]))
-        v[3] = time_us(host_memset_run, NULL, &a, batch, 15, &bench_wall);
-    free(a.buf);
+        v[3] = blob_cached_us(blob_pinned_run, &a, a.place, batch, &block_drv);
     v[4] = torch_ref("alloc_pinned", (double)size) / 1e3;
     v[5] = v[2] / v[0];
     v[6] = drv;
@@ -354,7 +347,7 @@ static int pinned_row(size_t size, double *v)
 
 void bench_gpu_pinned(void)
 {
-    static const char *const cols[] = {"cached", "uncached", "MallocHost", "memset",
+    static const char *const cols[] = {"cached", "uncached", "MallocHost", "blob block",
                                        "torch",  "MallocHost/cached", "drv"};
     report_section("2", "Pinned host alloc+free, us per call (wall clock)", 7, cols);
     for (size_t i = 0; i < COUNT(pinned_sizes); i++) {
@@ -363,18 +356,14 @@ void bench_gpu_pinned(void)
         fmt_bytes(pinned_sizes[i], label);
         if (pinned_row(pinned_sizes[i], v) != 0)
             report_error(label, bench_error());
-        else if (pinned_sizes[i] <= 4 * KIB)
-            report_row(label, v, GOAL_PINNED_ALLOC, v[0] <= 1.0);
         else
-            report_row(label, v, GOAL_NONE, false);
+            report_row(label, v, GOAL_PINNED_ALLOC, v[0] <= 1.0);
     }
     blob_alloc_empty_cache(blob_place_pinned());
-    report_note("cached/uncached: blob_syncedmem_create (GPU-bound) + mutable_cpu_data + free: "
-                "a pinned block zero-filled on the host");
-    report_note("MallocHost: cudaMallocHost+cudaFreeHost; memset: host memset of the same bytes "
-                "(the zero-fill alone); torch: torch.empty(pin_memory=True)+del");
-    report_note("goal checked up to 4 KiB: above that the zero-fill, not the allocator, sets "
-                "the time");
+    report_note("cached/uncached: blob_place_alloc + blob_place_free of pinned memory, caching "
+                "on/off; blob block: blob_syncedmem_create (GPU-bound) + mutable_cpu_data "
+                "(allocation and a host zero-fill) + free");
+    report_note("MallocHost: cudaMallocHost+cudaFreeHost; torch: torch.empty(pin_memory=True)+del");
 }
 
 /* ---- 3: H<->D sync bandwidth ---- */

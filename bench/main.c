@@ -70,5 +70,6 @@ int main(int argc, char **argv)
     bench_update_host();
     bench_loop(gpu);
     bench_gpu_close();
+    blob_thread_release();
     return report_close();
 }

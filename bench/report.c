@@ -149,7 +149,9 @@ static const char *fmt_value(double v, char buf[32])
     if (isnan(v))
         return "-";
     double a = fabs(v);
-    snprintf(buf, 32, a >= 1e5 ? "%.0f" : a >= 100 ? "%.1f" : a >= 10 ? "%.2f" : "%.3f", v);
+    bool whole = v == floor(v); /* counts */
+    snprintf(buf, 32, a >= 1e5 || whole ? "%.0f" : a >= 100 ? "%.1f" : a >= 10 ? "%.2f" : "%.3f",
+             v);
     return buf;
 }
 

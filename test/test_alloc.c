@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../src/alloc/alloc.h"
 #include "../src/core/core.h"
 #include "fake_backend.h"
 #include "testutil.h"
@@ -43,7 +42,7 @@ static blob_alloc_stats stats_of(blob_place place)
 static char *get(blob_place place, size_t bytes, void *stream)
 {
     void *p = NULL;
-    ck_ok(blob__alloc(place, bytes, stream, &p));
+    ck_ok(blob_place_alloc(place, bytes, stream, &p));
     ck_assert_ptr_nonnull(p);
     return p;
 }
@@ -94,10 +93,10 @@ START_TEST(test_size_zero)
     const blob_place all[] = {HOST, PINNED, DEV0};
     for (int i = 0; i < 3; i++) {
         void *p = &p;
-        ck_ok(blob__alloc(all[i], 0, NULL, &p));
+        ck_ok(blob_place_alloc(all[i], 0, NULL, &p));
         ck_assert_ptr_null(p);
         ck_assert_uint_eq(stats_of(all[i]).requests, 0);
-        blob__free(all[i], NULL);
+        blob_place_free(all[i], NULL);
     }
     ck_assert_uint_eq(fake_alloc_attempts(), attempts);
 }
@@ -115,18 +114,18 @@ START_TEST(test_bad_places)
     ck_status(blob_alloc_get_stats((blob_place){(blob_place_kind)7, 0}, &s), BLOB_EINVAL);
     ck_status(blob_alloc_get_stats((blob_place){BLOB_PLACE_PINNED, 1}, &s), BLOB_EINVAL);
     ck_status(blob_alloc_get_stats(DEV0, NULL), BLOB_EINVAL);
-    ck_status(blob__alloc(DEV0, 64, NULL, NULL), BLOB_EINVAL);
-    ck_status(blob__alloc(blob_place_device(FAKE_DEVICES), 64, NULL, &p), BLOB_ERANGE);
+    ck_status(blob_place_alloc(DEV0, 64, NULL, NULL), BLOB_EINVAL);
+    ck_status(blob_place_alloc(blob_place_device(FAKE_DEVICES), 64, NULL, &p), BLOB_ERANGE);
     ck_assert_ptr_null(p);
     p = &p;
-    ck_status(blob__alloc(DEV1, 64, NULL, &p), BLOB_EDEVICE); /* device 0 is current */
+    ck_status(blob_place_alloc(DEV1, 64, NULL, &p), BLOB_EDEVICE); /* device 0 is current */
     ck_assert_ptr_null(p);
-    ck_status(blob__alloc_record_stream(DEV0, &s, NULL), BLOB_EINVAL);
-    ck_status(blob__alloc_record_stream(DEV0, NULL, NULL), BLOB_EINVAL);
-    blob__free(DEV0, &s); /* never handed out: ignored */
+    ck_status(blob_place_record_stream(DEV0, &s, NULL), BLOB_EINVAL);
+    ck_status(blob_place_record_stream(DEV0, NULL, NULL), BLOB_EINVAL);
+    blob_place_free(DEV0, &s); /* never handed out: ignored */
     char *h = get(HOST, 10, NULL);
-    ck_ok(blob__alloc_record_stream(HOST, h, NULL));
-    blob__free(HOST, h);
+    ck_ok(blob_place_record_stream(HOST, h, NULL));
+    blob_place_free(HOST, h);
     ck_assert_int_eq(fake_get_stats().live_blocks, 0);
 }
 END_TEST
@@ -142,13 +141,13 @@ START_TEST(test_split_merge_small)
     ck_assert_uint_eq(s.reserved, 2 * MIB);
     ck_assert_uint_eq(s.in_use, 3 * 1024);
     ck_assert_uint_eq(s.cache_hits, 2);
-    blob__free(DEV0, b);
+    blob_place_free(DEV0, b);
     ck_assert_ptr_eq(get(DEV0, 1024, NULL), b); /* the hole fits exactly */
-    blob__free(DEV0, b);
-    blob__free(DEV0, a);
-    blob__free(DEV0, c);
+    blob_place_free(DEV0, b);
+    blob_place_free(DEV0, a);
+    blob_place_free(DEV0, c);
     ck_assert_ptr_eq(get(DEV0, 3000, NULL), a); /* a, b, c and the rest merged */
-    blob__free(DEV0, a);
+    blob_place_free(DEV0, a);
     ck_ok(blob_alloc_set_cache_limit(DEV0, 0)); /* only whole segments can go */
     s = stats_of(DEV0);
     ck_assert_uint_eq(s.reserved, 0);
@@ -163,18 +162,18 @@ START_TEST(test_split_merge_large)
     ck_assert_ptr_eq(y, x + 4 * MIB);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 20 * MIB);
     ck_assert_uint_eq(fake_get_stats().device_allocs, 1);
-    blob__free(DEV0, x);
-    blob__free(DEV0, y);
+    blob_place_free(DEV0, x);
+    blob_place_free(DEV0, y);
     ck_assert_ptr_eq(get(DEV0, 20 * MIB - 512, NULL), x);
     ck_assert_uint_eq(fake_get_stats().device_allocs, 1);
-    blob__free(DEV0, x);
+    blob_place_free(DEV0, x);
     ck_ok(blob_alloc_empty_cache(DEV0));
     /* 10 MiB and more: a segment of its own, rounded up to 2 MiB, the rest split off. */
     char *h = get(DEV0, 10 * MIB + 1, NULL);
     blob_alloc_stats s = stats_of(DEV0);
     ck_assert_uint_eq(s.reserved, 12 * MIB);
     ck_assert_uint_eq(s.in_use, 10 * MIB + 512);
-    blob__free(DEV0, h);
+    blob_place_free(DEV0, h);
     assert_reserved_matches();
 }
 END_TEST
@@ -187,9 +186,9 @@ START_TEST(test_best_fit)
     char *s2 = get(DEV0, 512, NULL);
     char *c = get(DEV0, 16 * KIB, NULL);
     char *s3 = get(DEV0, 512, NULL);
-    blob__free(DEV0, a);
-    blob__free(DEV0, b);
-    blob__free(DEV0, c);
+    blob_place_free(DEV0, a);
+    blob_place_free(DEV0, b);
+    blob_place_free(DEV0, c);
     ck_assert_ptr_eq(get(DEV0, 3 * KIB, NULL), b);
     ck_assert_ptr_eq(get(DEV0, 6 * KIB, NULL), a);
     ck_assert_ptr_eq(get(DEV0, 12 * KIB, NULL), c);
@@ -202,13 +201,13 @@ START_TEST(test_best_fit)
     ck_ok(blob_stream_create(&t));
     char *e = get(DEV0, 8 * KIB, t), *s4 = get(DEV0, 512, t);
     ck_assert_ptr_eq(s4, e + 8 * KIB);
-    blob__free(DEV0, e);
+    blob_place_free(DEV0, e);
     size_t in_use = stats_of(DEV0).in_use;
     ck_assert_ptr_eq(get(DEV0, 7600, t), e);
     ck_assert_uint_eq(stats_of(DEV0).in_use, in_use + 8 * KIB);
     char *all[] = {a, b, c, b + 3 * KIB, e, s1, s2, s3, s4};
     for (int i = 0; i < 9; i++)
-        blob__free(DEV0, all[i]);
+        blob_place_free(DEV0, all[i]);
     ck_assert_uint_eq(stats_of(DEV0).in_use, 0);
     ck_ok(blob_stream_destroy(t));
 }
@@ -234,13 +233,13 @@ static void check_counts(blob_place place, bool pinned)
             ck_assert_uint_eq(s.in_use_peak, peak);
         }
         for (int i = 0; i < N; i += 2) {
-            blob__free(place, p[i]);
+            blob_place_free(place, p[i]);
             in_use -= round512(sizes[i]);
         }
         ck_ok(blob_alloc_reset_peaks(place));
         peak = in_use;
         for (int i = 1; i < N; i += 2) {
-            blob__free(place, p[i]);
+            blob_place_free(place, p[i]);
             in_use -= round512(sizes[i]);
         }
     }
@@ -283,8 +282,8 @@ START_TEST(test_stats_host)
     ck_assert_uint_eq(s.reserved, 3100);
     ck_assert_uint_eq(s.requests, 2);
     ck_assert_uint_eq(s.driver_allocs, fake_get_stats().host_allocs);
-    blob__free(HOST, a);
-    blob__free(HOST, b);
+    blob_place_free(HOST, a);
+    blob_place_free(HOST, b);
     s = stats_of(HOST);
     ck_assert_uint_eq(s.in_use, 0);
     ck_assert_uint_eq(s.reserved, 0);
@@ -302,14 +301,14 @@ START_TEST(test_stream_owner)
     ck_ok(blob_stream_create(&a));
     ck_ok(blob_stream_create(&b));
     char *x = get(DEV0, 4096, a);
-    blob__free(DEV0, x);
+    blob_place_free(DEV0, x);
     char *y = get(DEV0, 4096, b);
     ck_assert_ptr_ne(y, x);
     ck_assert_uint_eq(fake_get_stats().device_allocs, 2);
     ck_assert_ptr_eq(get(DEV0, 4096, a), x);
     ck_assert_uint_eq(fake_get_stats().event_syncs + fake_get_stats().events_created, 0);
-    blob__free(DEV0, x);
-    blob__free(DEV0, y);
+    blob_place_free(DEV0, x);
+    blob_place_free(DEV0, y);
     ck_ok(blob_stream_destroy(a));
     ck_ok(blob_stream_destroy(b));
 }
@@ -319,9 +318,9 @@ END_TEST
 static char *used_elsewhere(void *a, void *b, int value)
 {
     char *x = get(DEV0, 12 * MIB, a);
-    ck_ok(blob__alloc_record_stream(DEV0, x, b));
-    ck_ok(blob__alloc_record_stream(DEV0, x, b)); /* recorded once */
-    ck_ok(blob__alloc_record_stream(DEV0, x, a)); /* its own stream: nothing to record */
+    ck_ok(blob_place_record_stream(DEV0, x, b));
+    ck_ok(blob_place_record_stream(DEV0, x, b)); /* recorded once */
+    ck_ok(blob_place_record_stream(DEV0, x, a)); /* its own stream: nothing to record */
     ck_ok(blob__be->memset_async(x, value, 64, b));
     return x;
 }
@@ -333,7 +332,7 @@ START_TEST(test_stream_event)
     ck_ok(blob_stream_create(&b));
     for (int round = 0; round < 2; round++) {
         char *x = used_elsewhere(a, b, 7 + round);
-        blob__free(DEV0, x);
+        blob_place_free(DEV0, x);
         char *y = get(DEV0, 12 * MIB, a); /* the event has not completed: a new segment */
         ck_assert_ptr_ne(y, x);
         ck_assert_int_eq(fake_queued(), 1);
@@ -341,8 +340,8 @@ START_TEST(test_stream_event)
         ck_assert_int_eq(x[0], 7 + round); /* the work ran on the block while it was pending */
         char *z = get(DEV0, 12 * MIB, a);
         ck_assert_ptr_eq(z, x);
-        blob__free(DEV0, y);
-        blob__free(DEV0, z);
+        blob_place_free(DEV0, y);
+        blob_place_free(DEV0, z);
     }
     fake_stats f = fake_get_stats();
     ck_assert_uint_eq(f.events_created, 1); /* the idle event was reused */
@@ -362,7 +361,7 @@ START_TEST(test_empty_cache_waits)
     ck_ok(blob_stream_create(&a));
     ck_ok(blob_stream_create(&b));
     char *x = used_elsewhere(a, b, 5);
-    blob__free(DEV0, x);
+    blob_place_free(DEV0, x);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 12 * MIB);
     ck_ok(blob_alloc_empty_cache(DEV0));
     fake_stats f = fake_get_stats();
@@ -384,13 +383,13 @@ START_TEST(test_event_failure)
     ck_ok(blob_stream_create(&b));
     char *x = used_elsewhere(a, b, 3);
     fake_fail_alloc_at(1, false);
-    blob__free(DEV0, x);
+    blob_place_free(DEV0, x);
     fake_stats f = fake_get_stats();
     ck_assert_uint_eq(f.failed_allocs, 1);
     ck_assert_uint_eq(f.stream_syncs, 1);
     ck_assert_int_eq(fake_queued(), 0);
     ck_assert_ptr_eq(get(DEV0, 12 * MIB, a), x);
-    blob__free(DEV0, x);
+    blob_place_free(DEV0, x);
     ck_ok(blob_stream_destroy(a));
     ck_ok(blob_stream_destroy(b));
 }
@@ -398,7 +397,7 @@ END_TEST
 
 START_TEST(test_oom_retry)
 {
-    blob__free(DEV0, get(DEV0, 12 * MIB, NULL));
+    blob_place_free(DEV0, get(DEV0, 12 * MIB, NULL));
     ck_assert_uint_eq(stats_of(DEV0).reserved, 12 * MIB);
     fake_fail_alloc_at(1, false);
     char *y = get(DEV0, 14 * MIB, NULL);
@@ -410,7 +409,7 @@ START_TEST(test_oom_retry)
     ck_assert_uint_eq(s.oom_count, 0);
     ck_assert_uint_eq(s.reserved, 14 * MIB);
     ck_assert_uint_eq(s.driver_frees, 1);
-    blob__free(DEV0, y);
+    blob_place_free(DEV0, y);
 }
 END_TEST
 
@@ -419,9 +418,9 @@ START_TEST(test_oom_persistent)
     void *a, *b, *p = &p;
     ck_ok(blob_stream_create(&a));
     ck_ok(blob_stream_create(&b));
-    blob__free(DEV0, used_elsewhere(a, b, 9));
+    blob_place_free(DEV0, used_elsewhere(a, b, 9));
     fake_fail_alloc_at(1, true);
-    ck_status(blob__alloc(DEV0, 14 * MIB, a, &p), BLOB_EDEVMEM);
+    ck_status(blob_place_alloc(DEV0, 14 * MIB, a, &p), BLOB_EDEVMEM);
     ck_assert_ptr_null(p);
     fake_stats f = fake_get_stats();
     ck_assert_uint_eq(f.failed_allocs, 2); /* the request and its retry */
@@ -432,13 +431,13 @@ START_TEST(test_oom_persistent)
     ck_assert_uint_eq(s.oom_count, 1);
     ck_assert_uint_eq(s.reserved, 0);
     ck_assert_uint_eq(s.in_use, 0);
-    ck_status(blob__alloc(PINNED, 100, NULL, &p), BLOB_ENOMEM);
-    ck_status(blob__alloc(HOST, 100, NULL, &p), BLOB_ENOMEM);
+    ck_status(blob_place_alloc(PINNED, 100, NULL, &p), BLOB_ENOMEM);
+    ck_status(blob_place_alloc(HOST, 100, NULL, &p), BLOB_ENOMEM);
     ck_assert_uint_eq(stats_of(PINNED).oom_count, 1);
     ck_assert_uint_eq(stats_of(HOST).oom_count, 1);
     fake_fail_alloc_at(0, false);
     uint64_t attempts = fake_alloc_attempts();
-    ck_status(blob__alloc(DEV0, SIZE_MAX, NULL, &p), BLOB_EDEVMEM);
+    ck_status(blob_place_alloc(DEV0, SIZE_MAX, NULL, &p), BLOB_EDEVMEM);
     ck_assert_uint_eq(fake_alloc_attempts(), attempts);
     ck_assert_uint_eq(stats_of(DEV0).oom_count, 2);
     ck_assert_int_eq(fake_get_stats().live_blocks, 2);
@@ -460,15 +459,15 @@ START_TEST(test_cache_limit)
     ck_assert_uint_eq(stats_of(DEV0).cached_limit, 4 * MIB);
     char *a = get(DEV0, 12 * MIB, NULL), *b = get(DEV0, 12 * MIB, NULL);
     char *c = get(DEV0, 1000, NULL);
-    blob__free(DEV0, c);
+    blob_place_free(DEV0, c);
     ck_assert_uint_eq(cached_bytes(DEV0), 2 * MIB); /* under the cap: kept */
-    blob__free(DEV0, a);
+    blob_place_free(DEV0, a);
     ck_assert_uint_le(cached_bytes(DEV0), 4 * MIB);
     ck_assert_uint_le(stats_of(DEV0).reserved, 14 * MIB);
-    blob__free(DEV0, b);
+    blob_place_free(DEV0, b);
     ck_assert_uint_le(cached_bytes(DEV0), 4 * MIB);
     ck_ok(blob_alloc_set_cache_limit(DEV0, SIZE_MAX));
-    blob__free(DEV0, get(DEV0, 12 * MIB, NULL));
+    blob_place_free(DEV0, get(DEV0, 12 * MIB, NULL));
     ck_assert_uint_ge(cached_bytes(DEV0), 12 * MIB);
     ck_ok(blob_alloc_set_cache_limit(DEV0, 0)); /* the excess goes at once */
     ck_assert_uint_eq(stats_of(DEV0).reserved, 0);
@@ -476,7 +475,7 @@ START_TEST(test_cache_limit)
     /* A cap applies to what becomes free later, too. */
     char *d = get(DEV0, 1000, NULL);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 2 * MIB);
-    blob__free(DEV0, d);
+    blob_place_free(DEV0, d);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 0);
     blob_alloc_stats s = stats_of(DEV0);
     ck_assert_uint_eq(s.driver_frees, fake_get_stats().device_frees);
@@ -490,7 +489,7 @@ START_TEST(test_caching_off)
     ck_ok(blob_stream_create(&b));
     char *x = get(DEV0, 1000, NULL);
     char *w = used_elsewhere(a, b, 1);
-    blob__free(DEV0, get(DEV0, 12 * MIB, NULL));
+    blob_place_free(DEV0, get(DEV0, 12 * MIB, NULL));
     ck_assert_uint_eq(stats_of(DEV0).reserved, 2 * MIB + 24 * MIB);
     ck_ok(blob_alloc_set_caching(false)); /* empties the caches */
     ck_assert(!blob_alloc_caching());
@@ -504,21 +503,21 @@ START_TEST(test_caching_off)
     ck_assert_uint_eq(f.pinned_allocs, 1);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 14 * MIB + 2000);
     ck_assert_uint_eq(stats_of(DEV0).in_use, 1024 + 12 * MIB + 2000);
-    blob__free(DEV0, w); /* waits for its other stream, then its segment goes back */
+    blob_place_free(DEV0, w); /* waits for its other stream, then its segment goes back */
     f = fake_get_stats();
     ck_assert_uint_eq(f.event_syncs, 1);
     ck_assert_uint_eq(f.memsets, 1);
     ck_assert_uint_eq(f.device_frees, 1);
-    blob__free(DEV0, x); /* allocated while caching was on: its segment goes back */
-    blob__free(DEV0, p);
-    blob__free(PINNED, r);
+    blob_place_free(DEV0, x); /* allocated while caching was on: its segment goes back */
+    blob_place_free(DEV0, p);
+    blob_place_free(PINNED, r);
     f = fake_get_stats();
     ck_assert_uint_eq(f.device_frees, 3);
     ck_assert_uint_eq(f.pinned_frees, 1);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 1000);
     ck_ok(blob_alloc_set_caching(true));
-    blob__free(DEV0, get(DEV0, 1000, NULL));
-    blob__free(DEV0, q); /* allocated while caching was off: straight back */
+    blob_place_free(DEV0, get(DEV0, 1000, NULL));
+    blob_place_free(DEV0, q); /* allocated while caching was off: straight back */
     f = fake_get_stats();
     ck_assert_uint_eq(f.device_allocs, 3);
     ck_assert_uint_eq(f.device_frees, 4);
@@ -541,13 +540,13 @@ START_TEST(test_pinned_waste)
         blob_alloc_stats s = stats_of(PINNED);
         ck_assert_msg(s.in_use - n <= n / 8, "%zu bytes: %zu in use", n, s.in_use);
         ck_assert_msg(s.reserved - n <= n / 8, "%zu bytes: %zu reserved", n, s.reserved);
-        blob__free(PINNED, p);
+        blob_place_free(PINNED, p);
         size_t m = n - n / 3;
         if (m >= MIB) {
             ck_assert_ptr_eq(get(PINNED, m, NULL), p);
             s = stats_of(PINNED);
             ck_assert_msg(s.in_use - m <= m / 8, "%zu from %zu: %zu in use", m, n, s.in_use);
-            blob__free(PINNED, p);
+            blob_place_free(PINNED, p);
         }
         ck_ok(blob_alloc_empty_cache(PINNED));
         checked++;
@@ -564,10 +563,10 @@ START_TEST(test_two_devices)
     ck_ok(blob_device_set(1));
     ck_ok(blob_stream_create(&s1));
     char *x = get(DEV1, 12 * MIB, s1);
-    ck_ok(blob__alloc_record_stream(DEV1, x, s0));
+    ck_ok(blob_place_record_stream(DEV1, x, s0));
     ck_ok(blob__be->memset_async(x, 1, 64, s0));
     ck_ok(blob_device_set(0));
-    blob__free(DEV1, x); /* with the other device current */
+    blob_place_free(DEV1, x); /* with the other device current */
     int dev = -1;
     ck_ok(blob_device_get(&dev));
     ck_assert_int_eq(dev, 0);
@@ -589,12 +588,12 @@ START_TEST(test_backend_contract)
     char *h = get(HOST, 100, NULL);
     blob__backend_install(NULL);
     void *p = &p;
-    ck_status(blob__alloc(HOST, 100, NULL, &p), BLOB_EBUSY);
+    ck_status(blob_place_alloc(HOST, 100, NULL, &p), BLOB_EBUSY);
     ck_assert_ptr_null(p);
-    blob__free(HOST, h);
+    blob_place_free(HOST, h);
     ck_assert_uint_eq(fake_get_stats().host_frees, 1);
-    ck_ok(blob__alloc(HOST, 100, NULL, &p)); /* the place is empty: the new table serves */
-    blob__free(HOST, p);
+    ck_ok(blob_place_alloc(HOST, 100, NULL, &p)); /* the place is empty: the new table serves */
+    blob_place_free(HOST, p);
     fake_install();
 }
 END_TEST
@@ -682,11 +681,11 @@ static void *stress_thread(void *arg)
             reg_del(s->p);
             blob_place pl = places[s->place];
             if (next(w) % 4 == 0) { /* used on the shared stream too, with work queued */
-                w->errors += blob__alloc_record_stream(pl, s->p, side[dev]) != BLOB_OK;
+                w->errors += blob_place_record_stream(pl, s->p, side[dev]) != BLOB_OK;
                 if (s->place)
                     w->errors += blob__be->memset_async(s->p, s->tag, 64, side[dev]) != BLOB_OK;
             }
-            blob__free(pl, s->p);
+            blob_place_free(pl, s->p);
             s->p = NULL;
         } else if (it < ITERS) {
             s->n = next(w) % 10 ? 64 + next(w) % (256 * KIB) : MIB + next(w) % (12 * MIB);
@@ -695,7 +694,7 @@ static void *stress_thread(void *arg)
                 ++tag;
             s->tag = tag;
             void *stream = next(w) % 3 ? own : NULL, *p = NULL;
-            if (blob__alloc(places[s->place], s->n, stream, &p) != BLOB_OK || !p ||
+            if (blob_place_alloc(places[s->place], s->n, stream, &p) != BLOB_OK || !p ||
                 !reg_add(p, s->n)) {
                 w->errors++;
                 continue;
@@ -767,7 +766,7 @@ static void gpu_round_trip(blob_place place, size_t bytes, bool caching)
     else
         memset(x, 1, bytes);
     ck_ok(blob_device_synchronize());
-    blob__free(place, x);
+    blob_place_free(place, x);
     char *y = get(place, bytes, NULL);
     blob_alloc_stats s = stats_of(place);
     ck_assert_uint_eq(s.requests, s0.requests + 2);
@@ -782,7 +781,7 @@ static void gpu_round_trip(blob_place place, size_t bytes, bool caching)
         ck_assert_uint_eq(s.reserved, s0.reserved + bytes);
     }
     ck_assert_uint_ge(s.in_use, s0.in_use + bytes);
-    blob__free(place, y);
+    blob_place_free(place, y);
     ck_ok(blob_alloc_empty_cache(place));
     s = stats_of(place);
     ck_assert_uint_eq(s.in_use, s0.in_use);
@@ -815,12 +814,12 @@ START_TEST(test_gpu_stream_event)
     ck_ok(blob_stream_create(&a));
     ck_ok(blob_stream_create(&b));
     char *x = get(d, 12 * MIB, a);
-    ck_ok(blob__alloc_record_stream(d, x, b));
+    ck_ok(blob_place_record_stream(d, x, b));
     ck_ok(blob__be->memset_async(x, 0, 12 * MIB, b));
-    blob__free(d, x);
+    blob_place_free(d, x);
     ck_ok(blob_stream_synchronize(b));
     ck_assert_ptr_eq(get(d, 12 * MIB, a), x); /* the event has completed: reused */
-    blob__free(d, x);
+    blob_place_free(d, x);
     ck_ok(blob_alloc_empty_cache(d));
     blob_alloc_stats s = stats_of(d);
     ck_assert_uint_eq(s.reserved, s.in_use);

@@ -1,6 +1,6 @@
 /* .npy files: round trips, files written by numpy (test/data, made by make_fixtures.py),
  * our files read by numpy, one test per malformed-file defect, failure injection, and
- * the atomic write. Every test works in its own mkdtemp directory. */
+ * the atomic write. */
 #include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
@@ -15,18 +15,31 @@
 #include "fake_backend.h"
 #include "testutil.h"
 
-static char dir[32];
-
-static void dir_setup(void)
-{
-    strcpy(dir, "/tmp/blob_npy_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
+/* Each test case gets a root directory (made and removed in the runner's process, so
+ * even a failed test leaves nothing behind), each test an empty directory in it. */
+static char root[32], dir[48];
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
     return remove(path);
+}
+
+static void root_setup(void)
+{
+    strcpy(root, "/tmp/blob_npy_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(root));
+}
+
+static void root_teardown(void)
+{
+    ck_assert_int_eq(nftw(root, remove_entry, 8, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+static void dir_setup(void)
+{
+    snprintf(dir, sizeof dir, "%s/XXXXXX", root);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
 static void dir_teardown(void)
@@ -760,6 +773,7 @@ Suite *npy_suite(void)
 {
     Suite *s = suite_create("npy");
     TCase *tc = tcase_create("files");
+    tcase_add_unchecked_fixture(tc, root_setup, root_teardown);
     tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
     tcase_add_loop_test(tc, test_round_trip, 0, N_SHAPES * 4);
     tcase_add_loop_test(tc, test_convert_dtype, 0, 2);
@@ -792,6 +806,7 @@ Suite *npy_suite(void)
     suite_add_tcase(s, tc);
 
     TCase *fake = tcase_create("fake");
+    tcase_add_unchecked_fixture(fake, root_setup, root_teardown);
     tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
     tcase_add_checked_fixture(fake, no_cache_setup, no_cache_teardown);
     tcase_add_checked_fixture(fake, dir_setup, dir_teardown);

@@ -82,12 +82,18 @@ blob_status net_create(net **out, const net_config *cfg)
     return BLOB_OK;
 }
 
+static void drop_graphs(net *n)
+{
+    for (int i = 0; i < n->num_graphs; i++)
+        blob_graph_free(n->graphs[i].graph);
+    n->num_graphs = 0;
+}
+
 void net_free(net *n)
 {
     if (!n)
         return;
-    for (int i = 0; i < n->num_graphs; i++)
-        blob_graph_free(n->graphs[i].graph);
+    drop_graphs(n);
     for (int i = 0; i < n->num_params; i++)
         blob_free(n->history[i]);
     for (int i = 0; i < n->num_layers; i++) {
@@ -236,6 +242,13 @@ blob_status net_forward(net *n, blob *x, blob *labels)
     NN_TRY(reshape(n, x, labels));
     NN_TRY(forward(n, x, labels));
     return start_readback(n);
+}
+
+void net_set_lr(net *n, double lr)
+{
+    if (lr != n->cfg.lr)
+        drop_graphs(n);
+    n->cfg.lr = lr;
 }
 
 blob_status net_output(net *n, double *loss, int64_t *correct)

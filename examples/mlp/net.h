@@ -64,6 +64,10 @@ blob_status net_train_step(net *n, blob *x, blob *labels);
 /* Forward only (evaluation), queued and read back like net_train_step. */
 blob_status net_forward(net *n, blob *x, blob *labels);
 
+/* Use a new learning rate from the next step on; captured graphs, which hold the old
+ * one, are dropped and captured again. Call it between steps (after net_output). */
+void net_set_lr(net *n, double lr);
+
 /* Mean loss and number of rows whose most probable class is the label, of the last
  * step or forward; waits for them. */
 blob_status net_output(net *n, double *loss, int64_t *correct);

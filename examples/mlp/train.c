@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +28,15 @@ typedef struct {
     bool graph;
     int epochs;
     int64_t batch, limit;
-    double lr, momentum, weight_decay, min_accuracy;
+    int lr_step;
+    double lr, lr_gamma, momentum, weight_decay, min_accuracy;
     uint64_t seed;
 } options;
 
 static const options defaults = {
     .data_dir = NULL, .out_dir = "demo-out", .device = NULL, .graph = false,
-    .epochs = 15, .batch = 64, .limit = 0,
-    .lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4, .min_accuracy = 0, .seed = 1,
+    .epochs = 20, .batch = 64, .limit = 0,
+    .lr = 0.02, .lr_step = 10, .lr_gamma = 0.1, .momentum = 0.9, .weight_decay = 5e-4, .min_accuracy = 0, .seed = 1,
 };
 
 static void usage(FILE *f)
@@ -49,13 +51,16 @@ static void usage(FILE *f)
             "  --epochs N          default %d\n"
             "  --batch N           default %lld\n"
             "  --lr X              learning rate, default %g\n"
+            "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
+            "                      default %d\n"
+            "  --lr-gamma X        default %g\n"
             "  --momentum X        default %g\n"
             "  --weight-decay X    default %g\n"
             "  --seed N            weight initialisation and shuffling, default %llu\n"
             "  --limit N           train on the first N training images only\n"
             "  --min-accuracy X    exit with status 1 if the final test accuracy is below X\n",
             defaults.out_dir, defaults.epochs, (long long)defaults.batch, defaults.lr,
-            defaults.momentum, defaults.weight_decay, (unsigned long long)defaults.seed);
+            defaults.lr_step, defaults.lr_gamma, defaults.momentum, defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
 /* Parse "--name value" pairs; exits with status 2 on a bad command line. */
@@ -96,6 +101,10 @@ static options parse_options(int argc, char **argv)
             o.seed = (uint64_t)num;
         else if (!strcmp(a, "--lr") && is_num && num > 0)
             o.lr = num;
+        else if (!strcmp(a, "--lr-step") && is_count && num <= 10000)
+            o.lr_step = (int)num;
+        else if (!strcmp(a, "--lr-gamma") && is_num && num > 0)
+            o.lr_gamma = num;
         else if (!strcmp(a, "--momentum") && is_num && num >= 0 && num < 1)
             o.momentum = num;
         else if (!strcmp(a, "--weight-decay") && is_num && num >= 0)
@@ -263,6 +272,8 @@ static blob_status train(trainer *t, int64_t used, double *test_accuracy)
         tally tr, te;
         double e0 = now();
         shuffle(t->order, used, &rng);
+        if (o->lr_step)
+            net_set_lr(t->net, o->lr * pow(o->lr_gamma, e / o->lr_step));
         NN_TRY(run_pass(t->net, &t->feed, &t->train, t->order, per_epoch, o->batch, true,
                         tty ? bar : NULL, &tr));
         NN_TRY(run_pass(t->net, &t->feed, &t->test, NULL, t->test.count, o->batch, false, NULL,
@@ -320,9 +331,11 @@ static void print_header(const trainer *t, int64_t used)
         printf("device: GPU %d, %s", device, o->graph ? "CUDA graphs" : "eager");
     else
         printf("device: CPU");
-    printf(" | batch %lld, lr %g, momentum %g, weight decay %g, %d epochs, seed %llu\n",
-           (long long)o->batch, o->lr, o->momentum, o->weight_decay, o->epochs,
-           (unsigned long long)o->seed);
+    printf(" | batch %lld, lr %g", (long long)o->batch, o->lr);
+    if (o->lr_step)
+        printf(" (x%g every %d epochs)", o->lr_gamma, o->lr_step);
+    printf(", momentum %g, weight decay %g, %d epochs, seed %llu\n", o->momentum,
+           o->weight_decay, o->epochs, (unsigned long long)o->seed);
     fflush(stdout);
 }
 

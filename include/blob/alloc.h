@@ -54,6 +54,27 @@ typedef struct {
     uint64_t oom_count;      /* requests that failed for lack of memory */
 } blob_alloc_stats;
 
+/* Allocate `bytes` at a place from its allocator (the memory blobs use), e.g. a device
+ * scratch buffer. A device place must be the current device. The block belongs to
+ * `stream` (NULL: the default stream) and may be used on it at once; use on other
+ * streams must be declared with blob_place_record_stream before it is freed. bytes == 0
+ * gives NULL without a driver call. *out is NULL on failure. Out-of-memory is reported
+ * only after cached memory has been released and the driver asked again.
+ * Errors: BLOB_EINVAL, BLOB_ERANGE (no such GPU), BLOB_EDEVICE (not the current device),
+ * BLOB_ENOMEM (host, pinned), BLOB_EDEVMEM (device), driver errors. */
+BLOB_API blob_status blob_place_alloc(blob_place place, size_t bytes, void *stream, void **out);
+
+/* Give a block of blob_place_alloc back to its place, from any thread and with any
+ * device current. It is reused on its own stream at once and, where other streams were
+ * recorded, only once the work queued on them before this call has completed. NULL and
+ * pointers the place never handed out are ignored. */
+BLOB_API void blob_place_free(blob_place place, void *p);
+
+/* Declare that block p is also used on `stream`. For a pinned block the stream must
+ * belong to the device current when it is freed (otherwise that stream is synchronised
+ * then). Errors: BLOB_EINVAL (p is not a live block of the place), BLOB_ENOMEM. */
+BLOB_API blob_status blob_place_record_stream(blob_place place, void *p, void *stream);
+
 /* Statistics of a place. BLOB_EINVAL for a bad place; BLOB_ERANGE for a missing GPU. */
 BLOB_API blob_status blob_alloc_get_stats(blob_place place, blob_alloc_stats *out);
 

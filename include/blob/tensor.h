@@ -138,15 +138,18 @@ BLOB_API blob_status blob_share_diff(blob *b, blob *other);
 typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
 
 /* Write data or diff as a NumPy .npy file (format 1.0, little-endian '<f4' or '<f8', C
- * order). The file is written to a temporary name in the same directory, flushed and
- * renamed, so `path` is either the old file or the complete new one.
- * Errors: BLOB_EIO, accessor errors. */
+ * order, the header numpy writes). The file is written to a temporary name in the same
+ * directory (mode 0600), flushed and renamed, so `path` is either the old file or the
+ * complete new one. Errors: BLOB_EINVAL, BLOB_EIO, accessor errors. */
 BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
 
-/* Read a .npy file (format 1.x-3.x, '<f4' '<f8' '>f4' '>f8', C order) into data or diff,
- * reshaping the blob to the file's shape (the other part is reshaped too) and converting
- * to the blob's dtype. The file is untrusted: every malformed input gives BLOB_EFORMAT
- * (BLOB_EIO for read errors) and leaves the blob untouched. */
+/* Read a .npy file (format 1.0, 2.0 or 3.0; '<' '>' or '=' byte order; f4 or f8; C
+ * order) into data or diff, reshaping the blob to the file's shape (the other part is
+ * reshaped too) and converting to the blob's dtype. The loaded part gets a new block: a
+ * blob that shared the old one keeps the old values. The file is untrusted: every
+ * malformed input gives BLOB_EFORMAT (BLOB_EIO for read errors), nothing is allocated
+ * beyond what the file's size justifies, and the blob is left untouched.
+ * Errors: BLOB_EINVAL, BLOB_EFORMAT, BLOB_EIO, BLOB_ENOMEM, BLOB_EDEVMEM. */
 BLOB_API blob_status blob_load_npy(blob *b, blob_part part, const char *path);
 
 #ifdef __cplusplus

@@ -17,7 +17,13 @@
  * free an event is recorded on each other stream that used it, and the block waits in a
  * pending list; the events are queried only when the free blocks cannot serve a request.
  *
- * Locking. A mutex per place; the driver allocates and frees outside it. */
+ * Locking. A mutex per place; the driver allocates and frees outside it.
+ *
+ * Backends. Every block, cached segment and idle event of a place is given back through
+ * the backend table that allocated it, whichever table is installed by then. While a
+ * place holds anything of one table it refuses requests under another (BLOB_EBUSY). So
+ * before blob__backend_install switches tables: free every block, then call
+ * blob_alloc_empty_cache for every place. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -25,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "blob/alloc.h"
 #include "../core/core.h"
 
 #define MIB ((size_t)1 << 20)
@@ -586,7 +592,7 @@ static blob_status grow(place_state *pl, size_t need, size_t bytes, void *stream
     return BLOB_OK;
 }
 
-blob_status blob__alloc(blob_place place, size_t bytes, void *stream, void **out)
+blob_status blob_place_alloc(blob_place place, size_t bytes, void *stream, void **out)
 {
     place_state *pl;
     if (!out)
@@ -622,7 +628,7 @@ blob_status blob__alloc(blob_place place, size_t bytes, void *stream, void **out
     return grow(pl, need, bytes, stream, cache, out);
 }
 
-void blob__free(blob_place place, void *p)
+void blob_place_free(blob_place place, void *p)
 {
     place_state *pl;
     if (!p || find_place(place, &pl) != BLOB_OK)
@@ -667,7 +673,7 @@ static blob_status add_use(block *b, void *stream)
     return BLOB_OK;
 }
 
-blob_status blob__alloc_record_stream(blob_place place, void *p, void *stream)
+blob_status blob_place_record_stream(blob_place place, void *p, void *stream)
 {
     place_state *pl;
     BLOB_TRY(find_place(place, &pl));

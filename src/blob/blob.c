@@ -106,9 +106,7 @@ void blob_free(blob *b)
     blob__obj_free(b);
 }
 
-/* A reference to a block that holds `count` elements: `mem` itself if it is large
- * enough, else a new lazy one. */
-static blob_status block_for(const blob *b, blob_syncedmem *mem, int64_t count,
+blob_status blob__block_for(const blob *b, blob_syncedmem *mem, int64_t count,
                              blob_syncedmem **out)
 {
     if (blob__mem_capacity(b, mem) >= count) {
@@ -126,8 +124,8 @@ blob_status blob_reshape(blob *b, int num_axes, const int64_t *shape)
     int64_t count;
     BLOB_TRY(blob__shape_count(b->dtype, num_axes, shape, &count));
     blob_syncedmem *data, *diff;
-    BLOB_TRY(block_for(b, b->data, count, &data));
-    blob_status st = block_for(b, b->diff, count, &diff);
+    BLOB_TRY(blob__block_for(b, b->data, count, &data));
+    blob_status st = blob__block_for(b, b->diff, count, &diff);
     if (st != BLOB_OK) {
         blob_syncedmem_free(data);
         return st;

@@ -21,6 +21,11 @@ blob_status blob__shape_count(blob_dtype dtype, int num_axes, const int64_t *sha
 /* Elements a block holds. */
 int64_t blob__mem_capacity(const blob *b, const blob_syncedmem *mem);
 
+/* A reference to a block that holds `count` elements: `mem` itself (retained) if it is
+ * large enough, else a new lazy block on b's device. */
+blob_status blob__block_for(const blob *b, blob_syncedmem *mem, int64_t count,
+                            blob_syncedmem **out);
+
 /* Replace b's shape and blocks at once. Takes over one reference of data and of diff
  * (retain a block first to keep it, b's current ones included) and releases b's old
  * blocks. Cannot fail. */

@@ -447,14 +447,8 @@ blob_status blob_load_npy(blob *b, blob_part part, const char *path)
     if (st == BLOB_OK)
         st = read_block(f, path, &h, b->dtype, b->device, &mem);
     fclose(f);
-    if (st == BLOB_OK && blob__mem_capacity(b, other) < h.count) {
-        st = blob_syncedmem_create(&other, (size_t)h.count * blob_dtype_size(b->dtype),
-                                   b->device);
-        if (st != BLOB_OK)
-            blob_syncedmem_free(mem);
-    } else if (st == BLOB_OK) {
-        blob_syncedmem_retain(other); /* blob__commit takes over one reference */
-    }
+    if (st == BLOB_OK && (st = blob__block_for(b, other, h.count, &other)) != BLOB_OK)
+        blob_syncedmem_free(mem);
     BLOB_TRY(st);
     if (part == BLOB_PART_DATA)
         blob__commit(b, h.num_axes, h.shape, h.count, mem, other);

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "blob/syncedmem.h"
-#include "../alloc/alloc.h"
+#include "blob/alloc.h"
 #include "../core/core.h"
 #include "syncedmem_internal.h"
 
@@ -62,7 +62,7 @@ void blob_syncedmem_retain(blob_syncedmem *m)
 static void free_host(blob_syncedmem *m)
 {
     if (m->own_host)
-        blob__free(m->host_pinned ? blob_place_pinned() : blob_place_host(), m->host);
+        blob_place_free(m->host_pinned ? blob_place_pinned() : blob_place_host(), m->host);
     m->host = NULL;
     m->own_host = false;
     m->host_pinned = false;
@@ -71,7 +71,7 @@ static void free_host(blob_syncedmem *m)
 static void free_dev(blob_syncedmem *m)
 {
     if (m->own_dev)
-        blob__free(blob_place_device(m->device), m->dev);
+        blob_place_free(blob_place_device(m->device), m->dev);
     m->dev = NULL;
     m->own_dev = false;
 }
@@ -120,7 +120,7 @@ static blob_status check_gpu(const blob_syncedmem *m)
 static blob_status alloc_host(blob_syncedmem *m)
 {
     blob_place place = host_place(m);
-    BLOB_TRY(blob__alloc(place, m->size, blob__current_stream(), &m->host));
+    BLOB_TRY(blob_place_alloc(place, m->size, blob__current_stream(), &m->host));
     m->own_host = true;
     m->host_pinned = place.kind == BLOB_PLACE_PINNED;
     return BLOB_OK;
@@ -128,7 +128,7 @@ static blob_status alloc_host(blob_syncedmem *m)
 
 static blob_status alloc_dev(blob_syncedmem *m, void *stream)
 {
-    BLOB_TRY(blob__alloc(blob_place_device(m->device), m->size, stream, &m->dev));
+    BLOB_TRY(blob_place_alloc(blob_place_device(m->device), m->size, stream, &m->dev));
     m->own_dev = true;
     return BLOB_OK;
 }
