@@ -251,7 +251,8 @@ void bench_update_host(void)
 /* ---- 7: a training-like loop whose batch changes every step ---- */
 
 #define LOOP_IN 784
-#define LOOP_HID 256
+#define LOOP_HID_GPU 4096 /* a wide MLP: a working set of ~100 MiB */
+#define LOOP_HID_HOST 256 /* keeps the host-only run short */
 #define LOOP_OUT 10
 #define LOOP_BMIN 16
 #define LOOP_BMAX 512
@@ -264,6 +265,7 @@ typedef blob_status (*copy_fn)(blob_dtype, int64_t, const void *, void *);
 
 typedef struct {
     int device;
+    int64_t hid;
     uint64_t rng;
     blob *w1, *w2, *h, *y;
     read_fn data;
@@ -286,7 +288,7 @@ static int64_t loop_batch(loop_ctx *l)
 static int loop_step_body(loop_ctx *l, blob *x, int64_t b)
 {
     const float lr = 1e-3f / (float)b;
-    int64_t sh[] = {b, LOOP_HID}, sy[] = {b, LOOP_OUT};
+    int64_t sh[] = {b, l->hid}, sy[] = {b, LOOP_OUT};
     const void *px, *pw1, *pw2, *loss;
     void *hostx, *ph, *py, *pdy, *pdh, *pdw1, *pdw2;
     BTRY(blob_mutable_cpu_data(x, &hostx));
@@ -298,21 +300,21 @@ static int loop_step_body(loop_ctx *l, blob *x, int64_t b)
     BTRY(l->data(l->w2, &pw2));
     BTRY(l->mdata(l->h, &ph));
     BTRY(l->mdata(l->y, &py));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, LOOP_HID, LOOP_IN, 1, px, pw1,
+    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, l->hid, LOOP_IN, 1, px, pw1,
                  0, ph));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, LOOP_OUT, LOOP_HID, 1, ph, pw2,
+    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, LOOP_OUT, l->hid, 1, ph, pw2,
                  0, py));
     BTRY(blob_cpu_data(l->y, &loss));
     BTRY(l->mdiff(l->y, &pdy));
     BTRY(l->copy(BLOB_FLOAT32, b * LOOP_OUT, py, pdy));
     BTRY(l->mdiff(l->w2, &pdw2));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, LOOP_HID, LOOP_OUT, b, lr, ph, pdy, 0,
+    BTRY(l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, l->hid, LOOP_OUT, b, lr, ph, pdy, 0,
                  pdw2));
     BTRY(l->mdiff(l->h, &pdh));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, b, LOOP_HID, LOOP_OUT, 1, pdy, pw2, 0,
+    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, b, l->hid, LOOP_OUT, 1, pdy, pw2, 0,
                  pdh));
     BTRY(l->mdiff(l->w1, &pdw1));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, LOOP_IN, LOOP_HID, b, lr, px, pdh, 0,
+    BTRY(l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, LOOP_IN, l->hid, b, lr, px, pdh, 0,
                  pdw1));
     BTRY(blob_update(l->w1));
     BTRY(blob_update(l->w2));
@@ -340,16 +342,16 @@ static int loop_run(void *ctx, int n)
 
 static int loop_setup(loop_ctx *l)
 {
-    int64_t s1[] = {LOOP_IN, LOOP_HID}, s2[] = {LOOP_HID, LOOP_OUT}, sa[] = {1, 1};
+    int64_t s1[] = {LOOP_IN, l->hid}, s2[] = {l->hid, LOOP_OUT}, sa[] = {1, 1};
     BTRY(blob_create(&l->w1, BLOB_FLOAT32, l->device, 2, s1));
     BTRY(blob_create(&l->w2, BLOB_FLOAT32, l->device, 2, s2));
     BTRY(blob_create(&l->h, BLOB_FLOAT32, l->device, 2, sa));
     BTRY(blob_create(&l->y, BLOB_FLOAT32, l->device, 2, sa));
     void *p;
     BTRY(blob_mutable_cpu_data(l->w1, &p));
-    memset(p, 0x3c, sizeof(float) * LOOP_IN * LOOP_HID);
+    memset(p, 0x3c, sizeof(float) * LOOP_IN * l->hid);
     BTRY(blob_mutable_cpu_data(l->w2, &p));
-    memset(p, 0x3c, sizeof(float) * LOOP_HID * LOOP_OUT);
+    memset(p, 0x3c, sizeof(float) * l->hid * LOOP_OUT);
     return 0;
 }
 
@@ -409,7 +411,8 @@ void bench_loop(bool gpu)
 {
     static const char *const cols[] = {"value"};
     report_section("7", "Training-like loop, batch random in [16, 512] every step", 1, cols);
-    loop_ctx l = {.device = BLOB_HOST_ONLY, .rng = 0x9E3779B97F4A7C15ull};
+    loop_ctx l = {.device = BLOB_HOST_ONLY, .hid = gpu ? LOOP_HID_GPU : LOOP_HID_HOST,
+                  .rng = 0x9E3779B97F4A7C15ull};
     if (gpu && blob_device_get(&l.device) != BLOB_OK) {
         report_error("setup", blob_last_error());
         return;
@@ -426,8 +429,9 @@ void bench_loop(bool gpu)
         report_error("loop", bench_error());
     else
         loop_rows(gpu, us, st);
-    report_note("each step: a fresh x {b,784} filled on the host; h {b,256}, y {b,10} "
-                "reshaped; 5 gemm, loss read back, 2 updates (%s)", gpu ? "GPU" : "host-only");
+    report_note("each step: a fresh x {b,784} filled on the host; h {b,%lld}, y {b,10} "
+                "reshaped; 5 gemm, loss read back, 2 updates (%s)", (long long)l.hid,
+                gpu ? "GPU" : "host-only");
     report_note("warm-up: one step at b = 512, then 20 random; timed: 220 random steps; stats "
                 "of the %s place, peaks since its cache was emptied", gpu ? "device" : "host");
     blob_free(l.w1);

@@ -158,17 +158,21 @@ END_TEST
 
 START_TEST(test_split_merge_large)
 {
-    char *x = get(DEV0, 4 * MIB, NULL), *y = get(DEV0, 4 * MIB, NULL);
-    ck_assert_ptr_eq(y, x + 4 * MIB);
-    ck_assert_uint_eq(stats_of(DEV0).reserved, 20 * MIB);
-    ck_assert_uint_eq(fake_get_stats().device_allocs, 1);
+    /* 1 MiB and more: a segment of the request rounded up to 2 MiB */
+    char *x = get(DEV0, 6 * MIB, NULL);
+    ck_assert_uint_eq(stats_of(DEV0).reserved, 6 * MIB);
     blob_place_free(DEV0, x);
+    char *y = get(DEV0, 4 * MIB, NULL); /* best fit splits the free 6 MiB */
+    char *z = get(DEV0, 2 * MIB, NULL); /* and takes the rest */
+    ck_assert_ptr_eq(y, x);
+    ck_assert_ptr_eq(z, x + 4 * MIB);
+    ck_assert_uint_eq(fake_get_stats().device_allocs, 1);
     blob_place_free(DEV0, y);
-    ck_assert_ptr_eq(get(DEV0, 20 * MIB - 512, NULL), x);
+    blob_place_free(DEV0, z);
+    ck_assert_ptr_eq(get(DEV0, 6 * MIB, NULL), x); /* merged back into one block */
     ck_assert_uint_eq(fake_get_stats().device_allocs, 1);
     blob_place_free(DEV0, x);
     ck_ok(blob_alloc_empty_cache(DEV0));
-    /* 10 MiB and more: a segment of its own, rounded up to 2 MiB, the rest split off. */
     char *h = get(DEV0, 10 * MIB + 1, NULL);
     blob_alloc_stats s = stats_of(DEV0);
     ck_assert_uint_eq(s.reserved, 12 * MIB);

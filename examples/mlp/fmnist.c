@@ -8,6 +8,8 @@
 #include <zlib.h>
 
 #define IDX_UBYTE 0x08
+/* Bound on a dimension left free, so a forged header cannot ask for terabytes. */
+#define MAX_FREE_DIM (1u << 20)
 
 static int fail(char *err, size_t size, const char *fmt, ...)
 {
@@ -21,16 +23,13 @@ static int fail(char *err, size_t size, const char *fmt, ...)
 /* Read exactly n bytes; 0 on success, -1 with err set (truncated or unreadable). */
 static int read_all(gzFile gz, const char *path, void *buf, size_t n, char *err, size_t size)
 {
-    size_t done = 0;
+    size_t done = 0; /* n < 2^30, given MAX_FREE_DIM */
     while (done < n) {
-        size_t chunk = n - done < (1u << 30) ? n - done : (1u << 30);
-        int got = gzread(gz, (uint8_t *)buf + done, (unsigned)chunk);
-        if (got < 0) {
-            int code;
-            const char *msg = gzerror(gz, &code);
-            return fail(err, size, "%s: read error: %s", path,
-                        code == Z_ERRNO ? strerror(errno) : msg);
-        }
+        int got = gzread(gz, (uint8_t *)buf + done, (unsigned)(n - done)), code;
+        const char *msg = gzerror(gz, &code);
+        if (got < 0 || (got == 0 && code != Z_OK && code != Z_BUF_ERROR))
+            return code == Z_ERRNO ? fail(err, size, "%s: %s", path, strerror(errno))
+                                   : fail(err, size, "%s", msg); /* msg names the file */
         if (got == 0)
             return fail(err, size, "%s: truncated: %zu bytes missing", path, n - done);
         done += (size_t)got;
@@ -38,8 +37,9 @@ static int read_all(gzFile gz, const char *path, void *buf, size_t n, char *err,
     return 0;
 }
 
-/* Read an IDX file of unsigned bytes with `ndims` dimensions, each equal to expect[i]
- * unless that is 0 (what[i] names it in messages), into dims and a fresh payload. */
+/* Read an IDX file of unsigned bytes with `ndims` dimensions, each equal to expect[i],
+ * or at most MAX_FREE_DIM where that is 0 (what[i] names it in messages), into dims and a
+ * fresh payload. */
 static int read_idx(const char *path, int ndims, const uint32_t *expect,
                     const char *const *what, uint32_t *dims, uint8_t **payload, char *err,
                     size_t size)
@@ -52,15 +52,20 @@ static int read_idx(const char *path, int ndims, const uint32_t *expect,
     uint8_t head[4 + 4 * 3];
     int rc = read_all(gz, path, head, 4 + 4 * (size_t)ndims, err, size);
     if (rc == 0 && (head[0] || head[1] || head[2] != IDX_UBYTE || head[3] != ndims))
-        rc = fail(err, size, "%s: not an IDX file of %d-D unsigned bytes (magic %02x%02x%02x%02x)",
-                  path, ndims, head[0], head[1], head[2], head[3]);
+        rc = fail(err, size, "%s: not %d-D IDX unsigned bytes (magic %02x%02x%02x%02x)", path,
+                  ndims, head[0], head[1], head[2], head[3]);
     size_t n = 1;
     for (int i = 0; rc == 0 && i < ndims; i++) {
         const uint8_t *d = head + 4 + 4 * i;
         dims[i] = (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3];
-        if (dims[i] == 0 || (expect[i] && dims[i] != expect[i]))
+        if (dims[i] == 0)
+            rc = fail(err, size, "%s: no %s", path, what[i]);
+        else if (expect[i] && dims[i] != expect[i])
             rc = fail(err, size, "%s: %u %s, expected %u", path, dims[i], what[i], expect[i]);
-        n *= dims[i]; /* one free dim below 2^32 times fixed small ones: fits */
+        else if (!expect[i] && dims[i] > MAX_FREE_DIM)
+            rc = fail(err, size, "%s: %u %s, more than the %u accepted", path, dims[i],
+                      what[i], MAX_FREE_DIM);
+        n *= dims[i];
     }
     if (rc == 0 && !(*payload = malloc(n)))
         rc = fail(err, size, "%s: out of memory for %zu bytes", path, n);

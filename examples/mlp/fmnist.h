@@ -6,9 +6,9 @@
  *   if (fmnist_load(&train, "/usr/share/datasets/fashion-mnist", "train", err, sizeof err))
  *       fprintf(stderr, "%s\n", err);
  *
- * The files are untrusted: a wrong magic number, images other than 28x28, label and
- * image counts that differ, labels outside 0..9, truncated or trailing data are all
- * reported as errors.
+ * The files are untrusted: a wrong magic number, images other than 28x28, more than
+ * 2^20 images, label and image counts that differ, labels outside 0..9, corrupt,
+ * truncated or trailing data are all reported as errors.
  */
 #ifndef MLP_FMNIST_H
 #define MLP_FMNIST_H

@@ -18,12 +18,12 @@
 #define GRAD_TOL 1e-6 /* |analytic - numeric| <= GRAD_TOL * max(1, |analytic| + |numeric|) */
 #define AGREE_TOL 1e-3 /* relative, float32 CPU vs GPU after a few steps */
 
-static int failures;
+static int passed, failed, skipped;
 
 static void report(blob_status st, const char *what)
 {
     fprintf(stderr, "gradcheck: %s: %s: %s\n", what, blob_strerror(st), blob_last_error());
-    failures++;
+    failed++;
 }
 
 /* ---- 1. layers against finite differences ---- */
@@ -49,9 +49,9 @@ static blob_status objective(layer_case *c, double *out)
 }
 
 /* Compare v's diff, as left by backward, with central differences of the objective in
- * each element of v's data. */
+ * each element of v's data; count the elements and those that differ. */
 static blob_status check_blob(layer_case *c, blob *v, const char *label, double *max_err,
-                              int64_t *checked)
+                              int64_t *checked, int64_t *bad)
 {
     int64_t n = blob_count(v);
     double *analytic = malloc((size_t)n * sizeof *analytic);
@@ -81,7 +81,7 @@ static blob_status check_blob(layer_case *c, blob *v, const char *label, double 
         if (err > GRAD_TOL) {
             printf("  %s %s[%lld]: analytic %.10g, numeric %.10g\n", c->name, label,
                    (long long)i, a, numeric);
-            failures++;
+            ++*bad;
         }
     }
     *checked += n;
@@ -116,15 +116,18 @@ static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
     NN_TRY(nn_layer_backward(c->layer, c->top, true, c->bottom));
 
     double max_err = 0;
-    int64_t checked = 0;
-    int before = failures;
-    NN_TRY(check_blob(c, c->bottom[0], "bottom", &max_err, &checked));
+    int64_t checked = 0, bad = 0;
+    NN_TRY(check_blob(c, c->bottom[0], "bottom", &max_err, &checked, &bad));
     for (int i = 0; i < nn_layer_num_params(c->layer); i++)
         NN_TRY(check_blob(c, nn_layer_param(c->layer, i), i ? "bias" : "weights", &max_err,
-                          &checked));
+                          &checked, &bad));
     printf("gradcheck %s %-16s %4lld derivatives, max error %.1e  %s\n",
            mode == NN_GPU ? "GPU" : "CPU", c->name, (long long)checked, max_err,
-           failures == before ? "ok" : "FAILED");
+           bad ? "FAILED" : "ok");
+    if (bad)
+        failed++;
+    else
+        passed++;
     return BLOB_OK;
 }
 
@@ -237,7 +240,10 @@ static void compare(const char *what, const run_result *ref, const run_result *r
     printf("agreement %-22s %d steps: loss %.6f vs %.6f, max loss error %.1e, max weight "
            "error %.1e  %s\n", what, STEPS, r->loss[STEPS - 1], ref->loss[STEPS - 1], loss_err,
            param_err, ok ? "ok" : "FAILED");
-    failures += !ok;
+    if (ok)
+        passed++;
+    else
+        failed++;
 }
 
 static void check_training(bool gpu)
@@ -246,8 +252,10 @@ static void check_training(bool gpu)
     blob_status st;
     if ((st = run_steps(NN_CPU, false, &cpu)) != BLOB_OK)
         report(st, "training on the CPU");
-    else if (!gpu)
+    else if (!gpu) {
         printf("agreement CPU vs GPU: skipped (no GPU)\n");
+        skipped += 2;
+    }
     else if ((st = run_steps(NN_GPU, false, &eager)) != BLOB_OK)
         report(st, "training on the GPU");
     else if ((st = run_steps(NN_GPU, true, &graph)) != BLOB_OK)
@@ -267,14 +275,12 @@ int main(void)
     check_layers(NN_CPU);
     if (gpu)
         check_layers(NN_GPU);
-    else
+    else {
         printf("gradcheck GPU: skipped (no GPU; libblob %s CUDA)\n",
                blob_built_with_cuda() ? "built with" : "built without");
-    check_training(gpu);
-    if (failures) {
-        printf("gradcheck: %d failure(s)\n", failures);
-        return 1;
+        skipped += 3;
     }
-    printf("gradcheck: all passed\n");
-    return 0;
+    check_training(gpu);
+    printf("gradcheck: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
 }

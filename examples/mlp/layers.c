@@ -3,23 +3,21 @@
 #include <math.h>
 #include <stdlib.h>
 
-static const nn_math cpu_math = {
-    blob_cpu_gemm,         blob_cpu_gemv,          blob_cpu_axpy,
-    blob_cpu_axpby,        blob_cpu_copy,          blob_cpu_set,
-    blob_cpu_relu_forward, blob_cpu_relu_backward, blob_cpu_softmax_loss_forward,
-    blob_cpu_softmax_loss_backward,
-    blob_cpu_data,         blob_mutable_cpu_data,  blob_cpu_diff,
-    blob_mutable_cpu_diff,
-};
+/* One table per side, from one macro so the two cannot drift. */
+#define NN_MATH(side)                                                                        \
+    {                                                                                        \
+        .gemm = blob_##side##_gemm, .gemv = blob_##side##_gemv, .axpy = blob_##side##_axpy,  \
+        .axpby = blob_##side##_axpby, .copy = blob_##side##_copy, .set = blob_##side##_set,  \
+        .relu_forward = blob_##side##_relu_forward,                                          \
+        .relu_backward = blob_##side##_relu_backward,                                        \
+        .softmax_loss_forward = blob_##side##_softmax_loss_forward,                          \
+        .softmax_loss_backward = blob_##side##_softmax_loss_backward,                        \
+        .data = blob_##side##_data, .mutable_data = blob_mutable_##side##_data,              \
+        .diff = blob_##side##_diff, .mutable_diff = blob_mutable_##side##_diff,              \
+    }
 
-static const nn_math gpu_math = {
-    blob_gpu_gemm,         blob_gpu_gemv,          blob_gpu_axpy,
-    blob_gpu_axpby,        blob_gpu_copy,          blob_gpu_set,
-    blob_gpu_relu_forward, blob_gpu_relu_backward, blob_gpu_softmax_loss_forward,
-    blob_gpu_softmax_loss_backward,
-    blob_gpu_data,         blob_mutable_gpu_data,  blob_gpu_diff,
-    blob_mutable_gpu_diff,
-};
+static const nn_math cpu_math = NN_MATH(cpu);
+static const nn_math gpu_math = NN_MATH(gpu);
 
 const nn_math *nn_math_of(nn_mode mode) { return mode == NN_GPU ? &gpu_math : &cpu_math; }
 

@@ -32,7 +32,12 @@ BLOB_API int blob_device_count(void);
 /* Whether the library was built with CUDA (true even when no GPU is present). */
 BLOB_API bool blob_built_with_cuda(void);
 
-/* The calling thread's current device. BLOB_ENODEV without GPUs. */
+/* The calling thread's current device, read from the driver. BLOB_ENODEV without GPUs.
+ *
+ * The library keeps a per-thread record of the current device, written by
+ * blob_device_set and blob_device_get, and checks every object's device against it
+ * without asking the driver. A thread that switches devices with cudaSetDevice directly
+ * must call blob_device_set or blob_device_get before touching library objects. */
 BLOB_API blob_status blob_device_get(int *device);
 
 /* Make device current for the calling thread. BLOB_ERANGE if there is no such device. */

@@ -2,11 +2,12 @@
  * device; pageable host memory goes straight to the backend, with statistics.
  *
  * Sizes. Requests are rounded up to 512 B. Those under 1 MiB are carved from 2 MiB
- * segments (the small pool), the others from the large pool, whose segments are 20 MiB
- * on a device below 10 MiB and the request rounded up to 2 MiB above; a pinned segment
- * is the request rounded up to 1/8 of its power of two, so pinned host memory never
- * exceeds a large request by more than 1/8 (power-of-two rounding doubles it). A block
- * is split when the rest would waste more than 1/8 of the request.
+ * segments (the small pool), the others from the large pool, whose segments are the
+ * request rounded up to 2 MiB (the driver's page) on a device and to 1/8 of its power of
+ * two for pinned memory, so pinned host memory never exceeds a large request by more
+ * than 1/8 (power-of-two rounding doubles it). Segments sized to their first request
+ * keep reserved memory close to what is in use; the cache then serves the steady state.
+ * A block is split when the rest would waste more than 1/8 of the request.
  *
  * Structures. A segment is a list of blocks in address order; a freed block merges with
  * free neighbours. Free blocks sit in a treap per pool ordered by (stream, size,
@@ -38,9 +39,7 @@
 #define ROUND ((size_t)512)
 #define SMALL_MAX MIB          /* requests below go to the small pool */
 #define SMALL_SEGMENT (2 * MIB)
-#define LARGE_SEGMENT (20 * MIB)
-#define HUGE_MIN (10 * MIB)    /* device requests from here get a segment of their own */
-#define HUGE_ROUND (2 * MIB)
+#define DEVICE_PAGE (2 * MIB)
 #define MAX_REQUEST (SIZE_MAX / 4)
 #define MAX_DEVICES 64
 #define N_PLACES (2 + MAX_DEVICES)
@@ -138,7 +137,7 @@ static size_t segment_size(blob_place_kind kind, size_t need)
         return SMALL_SEGMENT;
     if (kind == BLOB_PLACE_PINNED)
         return round_up(need, ((size_t)1 << (63 - __builtin_clzll(need))) / 8);
-    return need < HUGE_MIN ? LARGE_SEGMENT : round_up(need, HUGE_ROUND);
+    return round_up(need, DEVICE_PAGE);
 }
 
 static blob_status oom_status(const place_state *pl)

@@ -3,6 +3,7 @@
 #include "core.h"
 
 const blob__backend *blob__be;
+unsigned blob__backend_generation;
 
 /* The default table is chosen before main() so that blob__be is never NULL. */
 __attribute__((constructor)) static void backend_init(void)
@@ -14,6 +15,7 @@ __attribute__((constructor)) static void backend_init(void)
 void blob__backend_install(const blob__backend *be)
 {
     blob__be = be ? be : blob__backend_default();
+    blob__backend_generation++;
 }
 
 void *blob__obj_alloc(size_t bytes)

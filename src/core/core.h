@@ -51,6 +51,9 @@ typedef struct blob__backend {
 /* The table in use. Read on every device operation; changed only by install. */
 extern const blob__backend *blob__be;
 
+/* Bumped by every install, so per-thread records of the old table are dropped. */
+extern unsigned blob__backend_generation;
+
 /* The table this build uses by default (CUDA, or "no GPU"). */
 const blob__backend *blob__backend_default(void);
 
@@ -83,6 +86,11 @@ void blob__obj_free(void *p);
 
 /* The calling thread's current stream (blob_set_stream). */
 void *blob__current_stream(void);
+
+/* The calling thread's current device as the library knows it: set by blob_device_set
+ * and blob_device_get, read from the backend once per thread (and table) otherwise. A
+ * plain load on the hot path, where asking the driver costs ~50 ns. */
+blob_status blob__current_device(int *device);
 
 /* Check that `device` is the calling thread's current device. */
 blob_status blob__check_device(int device);

@@ -3,6 +3,31 @@
 
 static _Thread_local void *current_stream;
 
+/* The thread's current device, valid while generation matches the backend's. */
+static _Thread_local struct {
+    bool known;
+    unsigned generation;
+    int device;
+} current;
+
+static void remember_device(int device)
+{
+    current.known = true;
+    current.generation = blob__backend_generation;
+    current.device = device;
+}
+
+blob_status blob__current_device(int *device)
+{
+    if (!current.known || current.generation != blob__backend_generation) {
+        int d;
+        BLOB_TRY(blob__be->get_device(&d));
+        remember_device(d);
+    }
+    *device = current.device;
+    return BLOB_OK;
+}
+
 int blob_device_count(void)
 {
     return blob__be->device_count();
@@ -20,7 +45,11 @@ blob_status blob_device_get(int *device)
     if (!device)
         return BLOB_FAIL(BLOB_EINVAL, "device is NULL");
     BLOB_TRY(require_gpu());
-    return blob__be->get_device(device);
+    int d;
+    BLOB_TRY(blob__be->get_device(&d));
+    remember_device(d);
+    *device = d;
+    return BLOB_OK;
 }
 
 blob_status blob_device_set(int device)
@@ -29,7 +58,9 @@ blob_status blob_device_set(int device)
     if (device < 0 || device >= blob__be->device_count())
         return BLOB_FAIL(BLOB_ERANGE, "device %d not in [0, %d)", device,
                          blob__be->device_count());
-    return blob__be->set_device(device);
+    BLOB_TRY(blob__be->set_device(device));
+    remember_device(device);
+    return BLOB_OK;
 }
 
 blob_status blob_device_synchronize(void)
@@ -79,11 +110,11 @@ void *blob__current_stream(void)
 
 blob_status blob__check_device(int device)
 {
-    int current;
-    BLOB_TRY(blob__be->get_device(&current));
-    if (current != device)
+    int cur;
+    BLOB_TRY(blob__current_device(&cur));
+    if (cur != device)
         return BLOB_FAIL(BLOB_EDEVICE, "object is on GPU %d but GPU %d is current", device,
-                         current);
+                         cur);
     return BLOB_OK;
 }
 

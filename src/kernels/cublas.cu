@@ -26,6 +26,7 @@ static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *
 typedef struct {
     int count;
     cublasHandle_t *handle; /* [count], NULL until first used on that device */
+    void **stream;          /* [count], the stream each handle is bound to */
 } handle_table;
 
 static pthread_key_t table_key;
@@ -72,26 +73,32 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
     if (!t) {
         int count;
         CUDA_TRY(func, cudaGetDeviceCount(&count));
-        t = (handle_table *)calloc(1, sizeof *t + (size_t)count * sizeof(cublasHandle_t));
+        t = (handle_table *)calloc(1, sizeof *t + (size_t)count * (sizeof(cublasHandle_t) +
+                                                                   sizeof(void *)));
         if (!t)
             return blob__fail(BLOB_ENOMEM, func, "no host memory for the cuBLAS handle table");
         t->count = count;
         t->handle = (cublasHandle_t *)(t + 1);
+        t->stream = (void **)(t->handle + count);
         if (pthread_setspecific(table_key, t) != 0) {
             free(t);
             return blob__fail(BLOB_ENOMEM, func, "pthread_setspecific failed");
         }
     }
     int dev;
-    CUDA_TRY(func, cudaGetDevice(&dev));
+    BLOB_TRY(blob__current_device(&dev));
     if (dev < 0 || dev >= t->count)
         return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev, t->count);
     if (!t->handle[dev]) {
         cublasHandle_t h;
         CUBLAS_TRY(func, cublasCreate, (&h));
         t->handle[dev] = h;
+        t->stream[dev] = NULL; /* a new handle starts on the default stream */
     }
-    CUBLAS_TRY(func, cublasSetStream, (t->handle[dev], (cudaStream_t)stream));
+    if (t->stream[dev] != stream) {
+        CUBLAS_TRY(func, cublasSetStream, (t->handle[dev], (cudaStream_t)stream));
+        t->stream[dev] = stream;
+    }
     *out = t->handle[dev];
     return BLOB_OK;
 }

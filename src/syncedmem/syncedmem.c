@@ -36,7 +36,7 @@ blob_status blob_syncedmem_create(blob_syncedmem **out, size_t bytes, int device
     if (device == BLOB_DEVICE_DEFAULT) {
         device = BLOB_HOST_ONLY;
         if (n > 0)
-            BLOB_TRY(blob__be->get_device(&device));
+            BLOB_TRY(blob__current_device(&device));
     } else if (device < BLOB_HOST_ONLY) {
         return BLOB_FAIL(BLOB_EINVAL, "bad device %d", device);
     } else if (device >= n) {
