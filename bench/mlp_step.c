@@ -187,11 +187,14 @@ int main(int argc, char **argv)
     const char *no_torch = torch_figures(script, mode, steps, repeats, torch, torch_device,
                                          sizeof torch_device);
 
+    char where[32] = "the CPU";
+    int gpu;
+    if (mode == NN_GPU && blob_device_get(&gpu) == BLOB_OK)
+        snprintf(where, sizeof where, "GPU %d", gpu);
     printf("mlp_step: one SGD step of MLP 784-256-128-10 (forward, backward, update, loss "
            "read back)\n");
-    printf("device: %s%s%s; median of %d runs of %d steps after %d warm-up steps\n",
-           mode == NN_GPU ? "GPU" : "CPU", *torch_device ? " " : "", torch_device, repeats,
-           steps, WARMUP);
+    printf("libblob on %s%s%s; median of %d runs of %d steps after %d warm-up steps\n", where,
+           *torch_device ? ", PyTorch on " : "", torch_device, repeats, steps, WARMUP);
     printf("batch  libblob eager  libblob graph   torch eager  torch / libblob best\n");
     for (int i = 0; i < NUM_BATCHES; i++) {
         double best = graph[i] > 0 && graph[i] < eager[i] ? graph[i] : eager[i];

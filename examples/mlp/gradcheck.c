@@ -171,8 +171,28 @@ typedef struct {
     int64_t count;
 } run_result;
 
+/* Copy all parameters to r->params, allocating it on first use. */
+static blob_status read_params(net *n, run_result *r)
+{
+    if (!r->params) {
+        for (int i = 0; i < net_num_params(n); i++)
+            r->count += blob_count(net_param(n, i));
+        if (!(r->params = malloc((size_t)r->count * sizeof *r->params)))
+            return BLOB_ENOMEM;
+    }
+    float *out = r->params;
+    for (int i = 0; i < net_num_params(n); i++) {
+        const float *p;
+        NN_TRY(blob_cpu_data(net_param(n, i), (const void **)&p));
+        for (int64_t j = 0; j < blob_count(net_param(n, i)); j++)
+            *out++ = p[j];
+    }
+    return BLOB_OK;
+}
+
 /* Train STEPS steps alternating between two fixed random batches (so a graph run
- * captures one graph per batch) and collect the losses and final parameters. */
+ * captures one graph per batch), reading the parameters on the host halfway as a
+ * checkpoint would, and collect the losses and final parameters. */
 static blob_status run_steps(nn_mode mode, bool graph, run_result *r)
 {
     void *stream = NULL;
@@ -198,22 +218,14 @@ static blob_status run_steps(nn_mode mode, bool graph, run_result *r)
             labels[i] = (float)(int)(nn_uniform(&rng) * 10);
     }
     int64_t correct;
-    for (int s = 0; st == BLOB_OK && s < STEPS; s++)
+    for (int s = 0; st == BLOB_OK && s < STEPS; s++) {
         if ((st = net_train_step(n, x[s % 2], y[s % 2])) == BLOB_OK)
             st = net_output(n, &r->loss[s], &correct);
-    r->count = 0;
-    for (int i = 0; st == BLOB_OK && i < net_num_params(n); i++)
-        r->count += blob_count(net_param(n, i));
-    if (st == BLOB_OK && !(r->params = malloc((size_t)r->count * sizeof *r->params)))
-        st = BLOB_ENOMEM;
-    int64_t at = 0;
-    for (int i = 0; st == BLOB_OK && i < net_num_params(n); i++) {
-        const float *p;
-        if ((st = blob_cpu_data(net_param(n, i), (const void **)&p)) != BLOB_OK)
-            break;
-        for (int64_t j = 0; j < blob_count(net_param(n, i)); j++)
-            r->params[at++] = p[j];
+        if (st == BLOB_OK && s == STEPS / 2)
+            st = read_params(n, r);
     }
+    if (st == BLOB_OK)
+        st = read_params(n, r);
     if (stream)
         blob_stream_synchronize(stream);
     net_free(n);

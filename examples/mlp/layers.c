@@ -70,7 +70,6 @@ typedef struct {
 struct nn_layer {
     const layer_type *type;
     const nn_math *m;
-    nn_mode mode;
     blob_dtype dtype;
     int num_params;
     blob *params[2];
@@ -91,7 +90,6 @@ static blob_status layer_alloc(nn_layer **out, const layer_type *type, nn_mode m
         return BLOB_ENOMEM;
     l->type = type;
     l->m = nn_math_of(mode);
-    l->mode = mode;
     l->dtype = dtype;
     return BLOB_OK;
 }

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_LAYERS (2 * (NET_MAX_DIMS - 1))
 #define MAX_PARAMS (2 * (NET_MAX_DIMS - 1))
@@ -14,9 +15,10 @@ struct net {
     nn_layer *layers[MAX_LAYERS];
     blob *tops[MAX_LAYERS];       /* tops[i] is written by layers[i]; the last is the loss */
     int num_params;
-    blob *params[MAX_PARAMS];     /* borrowed from the layers */
-    blob *history[MAX_PARAMS];    /* momentum */
+    blob *params[MAX_PARAMS];     /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
+    blob *flat;                   /* every parameter (data) and its gradient (diff) */
+    blob *history;                /* momentum, one per element of flat */
     blob *labels;                 /* of the last forward, for net_output */
     bool warm;                    /* a step ran eagerly, so all memory exists */
     int num_graphs;
@@ -51,10 +53,41 @@ static blob_status build(net *n)
             int k = n->num_params++;
             n->params[k] = p;
             snprintf(n->names[k], sizeof n->names[k], "ip%d.%s", ip, j ? "bias" : "weights");
-            /* zero-filled on first access, as the history starts */
-            NN_TRY(nn_blob_create(&n->history[k], c->mode, c->dtype, blob_num_axes(p),
-                                  blob_shape(p)));
         }
+    }
+    return BLOB_OK;
+}
+
+/* Lay all parameters out in one blob, as Caffe's multi-GPU solver does: each one's data
+ * and diff become views of a slice of flat's (borrowed memory on the mode's side), so
+ * the SGD update is four kernels for the whole net. */
+static blob_status flatten(net *n)
+{
+    const net_config *c = &n->cfg;
+    size_t elem = blob_dtype_size(c->dtype);
+    int64_t total = 0;
+    for (int i = 0; i < n->num_params; i++)
+        total += blob_count(n->params[i]);
+    /* the history is zero-filled on first access, as it starts */
+    NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
+    NN_TRY(nn_blob_create(&n->flat, c->mode, c->dtype, 1, &total));
+    char *data, *diff;
+    NN_TRY(blob_mutable_cpu_data(n->flat, (void **)&data));
+    int64_t at = 0;
+    for (int i = 0; i < n->num_params; at += blob_count(n->params[i++])) {
+        const void *init;
+        NN_TRY(blob_cpu_data(n->params[i], &init));
+        memcpy(data + at * elem, init, (size_t)blob_count(n->params[i]) * elem);
+    }
+    NN_TRY(n->m->mutable_data(n->flat, (void **)&data));
+    NN_TRY(n->m->mutable_diff(n->flat, (void **)&diff));
+    blob_status (*borrow)(blob_syncedmem *, void *, size_t) =
+        c->mode == NN_GPU ? blob_syncedmem_set_gpu_data : blob_syncedmem_set_cpu_data;
+    at = 0;
+    for (int i = 0; i < n->num_params; at += blob_count(n->params[i++])) {
+        size_t bytes = (size_t)blob_count(n->params[i]) * elem;
+        NN_TRY(borrow(blob_data_mem(n->params[i]), data + at * elem, bytes));
+        NN_TRY(borrow(blob_diff_mem(n->params[i]), diff + at * elem, bytes));
     }
     return BLOB_OK;
 }
@@ -74,6 +107,8 @@ blob_status net_create(net **out, const net_config *cfg)
     n->cfg.dims = n->dims;
     n->m = nn_math_of(cfg->mode);
     blob_status st = build(n);
+    if (st == BLOB_OK)
+        st = flatten(n);
     if (st != BLOB_OK) {
         net_free(n);
         return st;
@@ -94,12 +129,12 @@ void net_free(net *n)
     if (!n)
         return;
     drop_graphs(n);
-    for (int i = 0; i < n->num_params; i++)
-        blob_free(n->history[i]);
     for (int i = 0; i < n->num_layers; i++) {
         nn_layer_free(n->layers[i]);
         blob_free(n->tops[i]);
     }
+    blob_free(n->flat); /* after the parameters that borrow its memory */
+    blob_free(n->history);
     free(n);
 }
 
@@ -135,25 +170,22 @@ static blob_status backward(net *n, blob *x, blob *labels)
     return BLOB_OK;
 }
 
-/* Caffe's SGDSolver: Regularize, ComputeUpdateValue, then Net::Update. */
+/* Caffe's SGDSolver: Regularize, ComputeUpdateValue, then Net::Update, over all
+ * parameters at once. */
 static blob_status sgd_update(net *n)
 {
     const nn_math *m = n->m;
     const net_config *c = &n->cfg;
-    for (int i = 0; i < n->num_params; i++) {
-        blob *p = n->params[i];
-        int64_t count = blob_count(p);
-        const void *w;
-        void *dw, *h;
-        NN_TRY(m->data(p, &w));
-        NN_TRY(m->mutable_diff(p, &dw));
-        NN_TRY(m->mutable_data(n->history[i], &h));
-        NN_TRY(m->axpy(c->dtype, count, c->weight_decay, w, dw));
-        NN_TRY(m->axpby(c->dtype, count, c->lr, dw, c->momentum, h));
-        NN_TRY(m->copy(c->dtype, count, h, dw));
-        NN_TRY(blob_update(p));
-    }
-    return BLOB_OK;
+    int64_t count = blob_count(n->flat);
+    const void *w;
+    void *dw, *h;
+    NN_TRY(m->data(n->flat, &w));
+    NN_TRY(m->mutable_diff(n->flat, &dw));
+    NN_TRY(m->mutable_data(n->history, &h));
+    NN_TRY(m->axpy(c->dtype, count, c->weight_decay, w, dw));      /* diff += wd * data */
+    NN_TRY(m->axpby(c->dtype, count, c->lr, dw, c->momentum, h));  /* h = lr * diff + mom * h */
+    NN_TRY(m->copy(c->dtype, count, h, dw));                       /* diff = h */
+    return blob_update(n->flat);                                   /* data -= diff */
 }
 
 static blob_status step(net *n, blob *x, blob *labels)
@@ -191,20 +223,21 @@ static blob_status graph_for(net *n, blob *x, blob *labels, blob_graph **out)
     return BLOB_OK;
 }
 
-/* A launched graph writes device memory behind the heads' back: claim the device side
- * of everything it writes that a caller may read, so host reads copy it back. */
-static blob_status claim_device_side(net *n)
+/* The update writes the parameters through flat, and a launched graph writes device
+ * memory without any accessor: claim the device side of what a caller may read (heads
+ * only, nothing moves), so that a later host read copies it back. */
+static blob_status claim_device_side(net *n, bool outputs)
 {
     void *p;
-    for (int i = 0; i < n->num_layers; i++)
-        NN_TRY(blob_mutable_gpu_data(n->tops[i], &p));
-    NN_TRY(blob_mutable_gpu_data(prob(n), &p));
     for (int i = 0; i < n->num_params; i++) {
         NN_TRY(blob_mutable_gpu_data(n->params[i], &p));
         NN_TRY(blob_mutable_gpu_diff(n->params[i], &p));
-        NN_TRY(blob_mutable_gpu_data(n->history[i], &p));
     }
-    return BLOB_OK;
+    if (!outputs)
+        return BLOB_OK;
+    for (int i = 0; i < n->num_layers; i++)
+        NN_TRY(blob_mutable_gpu_data(n->tops[i], &p));
+    return blob_mutable_gpu_data(prob(n), &p);
 }
 
 /* Queue the copies of the loss and the probabilities to the host behind the step. */
@@ -227,13 +260,13 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
         NN_TRY(blob_gpu_data(labels, &p));
         NN_TRY(graph_for(n, x, labels, &g));
     }
-    if (g) {
+    if (g)
         NN_TRY(blob_graph_launch(g, blob_get_stream()));
-        NN_TRY(claim_device_side(n));
-    } else {
+    else
         NN_TRY(step(n, x, labels));
-        n->warm = true;
-    }
+    n->warm = true;
+    if (n->cfg.mode == NN_GPU)
+        NN_TRY(claim_device_side(n, g != NULL));
     return start_readback(n);
 }
 

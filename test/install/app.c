@@ -29,5 +29,5 @@ int main(void)
     printf("consumer: shape %s, asum after update %.1f, %d GPU(s)\n", s, asum,
            blob_device_count());
     blob_free(b);
-    return asum == 12.0 ? 0 : 1;
+    return asum == 13.0 ? 0 : 1; /* |i - 0.5| summed over i = 0..5 */
 }
