@@ -73,7 +73,7 @@ TEST_BIN := $(BUILD)/test/blob_tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
 
-.PHONY: all lib check test deps install uninstall clean bench demo install-check
+.PHONY: all lib check test deps install uninstall clean bench demo install-check examples examples-check
 
 all: lib
 
@@ -119,8 +119,9 @@ $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(BENCH_OBJ) $(STATIC) $(LIB_LIBS)
 
-bench: $(BENCH_BIN)
+bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
+	$(Q)$(EXAMPLES_BIN)/mlp_step
 
 deps:
 	$(Q)sh tools/deps.sh
@@ -133,6 +134,7 @@ test: $(TEST_BIN)
 check: deps
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory install-check
+	$(Q)$(MAKE) --no-print-directory examples-check
 
 install-check: lib
 	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
@@ -153,6 +155,29 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/libblob.so $(DESTDIR)$(LIBDIR)/libblob.a \
 	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
+
+# The examples, built the way a user builds them: libblob installed into a private
+# prefix, the programs compiled against it with pkg-config.
+EXAMPLES_PREFIX := $(CURDIR)/$(BUILD)/demo-prefix
+EXAMPLES_BIN := $(CURDIR)/$(BUILD)/examples
+
+examples: lib
+	$(Q)$(MAKE) --no-print-directory -s PREFIX=$(EXAMPLES_PREFIX) install >/dev/null
+	$(Q)PKG_CONFIG_PATH=$(EXAMPLES_PREFIX)/lib/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
+	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples/mlp O=$(EXAMPLES_BIN)
+
+# The README's first command: train the MLP on Fashion-MNIST, on the GPU when there is
+# one. Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS="--graph".
+demo: deps
+	$(Q)$(MAKE) --no-print-directory examples
+	$(Q)$(EXAMPLES_BIN)/train --out $(BUILD)/demo-out $(DEMO_ARGS)
+
+# Layer gradient checks, CPU/GPU agreement, and one short epoch on a 2000-image slice
+# that must reach 60% test accuracy.
+examples-check: examples
+	$(Q)$(EXAMPLES_BIN)/gradcheck
+	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
+	    --out $(BUILD)/check-out
 
 clean:
 	rm -rf build

@@ -144,22 +144,18 @@ int main(int argc, char **argv)
 {
     const char *device = NULL, *script = "bench/mlp_torch.py";
     int steps = 200, repeats = 5;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v)
-            usage();
-        else if (!strcmp(argv[i], "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
             device = v;
-        else if (!strcmp(argv[i], "--steps") && (steps = atoi(v)) > 0)
-            ;
-        else if (!strcmp(argv[i], "--repeats") && (repeats = atoi(v)) > 0 &&
-                 repeats <= MAX_REPEATS)
-            ;
-        else if (!strcmp(argv[i], "--torch"))
+        else if (v && !strcmp(a, "--steps") && atoi(v) > 0)
+            steps = atoi(v);
+        else if (v && !strcmp(a, "--repeats") && atoi(v) > 0 && atoi(v) <= MAX_REPEATS)
+            repeats = atoi(v);
+        else if (v && !strcmp(a, "--torch"))
             script = v;
         else
             usage();
-        i++;
     }
     bool have_gpu = blob_device_count() > 0;
     if (device && !strcmp(device, "gpu") && !have_gpu) {
@@ -179,6 +175,7 @@ int main(int argc, char **argv)
     }
     blob_set_stream(NULL);
     blob_stream_destroy(stream);
+    blob_thread_release();
     if (st != BLOB_OK) {
         fprintf(stderr, "mlp_step: %s: %s\n", blob_strerror(st), blob_last_error());
         return 1;

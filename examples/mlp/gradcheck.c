@@ -293,6 +293,7 @@ int main(void)
         skipped += 3;
     }
     check_training(gpu);
+    blob_thread_release();
     printf("gradcheck: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

@@ -73,7 +73,9 @@ void net_set_lr(net *n, double lr);
 blob_status net_output(net *n, double *loss, int64_t *correct);
 
 /* The learnable parameters in layer order (weights, then bias, of each InnerProduct),
- * with names "ip1.weights", "ip1.bias", ... */
+ * with names "ip1.weights", "ip1.bias", ... Their data and diffs are views of one flat
+ * blob holding all of them, which the update works on; read them with the blob
+ * accessors as usual. */
 int net_num_params(const net *n);
 blob *net_param(const net *n, int i);
 const char *net_param_name(const net *n, int i);

@@ -396,6 +396,7 @@ static int run(trainer *t)
     blob_set_stream(NULL);
     blob_stream_destroy(copy);
     blob_stream_destroy(compute);
+    blob_thread_release();
     return rc;
 }
 
