@@ -12,7 +12,7 @@ need() { # need PACKAGE TEST-COMMAND...
 
 need pkg-config command -v pkg-config
 need check pkg-config --exists check
-need libsubunit-dev sh -c 'ls /usr/lib/*/libsubunit.* /usr/lib/libsubunit.* 2>/dev/null | grep -q .'
+need libsubunit-dev pkg-config --exists libsubunit
 need libopenblas-dev pkg-config --exists openblas
 need zlib1g-dev pkg-config --exists zlib
 need make command -v make

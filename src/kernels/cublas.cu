@@ -1,6 +1,7 @@
-/* The BLAS launchers over cuBLAS's 64-bit API. Each thread has one handle per device,
+/* The BLAS launchers over cuBLAS (the 32-bit entries, the 64-bit ones past INT_MAX). Each thread has one handle per device,
  * created on first use (pointer mode host, the default) and destroyed at thread exit.
  * Row-major matrices are handed to column-major cuBLAS as their transposes. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -14,6 +15,17 @@ static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *
     (void)cudaGetLastError();
     return blob__fail(BLOB_ECUBLAS, func, "%s failed: %s", call, cublasGetStatusName(st));
 }
+
+/* Sizes that all fit in int take cuBLAS's 32-bit entry, the one raw cuBLAS callers use
+ * and the cheaper to launch; larger ones its _64 entry. */
+#define FITS(n) ((n) <= INT_MAX)
+#define CUBLAS_SIZED(fits, fn, args)                  \
+    do {                                              \
+        if (fits)                                     \
+            CUBLAS_TRY(__func__, fn, args);           \
+        else                                          \
+            CUBLAS_TRY(__func__, fn##_64, args);      \
+    } while (0)
 
 /* Call fn with the parenthesised args; on failure record #fn under func and return. */
 #define CUBLAS_TRY(func, fn, args)                                 \
@@ -118,13 +130,14 @@ extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans t
     /* Column-major C^T (N x M, ld N) = op(B)^T op(A)^T, where each stored row-major matrix
      * reads as its transpose. */
     const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+    const bool fits = FITS(M) && FITS(N) && FITS(K);
     if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha, b = (float)beta;
-        CUBLAS_TRY(__func__, cublasSgemm_64, (h, op(trans_b), op(trans_a), N, M, K, &a,
+        CUBLAS_SIZED(fits, cublasSgemm, (h, op(trans_b), op(trans_a), N, M, K, &a,
                                               (const float *)B, ldb, (const float *)A, lda, &b,
                                               (float *)C, N));
     } else {
-        CUBLAS_TRY(__func__, cublasDgemm_64, (h, op(trans_b), op(trans_a), N, M, K, &alpha,
+        CUBLAS_SIZED(fits, cublasDgemm, (h, op(trans_b), op(trans_a), N, M, K, &alpha,
                                               (const double *)B, ldb, (const double *)A, lda,
                                               &beta, (double *)C, N));
     }
@@ -139,12 +152,13 @@ extern "C" blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans t
     BLOB_TRY(handle_for(__func__, stream, &h));
     /* Row-major A (M x N) is column-major A^T (N x M, ld N): flip the operation. */
     const cublasOperation_t o = trans_a == BLOB_TRANS ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const bool fits = FITS(M) && FITS(N);
     if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha, b = (float)beta;
-        CUBLAS_TRY(__func__, cublasSgemv_64, (h, o, N, M, &a, (const float *)A, N,
+        CUBLAS_SIZED(fits, cublasSgemv, (h, o, N, M, &a, (const float *)A, N,
                                               (const float *)x, 1, &b, (float *)y, 1));
     } else {
-        CUBLAS_TRY(__func__, cublasDgemv_64, (h, o, N, M, &alpha, (const double *)A, N,
+        CUBLAS_SIZED(fits, cublasDgemv, (h, o, N, M, &alpha, (const double *)A, N,
                                               (const double *)x, 1, &beta, (double *)y, 1));
     }
     return BLOB_OK;
@@ -157,9 +171,9 @@ extern "C" blob_status blob__k_axpy(void *stream, blob_dtype dtype, int64_t n, d
     BLOB_TRY(handle_for(__func__, stream, &h));
     if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha;
-        CUBLAS_TRY(__func__, cublasSaxpy_64, (h, n, &a, (const float *)x, 1, (float *)y, 1));
+        CUBLAS_SIZED(FITS(n), cublasSaxpy, (h, n, &a, (const float *)x, 1, (float *)y, 1));
     } else {
-        CUBLAS_TRY(__func__, cublasDaxpy_64, (h, n, &alpha, (const double *)x, 1, (double *)y, 1));
+        CUBLAS_SIZED(FITS(n), cublasDaxpy, (h, n, &alpha, (const double *)x, 1, (double *)y, 1));
     }
     return BLOB_OK;
 }
@@ -171,9 +185,9 @@ extern "C" blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, d
     BLOB_TRY(handle_for(__func__, stream, &h));
     if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha;
-        CUBLAS_TRY(__func__, cublasSscal_64, (h, n, &a, (float *)x, 1));
+        CUBLAS_SIZED(FITS(n), cublasSscal, (h, n, &a, (float *)x, 1));
     } else {
-        CUBLAS_TRY(__func__, cublasDscal_64, (h, n, &alpha, (double *)x, 1));
+        CUBLAS_SIZED(FITS(n), cublasDscal, (h, n, &alpha, (double *)x, 1));
     }
     return BLOB_OK;
 }
@@ -185,11 +199,11 @@ extern "C" blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, co
     BLOB_TRY(handle_for(__func__, stream, &h));
     if (dtype == BLOB_FLOAT32) {
         float r = 0;
-        CUBLAS_TRY(__func__, cublasSdot_64, (h, n, (const float *)x, 1, (const float *)y, 1, &r));
+        CUBLAS_SIZED(FITS(n), cublasSdot, (h, n, (const float *)x, 1, (const float *)y, 1, &r));
         *out = r;
     } else {
         double r = 0;
-        CUBLAS_TRY(__func__, cublasDdot_64, (h, n, (const double *)x, 1, (const double *)y, 1,
+        CUBLAS_SIZED(FITS(n), cublasDdot, (h, n, (const double *)x, 1, (const double *)y, 1,
                                              &r));
         *out = r;
     }
@@ -203,11 +217,11 @@ extern "C" blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, c
     BLOB_TRY(handle_for(__func__, stream, &h));
     if (dtype == BLOB_FLOAT32) {
         float r = 0;
-        CUBLAS_TRY(__func__, cublasSasum_64, (h, n, (const float *)x, 1, &r));
+        CUBLAS_SIZED(FITS(n), cublasSasum, (h, n, (const float *)x, 1, &r));
         *out = r;
     } else {
         double r = 0;
-        CUBLAS_TRY(__func__, cublasDasum_64, (h, n, (const double *)x, 1, &r));
+        CUBLAS_SIZED(FITS(n), cublasDasum, (h, n, (const double *)x, 1, &r));
         *out = r;
     }
     return BLOB_OK;
