@@ -404,6 +404,29 @@ LOCKED(blob_status, fake_event_record, (void *e, void *s), (e, s))
 LOCKED(blob_status, fake_event_query, (void *e, bool *done), (e, done))
 LOCKED(blob_status, fake_event_synchronize, (void *e), (e))
 
+static blob_status fake_graph_begin(void *s)
+{
+    (void)s;
+    return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
+}
+
+static blob_status fake_graph_end(void *s, void **exec)
+{
+    (void)s, (void)exec;
+    return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
+}
+
+static blob_status fake_graph_launch(void *exec, void *s)
+{
+    (void)exec, (void)s;
+    return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
+}
+
+static void fake_graph_destroy(void *exec)
+{
+    (void)exec;
+}
+
 static const blob__backend fake_backend = {
     .name = "fake",
     .device_count = fake_device_count,
@@ -427,6 +450,10 @@ static const blob__backend fake_backend = {
     .event_record = locked_fake_event_record,
     .event_query = locked_fake_event_query,
     .event_synchronize = locked_fake_event_synchronize,
+    .graph_begin = fake_graph_begin,
+    .graph_end = fake_graph_end,
+    .graph_launch = fake_graph_launch,
+    .graph_destroy = fake_graph_destroy,
 };
 
 static void empty_all_caches(void)

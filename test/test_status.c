@@ -45,6 +45,60 @@ START_TEST(test_no_gpu_reports)
 }
 END_TEST
 
+START_TEST(test_graph_arguments)
+{
+    blob_graph *g = (blob_graph *)&g;
+    ck_status(blob_graph_begin(NULL), BLOB_EINVAL); /* the default stream */
+    ck_status(blob_graph_end(NULL, &g), BLOB_EINVAL);
+    ck_status(blob_graph_launch(NULL, NULL), BLOB_EINVAL);
+    blob_graph_free(NULL);
+    if (blob_device_count() == 0)
+        ck_status(blob_graph_begin((void *)&g), BLOB_ENODEV);
+}
+END_TEST
+
+/* Capture y += 2x on a stream once, replay it three times. */
+START_TEST(test_gpu_graph_replay)
+{
+    enum { N = 1000 };
+    int64_t shape[] = {N};
+    blob *b;
+    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    float *x, *y;
+    ck_ok(blob_mutable_cpu_data(b, (void **)&y));
+    ck_ok(blob_mutable_cpu_diff(b, (void **)&x));
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)i;
+        y[i] = 1.0f;
+    }
+    const void *dx;
+    void *dy, *s;
+    ck_ok(blob_gpu_diff(b, &dx));
+    ck_ok(blob_mutable_gpu_data(b, &dy));
+    ck_ok(blob_stream_create(&s));
+    blob_set_stream(s);
+    ck_ok(blob_graph_begin(s));
+    ck_ok(blob_gpu_axpy(BLOB_FLOAT32, N, 2.0, dx, dy));
+    blob_graph *g;
+    ck_ok(blob_graph_end(s, &g));
+    const float *h;
+    ck_ok(blob_stream_synchronize(s));
+    ck_ok(blob_cpu_data(b, (const void **)&h));
+    ck_assert_float_eq(h[10], 1.0f); /* capturing ran nothing */
+    ck_ok(blob_mutable_gpu_data(b, &dy));
+    for (int r = 0; r < 3; r++)
+        ck_ok(blob_graph_launch(g, s));
+    ck_ok(blob_stream_synchronize(s));
+    ck_ok(blob_cpu_data(b, (const void **)&h));
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq_tol(h[i], 1.0f + 6.0f * (float)i, 1e-3f * (1.0f + 6.0f * (float)i));
+    blob_set_stream(NULL);
+    blob_graph_free(g);
+    ck_ok(blob_stream_destroy(s));
+    blob_free(b);
+}
+END_TEST
+
 Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
@@ -52,6 +106,10 @@ Suite *status_suite(void)
     tcase_add_test(tc, test_names_and_messages);
     tcase_add_test(tc, test_last_error_detail);
     tcase_add_test(tc, test_no_gpu_reports);
+    tcase_add_test(tc, test_graph_arguments);
     suite_add_tcase(s, tc);
+    TCase *gpu = gpu_tcase("gpu");
+    gpu_add_test(gpu, test_gpu_graph_replay);
+    suite_add_tcase(s, gpu);
     return s;
 }

@@ -302,52 +302,45 @@ static blob_status copy_pending(blob_syncedmem *m, void *dst, const void *src,
     return BLOB_OK;
 }
 
-blob_status blob_syncedmem_async_gpu_push(blob_syncedmem *m, void *stream)
+/* Queue the copy that brings the device side (to_gpu) or the host side up to date from
+ * the other one, which must hold the head. */
+static blob_status async_copy(blob_syncedmem *m, void *stream, bool to_gpu)
 {
     if (!m)
         return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
     BLOB_TRY(check_gpu(m));
     if (m->head == BLOB_SYNCED)
         return BLOB_OK;
-    if (m->head != BLOB_HEAD_AT_CPU)
-        return BLOB_FAIL(BLOB_ESTATE, "async push needs the head at the CPU (head %d)",
-                         (int)m->head);
+    if (m->head != (to_gpu ? BLOB_HEAD_AT_CPU : BLOB_HEAD_AT_GPU))
+        return BLOB_FAIL(BLOB_ESTATE, "needs the head at the %s (head %d)",
+                         to_gpu ? "CPU" : "GPU", (int)m->head);
     BLOB_TRY(settle(m));
     if (!m->size) {
         m->head = BLOB_SYNCED;
         return BLOB_OK;
     }
-    bool fresh = !m->dev;
+    bool fresh = !(to_gpu ? m->dev : m->host);
     if (fresh)
-        BLOB_TRY(alloc_dev(m, stream));
-    blob_status st = copy_pending(m, m->dev, m->host, BLOB__H2D, stream);
-    if (st != BLOB_OK && fresh)
-        free_dev(m);
+        BLOB_TRY(to_gpu ? alloc_dev(m, stream) : alloc_host(m));
+    blob_status st = to_gpu ? copy_pending(m, m->dev, m->host, BLOB__H2D, stream)
+                            : copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
+    if (st != BLOB_OK && fresh) {
+        if (to_gpu)
+            free_dev(m);
+        else
+            free_host(m);
+    }
     return st;
+}
+
+blob_status blob_syncedmem_async_gpu_push(blob_syncedmem *m, void *stream)
+{
+    return async_copy(m, stream, true);
 }
 
 blob_status blob_syncedmem_async_cpu_pull(blob_syncedmem *m, void *stream)
 {
-    if (!m)
-        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
-    BLOB_TRY(check_gpu(m));
-    if (m->head == BLOB_SYNCED)
-        return BLOB_OK;
-    if (m->head != BLOB_HEAD_AT_GPU)
-        return BLOB_FAIL(BLOB_ESTATE, "async pull needs the head at the GPU (head %d)",
-                         (int)m->head);
-    BLOB_TRY(settle(m));
-    if (!m->size) {
-        m->head = BLOB_SYNCED;
-        return BLOB_OK;
-    }
-    bool fresh = !m->host;
-    if (fresh)
-        BLOB_TRY(alloc_host(m));
-    blob_status st = copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
-    if (st != BLOB_OK && fresh)
-        free_host(m);
-    return st;
+    return async_copy(m, stream, false);
 }
 
 blob_status blob_syncedmem_wait(blob_syncedmem *m)
