@@ -76,8 +76,9 @@ BLOB_API void blob_thread_release(void);
  *
  * While capturing, only queue work on the stream: calls that synchronise (dot, asum,
  * host/device transfers) or allocate device memory make blob_graph_end fail; touch
- * every blob once before capturing so its memory exists. The default stream cannot be
- * captured (BLOB_EINVAL). */
+ * every blob once before capturing so its memory exists (blob_graph_begin itself makes
+ * the thread's cuBLAS handle ready). The default stream cannot be captured
+ * (BLOB_EINVAL). */
 typedef struct blob_graph blob_graph;
 BLOB_API blob_status blob_graph_begin(void *stream);
 /* End the capture on stream and make it launchable; *out is NULL on failure. */

@@ -84,6 +84,9 @@ blob_status blob__fail(blob_status status, const char *func, const char *fmt, ..
 void *blob__obj_alloc(size_t bytes);
 void blob__obj_free(void *p);
 
+/* BLOB_ENODEV, with the detail recorded under func, when no GPU is usable. */
+blob_status blob__require_gpu(const char *func);
+
 /* The calling thread's current stream (blob_set_stream). */
 void *blob__current_stream(void);
 

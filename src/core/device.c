@@ -33,10 +33,10 @@ int blob_device_count(void)
     return blob__be->device_count();
 }
 
-static blob_status require_gpu(void)
+blob_status blob__require_gpu(const char *func)
 {
     if (blob__be->device_count() <= 0)
-        return BLOB_FAIL(BLOB_ENODEV, "no GPU found (backend %s)", blob__be->name);
+        return blob__fail(BLOB_ENODEV, func, "no GPU found (backend %s)", blob__be->name);
     return BLOB_OK;
 }
 
@@ -44,7 +44,7 @@ blob_status blob_device_get(int *device)
 {
     if (!device)
         return BLOB_FAIL(BLOB_EINVAL, "device is NULL");
-    BLOB_TRY(require_gpu());
+    BLOB_TRY(blob__require_gpu(__func__));
     int d;
     BLOB_TRY(blob__be->get_device(&d));
     remember_device(d);
@@ -54,7 +54,7 @@ blob_status blob_device_get(int *device)
 
 blob_status blob_device_set(int device)
 {
-    BLOB_TRY(require_gpu());
+    BLOB_TRY(blob__require_gpu(__func__));
     if (device < 0 || device >= blob__be->device_count())
         return BLOB_FAIL(BLOB_ERANGE, "device %d not in [0, %d)", device,
                          blob__be->device_count());
@@ -65,7 +65,7 @@ blob_status blob_device_set(int device)
 
 blob_status blob_device_synchronize(void)
 {
-    BLOB_TRY(require_gpu());
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__be->device_synchronize();
 }
 
@@ -74,7 +74,7 @@ blob_status blob_stream_create(void **stream)
     if (!stream)
         return BLOB_FAIL(BLOB_EINVAL, "stream is NULL");
     *stream = NULL;
-    BLOB_TRY(require_gpu());
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__be->stream_create(stream);
 }
 
@@ -82,14 +82,14 @@ blob_status blob_stream_destroy(void *stream)
 {
     if (!stream)
         return BLOB_OK;
-    BLOB_TRY(require_gpu());
+    BLOB_TRY(blob__require_gpu(__func__));
     blob__be->stream_destroy(stream);
     return BLOB_OK;
 }
 
 blob_status blob_stream_synchronize(void *stream)
 {
-    BLOB_TRY(require_gpu());
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__be->stream_synchronize(stream);
 }
 
@@ -116,50 +116,4 @@ blob_status blob__check_device(int device)
         return BLOB_FAIL(BLOB_EDEVICE, "object is on GPU %d but GPU %d is current", device,
                          cur);
     return BLOB_OK;
-}
-
-struct blob_graph {
-    void *exec;
-};
-
-blob_status blob_graph_begin(void *stream)
-{
-    if (!stream)
-        return BLOB_FAIL(BLOB_EINVAL, "the default stream cannot be captured");
-    BLOB_TRY(require_gpu());
-    return blob__be->graph_begin(stream);
-}
-
-blob_status blob_graph_end(void *stream, blob_graph **out)
-{
-    if (!stream || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    *out = NULL;
-    BLOB_TRY(require_gpu());
-    blob_graph *g = blob__obj_alloc(sizeof *g);
-    void *exec = NULL;
-    blob_status st = blob__be->graph_end(stream, &exec); /* ends the capture either way */
-    if (st != BLOB_OK || !g) {
-        blob__be->graph_destroy(exec);
-        blob__obj_free(g);
-        return st != BLOB_OK ? st : BLOB_ENOMEM;
-    }
-    g->exec = exec;
-    *out = g;
-    return BLOB_OK;
-}
-
-blob_status blob_graph_launch(blob_graph *graph, void *stream)
-{
-    if (!graph)
-        return BLOB_FAIL(BLOB_EINVAL, "graph is NULL");
-    return blob__be->graph_launch(graph->exec, stream);
-}
-
-void blob_graph_free(blob_graph *graph)
-{
-    if (!graph)
-        return;
-    blob__be->graph_destroy(graph->exec);
-    blob__obj_free(graph);
 }

@@ -115,6 +115,12 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
     return BLOB_OK;
 }
 
+extern "C" blob_status blob__k_prepare(void *stream)
+{
+    cublasHandle_t h;
+    return handle_for(__func__, stream, &h);
+}
+
 static cublasOperation_t op(blob_trans t)
 {
     return t == BLOB_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -31,6 +31,9 @@ blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, double alpha
 blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x, const void *y,
                         double *out);
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out);
+/* Make the calling thread's resources for the current device (its cuBLAS handle, bound
+ * to stream) exist, so that a stream capture can start. */
+blob_status blob__k_prepare(void *stream);
 blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y);
 blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y);
 blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y);

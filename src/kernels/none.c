@@ -23,6 +23,7 @@ blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x
                         double *out) { NO_CUDA; }
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out)
 { NO_CUDA; }
+blob_status blob__k_prepare(void *stream) { NO_CUDA; }
 blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y)
 { NO_CUDA; }
 blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y)

@@ -207,12 +207,6 @@ static blob_status check_labels(const char *fn, blob_dtype dtype, int64_t rows, 
 
 /* ---- GPU side, and the degenerate products of both sides ---- */
 
-static blob_status gpu_ready(const char *fn)
-{
-    if (blob__be->device_count() <= 0)
-        return blob__fail(BLOB_ENODEV, fn, "no GPU found (backend %s)", blob__be->name);
-    return BLOB_OK;
-}
 
 /* y = beta * y (n elements) for a product whose reduction is empty, which BLAS leaves
  * loosely defined; beta == 0 does not read y. */
@@ -263,7 +257,7 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
                           double beta, void *C)
 {
     BLOB_TRY(check_gemm(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     if (M == 0 || N == 0)
         return BLOB_OK;
     if (K == 0)
@@ -296,7 +290,7 @@ blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64
                           double alpha, const void *A, const void *x, double beta, void *y)
 {
     BLOB_TRY(check_gemv(__func__, dtype, trans_a, M, N, A, x, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     int64_t out = trans_a ? N : M, red = trans_a ? M : N;
     if (out == 0)
         return BLOB_OK;
@@ -316,7 +310,7 @@ blob_status blob_cpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void 
 blob_status blob_gpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_axpy(blob__current_stream(), dtype, n, alpha, x, y);
 }
 
@@ -334,7 +328,7 @@ blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
                            double beta, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_axpby(blob__current_stream(), dtype, n, alpha, x, beta, y);
 }
 
@@ -348,7 +342,7 @@ blob_status blob_cpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 blob_status blob_gpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_scal(blob__current_stream(), dtype, n, alpha, x);
 }
 
@@ -367,7 +361,7 @@ blob_status blob_gpu_dot(blob_dtype dtype, int64_t n, const void *x, const void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(check_out(__func__, out));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_dot(blob__current_stream(), dtype, n, x, y, out);
 }
 
@@ -386,7 +380,7 @@ blob_status blob_gpu_asum(blob_dtype dtype, int64_t n, const void *x, double *ou
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x));
     BLOB_TRY(check_out(__func__, out));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_asum(blob__current_stream(), dtype, n, x, out);
 }
 
@@ -401,7 +395,7 @@ blob_status blob_cpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 blob_status blob_gpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_copy(blob__current_stream(), dtype, n, x, y);
 }
 
@@ -415,7 +409,7 @@ blob_status blob_cpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 blob_status blob_gpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_set(blob__current_stream(), dtype, n, alpha, y);
 }
 
@@ -429,7 +423,7 @@ blob_status blob_cpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void 
 blob_status blob_gpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_add_scalar(blob__current_stream(), dtype, n, alpha, y);
 }
 
@@ -444,7 +438,7 @@ blob_status blob_cpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
 blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void *b, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, a, b, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_mul(blob__current_stream(), dtype, n, a, b, y);
 }
 
@@ -459,7 +453,7 @@ blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, vo
 blob_status blob_gpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_relu_forward(blob__current_stream(), dtype, n, x, y);
 }
 
@@ -476,7 +470,7 @@ blob_status blob_gpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
                                    void *dx)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_relu_backward(blob__current_stream(), dtype, n, x, dy, dx);
 }
 
@@ -511,7 +505,7 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward(blob__current_stream(), dtype, rows, classes, logits,
                                         labels, prob, loss);
 }
@@ -538,7 +532,7 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL));
-    BLOB_TRY(gpu_ready(__func__));
+    BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob__current_stream(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
 }
