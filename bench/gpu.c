@@ -547,10 +547,16 @@ static int update_row(int64_t n, double *v)
     int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n < 200 ? (1 << 22) / n : 200);
     int reps = n >= (1 << 26) ? 9 : 15;
     int rc = update_setup(&u);
-    if (rc == 0 && isnan(v[0] = time_us(update_blob_run, NULL, &u, batch, reps, &event_clock)))
+    /* blob, saxpy, saxpy, blob: each the mean of its two medians, so neither gains from
+     * running second (clocks, caches) */
+    double b1 = NAN, s1 = NAN, s2 = NAN, b2 = NAN;
+    if (rc == 0 && (isnan(b1 = time_us(update_blob_run, NULL, &u, batch, reps, &event_clock)) ||
+                    isnan(s1 = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)) ||
+                    isnan(s2 = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)) ||
+                    isnan(b2 = time_us(update_blob_run, NULL, &u, batch, reps, &event_clock))))
         rc = -1;
-    if (rc == 0 && isnan(v[1] = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)))
-        rc = -1;
+    v[0] = (b1 + b2) / 2;
+    v[1] = (s1 + s2) / 2;
     if (rc == 0 && isnan(v[3] = time_us(update_copy_run, NULL, &u, batch, reps, &event_clock)))
         rc = -1;
     if (rc == 0) {
@@ -582,4 +588,6 @@ void bench_gpu_update(void)
     blob_alloc_empty_cache(blob_place_device(device));
     report_note("saxpy: cublasSaxpy(alpha -1) on the blob's own buffers; copy: cudaMemcpyAsync "
                 "D2D of 6 bytes per element (12 moved, as axpy); torch: y.add_(x, alpha=-1)");
+    report_note("blob and saxpy timed in the order blob, saxpy, saxpy, blob; each figure is the "
+                "mean of its two medians");
 }

@@ -1,10 +1,14 @@
 #include "blob/device.h"
 #include "core.h"
 
-static _Thread_local void *current_stream;
+/* Read on every device call: the initial-exec model makes each read a plain load
+ * instead of a __tls_get_addr call (a few bytes of static TLS). */
+#define HOT_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
+static HOT_TLS void *current_stream;
 
 /* The thread's current device, valid while generation matches the backend's. */
-static _Thread_local struct {
+static HOT_TLS struct {
     bool known;
     unsigned generation;
     int device;
