@@ -43,6 +43,7 @@ int main(void)
         srunner_add_suite(sr, suites[i]());
 
     int have_gpu = probe_gpu_count();
+    test_real_gpu = have_gpu;
     const char *exclude = NULL;
     printf("libblob tests: %s build, %s\n", blob_built_with_cuda() ? "CUDA" : "CPU-only",
            have_gpu ? "GPU found: GPU test cases included" : "no GPU found");

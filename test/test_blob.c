@@ -113,6 +113,8 @@ START_TEST(test_special_shapes)
     int64_t over[] = {INT64_MAX / 2, 3};
     ck_status(blob_reshape(b, 2, over), BLOB_EOVERFLOW);
     ck_assert_int_eq(blob_count(b), (int64_t)1 << 42);
+    int64_t zero_then_huge[] = {0, (int64_t)1 << 62, (int64_t)1 << 62};
+    ck_status(blob_reshape(b, 3, zero_then_huge), BLOB_EOVERFLOW); /* every product must fit */
     int64_t neg[] = {2, -1};
     ck_status(blob_reshape(b, 2, neg), BLOB_EINVAL);
     ck_status(blob_reshape(b, 2, NULL), BLOB_EINVAL);
@@ -141,6 +143,9 @@ START_TEST(test_offset)
         ck_status(blob_offset(b, 4, bad[i], &off), BLOB_ERANGE);
     int64_t five[] = {0, 0, 0, 0, 0};
     ck_status(blob_offset(b, 5, five, &off), BLOB_ERANGE);
+    int64_t empty[] = {2, 0}, one[] = {1};
+    ck_ok(blob_reshape(b, 2, empty));
+    ck_status(blob_offset(b, 1, one, &off), BLOB_ERANGE); /* axis 1 has no index 0 */
     blob_free(b);
 }
 END_TEST
@@ -367,6 +372,48 @@ START_TEST(test_copy_from)
 }
 END_TEST
 
+/* A copy that overwrites the whole destination moves none of its stale bytes first. */
+START_TEST(test_copy_from_transfers_nothing_extra)
+{
+    blob_dtype dt = (blob_dtype)_i;
+    int64_t s[] = {8, 8};
+    blob *src = make(dt, 2, s), *dst = make(dt, 2, s);
+    double *x = fill_random(src, false);
+    void *w;
+    ck_ok(blob_mutable_gpu_data(dst, &w)); /* dst's newest bytes on the device */
+    fake_reset_counts();
+    ck_ok(blob_copy_from(dst, src, false, false));
+    fake_drain();
+    ck_assert_int_eq(fake_get_stats().d2h, 0);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(dst)), BLOB_HEAD_AT_CPU);
+    assert_values(dst, false, x, 0);
+    blob_free(src);
+    blob_free(dst);
+    free(x);
+}
+END_TEST
+
+/* A failing device computation leaves the blob's heads and values as they were. */
+START_TEST(test_failed_gpu_math_changes_nothing)
+{
+    if (test_real_gpu)
+        return; /* the launchers would be handed fake pointers */
+    int64_t s[] = {16};
+    blob *b = make(BLOB_FLOAT32, 1, s);
+    double *x = fill_random(b, false);
+    free(fill_random(b, true));
+    const void *p;
+    ck_ok(blob_gpu_data(b, &p)); /* data SYNCED, diff AT_CPU */
+    fake_reset_counts();
+    ck_assert_int_ne(blob_update(b), BLOB_OK);
+    ck_assert_int_ne(blob_scale_data(b, 2.0), BLOB_OK);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_SYNCED);
+    assert_values(b, false, x, 0);
+    blob_free(b);
+    free(x);
+}
+END_TEST
+
 /* Operations that allocate, with the k-th allocation failing once or from then on:
  * clean error, blob exactly as before (shape, capacity, values), no leak. */
 typedef struct {
@@ -517,6 +564,8 @@ Suite *blob_suite(void)
     tcase_add_loop_test(tc, test_update_and_norms_cpu, 0, 2);
     tcase_add_loop_test(tc, test_copy_from, 0, 2);
     tcase_add_loop_test(tc, test_count_zero, 0, 2);
+    tcase_add_loop_test(tc, test_copy_from_transfers_nothing_extra, 0, 2);
+    tcase_add_test(tc, test_failed_gpu_math_changes_nothing);
     tcase_add_loop_test(tc, test_alloc_failure_blob_ops, 0,
                         (int)(2 * sizeof blob_cases / sizeof blob_cases[0]));
     tcase_add_test(tc, test_create_alloc_failure);

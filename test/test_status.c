@@ -92,6 +92,12 @@ START_TEST(test_gpu_graph_replay)
     ck_ok(blob_cpu_data(b, (const void **)&h));
     for (int i = 0; i < N; i++)
         ck_assert_float_eq_tol(h[i], 1.0f + 6.0f * (float)i, 1e-3f * (1.0f + 6.0f * (float)i));
+    ck_status(blob_graph_begin(s), BLOB_OK);
+    ck_status(blob_graph_end(s, NULL), BLOB_EINVAL); /* still ends the capture ... */
+    ck_ok(blob_graph_begin(s));                      /* ... so a new one can start */
+    blob_graph *g2;
+    ck_ok(blob_graph_end(s, &g2));
+    blob_graph_free(g2);
     blob_set_stream(NULL);
     blob_graph_free(g);
     ck_ok(blob_stream_destroy(s));

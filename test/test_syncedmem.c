@@ -233,12 +233,16 @@ START_TEST(test_async_push)
     ck_assert_int_eq(fake_get_stats().h2d, 0); /* queued, not done */
     ck_assert_int_eq(fake_queued(), 1);
     const void *p;
-    ck_ok(blob_syncedmem_gpu_data(m, &p)); /* a reader waits for the copy's event */
+    /* a device reader on another stream is ordered after the copy on the device: the
+     * fake runs the copy when a stream is made to wait for it; the host never waits */
+    ck_ok(blob_syncedmem_gpu_data(m, &p));
     assert_contents(p, false);
     fake_stats st = fake_get_stats();
     ck_assert_int_eq(st.h2d, 1);
-    ck_assert_int_eq(st.event_syncs, 1);
-    ck_assert_int_eq(st.device_syncs + st.stream_syncs, 0);
+    ck_assert_int_eq(st.event_syncs + st.device_syncs + st.stream_syncs, 0);
+    ck_assert(blob_syncedmem_pending(m));
+    ck_ok(blob_syncedmem_wait(m)); /* a host wait clears it */
+    ck_assert_int_eq(fake_get_stats().event_syncs, 1);
     ck_assert(!blob_syncedmem_pending(m));
     ck_ok(blob_syncedmem_async_gpu_push(m, s)); /* SYNCED: nothing to do */
     ck_assert_int_eq(fake_queued(), 0);
@@ -309,6 +313,56 @@ START_TEST(test_async_pull)
     ck_status(blob_syncedmem_async_cpu_pull(m, s), BLOB_ESTATE);
     blob_syncedmem_free(m);
     ck_ok(blob_stream_destroy(s));
+}
+END_TEST
+
+/* A block used on a second stream is not handed to another owner while that stream's
+ * work on it is queued. */
+START_TEST(test_cross_stream_reuse)
+{
+    void *a, *b, *d;
+    ck_ok(blob_stream_create(&a));
+    ck_ok(blob_stream_create(&b));
+    ck_ok(blob_alloc_set_caching(true));
+    blob_set_stream(a);
+    blob_syncedmem *m1 = block_at(BLOB_UNINITIALIZED);
+    ck_ok(blob_syncedmem_mutable_gpu_data(m1, &d)); /* allocated on a */
+    blob_set_stream(b);
+    const void *p;
+    ck_ok(blob_syncedmem_gpu_data(m1, &p));        /* now used on b too */
+    ck_ok(blob__be->memset_async((void *)p, 1, N * sizeof(float), b)); /* b's work, queued */
+    blob_syncedmem_free(m1);
+    blob_set_stream(a);
+    blob_syncedmem *m2 = block_at(BLOB_UNINITIALIZED);
+    void *d2;
+    ck_ok(blob_syncedmem_mutable_gpu_data(m2, &d2));
+    ck_assert_ptr_ne(d2, d); /* b has not finished with it */
+    blob_syncedmem_free(m2);
+    blob_set_stream(NULL);
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_destroy(b));
+    ck_assert_int_eq(fake_get_stats().violations, 0);
+}
+END_TEST
+
+/* The zero fill queued on one stream lands before a read queued on another. */
+START_TEST(test_cross_stream_order)
+{
+    void *a, *b;
+    ck_ok(blob_stream_create(&a));
+    ck_ok(blob_stream_create(&b));
+    blob_set_stream(a);
+    blob_syncedmem *m = block_at(BLOB_UNINITIALIZED);
+    const void *d, *h;
+    ck_ok(blob_syncedmem_gpu_data(m, &d)); /* zero fill queued on a, not run */
+    memset((void *)d, 7, N * sizeof(float)); /* stale bytes under the queued fill */
+    blob_set_stream(b);
+    ck_ok(blob_syncedmem_cpu_data(m, &h)); /* D->H on b, after a's fill */
+    assert_contents(h, true);
+    blob_set_stream(NULL);
+    blob_syncedmem_free(m);
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_destroy(b));
 }
 END_TEST
 
@@ -580,6 +634,8 @@ Suite *syncedmem_suite(void)
     tcase_add_test(tc, test_async_push_then_host_write);
     tcase_add_test(tc, test_async_free_pending);
     tcase_add_test(tc, test_async_pull);
+    tcase_add_test(tc, test_cross_stream_reuse);
+    tcase_add_test(tc, test_cross_stream_order);
     tcase_add_test(tc, test_device_mismatch);
     tcase_add_test(tc, test_size_zero);
     tcase_add_test(tc, test_retain);

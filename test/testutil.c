@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 int gpu_tests_registered;
+bool test_real_gpu;
 
 TCase *gpu_tcase(const char *name)
 {

@@ -22,6 +22,10 @@
  * such) when none is present. Add its tests with gpu_add_test. */
 TCase *gpu_tcase(const char *name);
 extern int gpu_tests_registered;
+/* Whether a real GPU is present (probed by the runner before any test runs). With the
+ * fake backend installed, device math still reaches the real launchers: tests that
+ * call it under the fake only do so when this is false, where the launchers fail. */
+extern bool test_real_gpu;
 #define gpu_add_test(tc, tf)          \
     do {                              \
         tcase_add_test((tc), (tf));   \

@@ -24,6 +24,11 @@
  * claim the head. A block of size 0 is valid: every accessor succeeds, moves the head as
  * above, and yields NULL. Blocks are reference counted (blob_syncedmem_retain/_free) so
  * blobs can share them. A block is not safe for concurrent use by several threads.
+ *
+ * Streams: device work on a block goes on the calling thread's current stream
+ * (blob_set_stream). When a block is used on a stream other than the one of its latest
+ * device work, the new stream is made to wait (on the device) for the old one, and the
+ * allocator does not hand the device memory to another owner until both are done.
  */
 #ifndef BLOB_SYNCEDMEM_H
 #define BLOB_SYNCEDMEM_H
@@ -74,7 +79,8 @@ BLOB_API bool blob_syncedmem_pending(const blob_syncedmem *mem);
 /* Accessors. On failure *out is untouched and so is the block (head, sides, bytes).
  * GPU accessors and any access that must copy check that the current device is the
  * block's (BLOB_EDEVICE otherwise); on a host-only block they return BLOB_ENODEV.
- * Copies are synchronous; an access first waits for a pending asynchronous copy.
+ * Copies are synchronous. A pending asynchronous copy is waited for on the host by the
+ * host accessors, and on the device (the current stream waits) by the GPU accessors.
  * Errors: BLOB_ENOMEM, BLOB_EDEVMEM, BLOB_ENODEV, BLOB_EDEVICE, BLOB_ECUDA. */
 BLOB_API blob_status blob_syncedmem_cpu_data(blob_syncedmem *mem, const void **out);
 BLOB_API blob_status blob_syncedmem_mutable_cpu_data(blob_syncedmem *mem, void **out);
@@ -92,9 +98,10 @@ BLOB_API blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *mem, void *data
 
 /* Queue the host-to-device copy on `stream` and return at once; the head becomes SYNCED.
  * Only from AT_CPU (or SYNCED, a no-op); BLOB_ESTATE otherwise. Until the copy completes
- * the block is pending: every accessor (and free) first waits for the copy's own event,
- * so no reader ever sees the device side before the copy has landed, and the host side
- * is not written while the copy reads it. */
+ * the block is pending: a device reader on any stream is ordered after the copy, and the
+ * host accessors, set_* and free wait for the copy's own event, so nothing sees the
+ * device side before the copy has landed and nothing writes the host side while the
+ * copy reads it. */
 BLOB_API blob_status blob_syncedmem_async_gpu_push(blob_syncedmem *mem, void *stream);
 
 /* The reverse: queue the device-to-host copy on `stream`; only from AT_GPU (or SYNCED,

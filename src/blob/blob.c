@@ -31,17 +31,20 @@ blob_status blob__shape_count(blob_dtype dtype, int num_axes, const int64_t *sha
     for (int i = 0; i < num_axes; i++)
         if (shape[i] < 0)
             return BLOB_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i, (long long)shape[i]);
-    int64_t limit = INT64_MAX / (int64_t)elem; /* count * elem must fit too */
+    /* The product of the non-zero dims must fit (count * elem included) even when a zero
+     * dim makes the count 0: every sub-range product (blob_count_range) stays defined. */
+    int64_t limit = INT64_MAX / (int64_t)elem;
+    bool empty = false;
     for (int i = 0; i < num_axes; i++) {
         if (shape[i] == 0) {
-            n = 0;
-            break;
+            empty = true;
+            continue;
         }
         if (n > limit / shape[i])
             return BLOB_FAIL(BLOB_EOVERFLOW, "element count overflows at axis %d", i);
         n *= shape[i];
     }
-    *count = n;
+    *count = empty ? 0 : n;
     return BLOB_OK;
 }
 
@@ -186,7 +189,7 @@ blob_status blob_count_range(const blob *b, int start, int end, int64_t *out)
                          b->num_axes);
     int64_t n = 1;
     for (int i = start; i < end; i++)
-        n *= b->shape[i]; /* cannot overflow: the full product fits */
+        n *= b->shape[i]; /* cannot overflow: blob__shape_count bounds every product */
     *out = n;
     return BLOB_OK;
 }
@@ -234,7 +237,7 @@ blob_status blob_offset(const blob *b, int n, const int64_t *indices, int64_t *o
     int64_t off = 0;
     for (int i = 0; i < b->num_axes; i++) {
         int64_t idx = i < n ? indices[i] : 0;
-        if (i < n && (idx < 0 || idx >= b->shape[i]))
+        if (idx < 0 || idx >= b->shape[i]) /* a missing index is 0, which a 0 dim lacks */
             return BLOB_FAIL(BLOB_ERANGE, "index %lld of axis %d not in [0, %lld)",
                              (long long)idx, i, (long long)b->shape[i]);
         off = off * b->shape[i] + idx;

@@ -13,6 +13,8 @@ static bool head_on_gpu(const blob_syncedmem *mem)
     return h == BLOB_HEAD_AT_GPU || h == BLOB_SYNCED;
 }
 
+/* data -= diff: the math runs on the side holding the head, which is claimed only once
+ * the math has succeeded, so a failure changes nothing. */
 blob_status blob_update(blob *b)
 {
     if (!b)
@@ -21,16 +23,16 @@ blob_status blob_update(blob *b)
         return BLOB_FAIL(BLOB_ESTATE, "data is uninitialized");
     if (b->count == 0)
         return BLOB_OK;
+    bool gpu = head_on_gpu(b->data);
     const void *diff;
     void *data;
-    if (head_on_gpu(b->data)) {
-        BLOB_TRY(blob_syncedmem_gpu_data(b->diff, &diff));
-        BLOB_TRY(blob_syncedmem_mutable_gpu_data(b->data, &data));
-        return blob_gpu_axpy(b->dtype, b->count, -1.0, diff, data);
-    }
-    BLOB_TRY(blob_syncedmem_cpu_data(b->diff, &diff));
-    BLOB_TRY(blob_syncedmem_mutable_cpu_data(b->data, &data));
-    return blob_cpu_axpy(b->dtype, b->count, -1.0, diff, data);
+    BLOB_TRY(gpu ? blob_syncedmem_gpu_data(b->diff, &diff)
+                 : blob_syncedmem_cpu_data(b->diff, &diff));
+    BLOB_TRY(blob__syncedmem_write_side(b->data, gpu, &data));
+    BLOB_TRY(gpu ? blob_gpu_axpy(b->dtype, b->count, -1.0, diff, data)
+                 : blob_cpu_axpy(b->dtype, b->count, -1.0, diff, data));
+    blob__syncedmem_claim(b->data, gpu);
+    return BLOB_OK;
 }
 
 /* sum |x| (squares = false) or sum x^2 of a block, where its head is. */
@@ -62,42 +64,45 @@ static blob_status scale(const blob *b, blob_syncedmem *mem, double s)
 {
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
-    void *x;
     if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0)
         return BLOB_OK;
-    if (head_on_gpu(mem)) {
-        BLOB_TRY(blob_syncedmem_mutable_gpu_data(mem, &x));
-        return blob_gpu_scal(b->dtype, b->count, s, x);
-    }
-    BLOB_TRY(blob_syncedmem_mutable_cpu_data(mem, &x));
-    return blob_cpu_scal(b->dtype, b->count, s, x);
+    bool gpu = head_on_gpu(mem);
+    void *x;
+    BLOB_TRY(blob__syncedmem_write_side(mem, gpu, &x));
+    BLOB_TRY(gpu ? blob_gpu_scal(b->dtype, b->count, s, x) : blob_cpu_scal(b->dtype, b->count, s, x));
+    blob__syncedmem_claim(mem, gpu);
+    return BLOB_OK;
 }
 
 blob_status blob_scale_data(blob *b, double s) { return scale(b, b ? b->data : NULL, s); }
 blob_status blob_scale_diff(blob *b, double s) { return scale(b, b ? b->diff : NULL, s); }
 
 /* Copy `count` elements from block src of blob from to block dst of blob to: on the GPU
- * when src's newest bytes are there and both blobs live on the same GPU, else on the host. */
+ * when src's newest bytes are there and both blobs live on the same GPU, else on the
+ * host. A copy covering all of dst transfers nothing beforehand and claims dst's head
+ * only once it has succeeded. */
 static blob_status copy_block(const blob *from, blob_syncedmem *src, const blob *to,
                               blob_syncedmem *dst, int64_t count)
 {
-    const void *x;
+    size_t bytes = (size_t)count * blob_dtype_size(to->dtype);
+    bool written = count && blob_syncedmem_head(src) != BLOB_UNINITIALIZED;
+    bool gpu = written && head_on_gpu(src) && to->device == from->device;
+    const void *x = NULL;
     void *y;
-    if (count == 0 || blob_syncedmem_head(src) == BLOB_UNINITIALIZED) {
-        /* nothing written yet: the destination reads as zeros too */
-        BLOB_TRY(blob_syncedmem_mutable_cpu_data(dst, &y));
-        if (count)
-            memset(y, 0, (size_t)count * blob_dtype_size(to->dtype));
-        return BLOB_OK;
-    }
-    if (head_on_gpu(src) && to->device == from->device) {
-        BLOB_TRY(blob_syncedmem_gpu_data(src, &x));
-        BLOB_TRY(blob_syncedmem_mutable_gpu_data(dst, &y));
-        return blob_gpu_copy(to->dtype, count, x, y);
-    }
-    BLOB_TRY(blob_syncedmem_cpu_data(src, &x));
-    BLOB_TRY(blob_syncedmem_mutable_cpu_data(dst, &y));
-    memcpy(y, x, (size_t)count * blob_dtype_size(to->dtype));
+    if (written)
+        BLOB_TRY(gpu ? blob_syncedmem_gpu_data(src, &x) : blob_syncedmem_cpu_data(src, &x));
+    if (bytes == blob_syncedmem_size(dst))
+        BLOB_TRY(blob__syncedmem_write_side(dst, gpu, &y));
+    else /* part of the block: the rest must stay current */
+        BLOB_TRY(gpu ? blob_syncedmem_mutable_gpu_data(dst, &y)
+                     : blob_syncedmem_mutable_cpu_data(dst, &y));
+    if (gpu)
+        BLOB_TRY(blob_gpu_copy(to->dtype, count, x, y));
+    else if (x)
+        memcpy(y, x, bytes);
+    else if (bytes) /* nothing written yet: the destination reads as zeros too */
+        memset(y, 0, bytes);
+    blob__syncedmem_claim(dst, gpu);
     return BLOB_OK;
 }
 

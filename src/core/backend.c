@@ -1,4 +1,5 @@
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 
@@ -23,8 +24,7 @@ void *blob__obj_alloc(size_t bytes)
     void *p = NULL;
     if (blob__be->host_alloc(bytes, &p) != BLOB_OK)
         return NULL;
-    for (size_t i = 0; i < bytes; i++)
-        ((unsigned char *)p)[i] = 0;
+    memset(p, 0, bytes);
     return p;
 }
 

@@ -87,9 +87,6 @@ void blob__obj_free(void *p);
 /* BLOB_ENODEV, with the detail recorded under func, when no GPU is usable. */
 blob_status blob__require_gpu(const char *func);
 
-/* The calling thread's current stream (blob_set_stream). */
-void *blob__current_stream(void);
-
 /* The calling thread's current device as the library knows it: set by blob_device_set
  * and blob_device_get, read from the backend once per thread (and table) otherwise. A
  * plain load on the hot path, where asking the driver costs ~50 ns. */

@@ -107,11 +107,6 @@ void *blob_get_stream(void)
     return current_stream;
 }
 
-void *blob__current_stream(void)
-{
-    return current_stream;
-}
-
 blob_status blob__check_device(int device)
 {
     int cur;

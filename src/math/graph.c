@@ -19,17 +19,20 @@ blob_status blob_graph_begin(void *stream)
 
 blob_status blob_graph_end(void *stream, blob_graph **out)
 {
-    if (!stream || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    *out = NULL;
+    if (!stream)
+        return BLOB_FAIL(BLOB_EINVAL, "the default stream is never captured");
+    if (out)
+        *out = NULL;
     BLOB_TRY(blob__require_gpu(__func__));
-    blob_graph *g = blob__obj_alloc(sizeof *g);
+    blob_graph *g = out ? blob__obj_alloc(sizeof *g) : NULL;
     void *exec = NULL;
-    blob_status st = blob__be->graph_end(stream, &exec); /* ends the capture either way */
+    blob_status st = blob__be->graph_end(stream, &exec); /* the capture ends either way */
     if (st != BLOB_OK || !g) {
         blob__be->graph_destroy(exec);
         blob__obj_free(g);
-        return st != BLOB_OK ? st : BLOB_ENOMEM;
+        if (st != BLOB_OK)
+            return st;
+        return out ? BLOB_ENOMEM : BLOB_FAIL(BLOB_EINVAL, "out is NULL (capture ended)");
     }
     g->exec = exec;
     *out = g;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "blob/device.h"
 #include "blob/math.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
@@ -207,7 +208,6 @@ static blob_status check_labels(const char *fn, blob_dtype dtype, int64_t rows, 
 
 /* ---- GPU side, and the degenerate products of both sides ---- */
 
-
 /* y = beta * y (n elements) for a product whose reduction is empty, which BLAS leaves
  * loosely defined; beta == 0 does not read y. */
 static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double beta, void *y)
@@ -215,7 +215,7 @@ static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double bet
     if (beta == 1)
         return BLOB_OK;
     if (gpu) {
-        void *s = blob__current_stream();
+        void *s = blob_get_stream();
         return beta == 0 ? blob__k_set(s, dtype, n, 0, y) : blob__k_scal(s, dtype, n, beta, y);
     }
     if (beta == 0)
@@ -262,7 +262,7 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         return BLOB_OK;
     if (K == 0)
         return scale_empty(true, dtype, M * N, beta, C);
-    return blob__k_gemm(blob__current_stream(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
+    return blob__k_gemm(blob_get_stream(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
                         beta, C);
 }
 
@@ -296,7 +296,7 @@ blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64
         return BLOB_OK;
     if (red == 0)
         return scale_empty(true, dtype, out, beta, y);
-    return blob__k_gemv(blob__current_stream(), dtype, trans_a, M, N, alpha, A, x, beta, y);
+    return blob__k_gemv(blob_get_stream(), dtype, trans_a, M, N, alpha, A, x, beta, y);
 }
 
 blob_status blob_cpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void *x, void *y)
@@ -311,7 +311,7 @@ blob_status blob_gpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_axpy(blob__current_stream(), dtype, n, alpha, x, y);
+    return blob__k_axpy(blob_get_stream(), dtype, n, alpha, x, y);
 }
 
 blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x,
@@ -329,7 +329,7 @@ blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_axpby(blob__current_stream(), dtype, n, alpha, x, beta, y);
+    return blob__k_axpby(blob_get_stream(), dtype, n, alpha, x, beta, y);
 }
 
 blob_status blob_cpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
@@ -343,7 +343,7 @@ blob_status blob_gpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_scal(blob__current_stream(), dtype, n, alpha, x);
+    return blob__k_scal(blob_get_stream(), dtype, n, alpha, x);
 }
 
 blob_status blob_cpu_dot(blob_dtype dtype, int64_t n, const void *x, const void *y, double *out)
@@ -362,7 +362,7 @@ blob_status blob_gpu_dot(blob_dtype dtype, int64_t n, const void *x, const void 
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(check_out(__func__, out));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_dot(blob__current_stream(), dtype, n, x, y, out);
+    return blob__k_dot(blob_get_stream(), dtype, n, x, y, out);
 }
 
 blob_status blob_cpu_asum(blob_dtype dtype, int64_t n, const void *x, double *out)
@@ -381,7 +381,7 @@ blob_status blob_gpu_asum(blob_dtype dtype, int64_t n, const void *x, double *ou
     BLOB_TRY(CHECK_VEC(dtype, n, x));
     BLOB_TRY(check_out(__func__, out));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_asum(blob__current_stream(), dtype, n, x, out);
+    return blob__k_asum(blob_get_stream(), dtype, n, x, out);
 }
 
 blob_status blob_cpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
@@ -396,7 +396,7 @@ blob_status blob_gpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_copy(blob__current_stream(), dtype, n, x, y);
+    return blob__k_copy(blob_get_stream(), dtype, n, x, y);
 }
 
 blob_status blob_cpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
@@ -410,7 +410,7 @@ blob_status blob_gpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_set(blob__current_stream(), dtype, n, alpha, y);
+    return blob__k_set(blob_get_stream(), dtype, n, alpha, y);
 }
 
 blob_status blob_cpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void *y)
@@ -424,7 +424,7 @@ blob_status blob_gpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_add_scalar(blob__current_stream(), dtype, n, alpha, y);
+    return blob__k_add_scalar(blob_get_stream(), dtype, n, alpha, y);
 }
 
 blob_status blob_cpu_mul(blob_dtype dtype, int64_t n, const void *a, const void *b, void *y)
@@ -439,7 +439,7 @@ blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, a, b, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_mul(blob__current_stream(), dtype, n, a, b, y);
+    return blob__k_mul(blob_get_stream(), dtype, n, a, b, y);
 }
 
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
@@ -454,7 +454,7 @@ blob_status blob_gpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, vo
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_relu_forward(blob__current_stream(), dtype, n, x, y);
+    return blob__k_relu_forward(blob_get_stream(), dtype, n, x, y);
 }
 
 blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, const void *dy,
@@ -471,7 +471,7 @@ blob_status blob_gpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_relu_backward(blob__current_stream(), dtype, n, x, dy, dx);
+    return blob__k_relu_backward(blob_get_stream(), dtype, n, x, dy, dx);
 }
 
 /* On the host a bad label fails the call before anything is written. */
@@ -506,7 +506,7 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_forward(blob__current_stream(), dtype, rows, classes, logits,
+    return blob__k_softmax_loss_forward(blob_get_stream(), dtype, rows, classes, logits,
                                         labels, prob, loss);
 }
 
@@ -533,6 +533,6 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_backward(blob__current_stream(), dtype, rows, classes, prob,
+    return blob__k_softmax_loss_backward(blob_get_stream(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
 }

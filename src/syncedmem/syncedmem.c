@@ -5,6 +5,7 @@
 
 #include "blob/syncedmem.h"
 #include "blob/alloc.h"
+#include "blob/device.h"
 #include "../core/core.h"
 #include "syncedmem_internal.h"
 
@@ -17,8 +18,9 @@ struct blob_syncedmem {
     bool own_host;
     bool own_dev;
     bool host_pinned;   /* owned host side came from the pinned place */
-    bool pending;       /* an async copy recorded on `event` may still be in flight */
-    void *event;        /* created on the first async copy, reused after */
+    bool pending;       /* an async copy may be in flight: host users wait for `event` */
+    void *stream;       /* the stream of the latest device work on the block */
+    void *event;        /* orders streams and marks async copies; made on first need */
     atomic_int refs;
 };
 
@@ -117,10 +119,12 @@ static blob_status check_gpu(const blob_syncedmem *m)
     return blob__check_device(m->device);
 }
 
+/* The host side belongs to no stream: every copy touching it is waited for before it
+ * is freed. */
 static blob_status alloc_host(blob_syncedmem *m)
 {
     blob_place place = host_place(m);
-    BLOB_TRY(blob_place_alloc(place, m->size, blob__current_stream(), &m->host));
+    BLOB_TRY(blob_place_alloc(place, m->size, NULL, &m->host));
     m->own_host = true;
     m->host_pinned = place.kind == BLOB_PLACE_PINNED;
     return BLOB_OK;
@@ -130,6 +134,25 @@ static blob_status alloc_dev(blob_syncedmem *m, void *stream)
 {
     BLOB_TRY(blob_place_alloc(blob_place_device(m->device), m->size, stream, &m->dev));
     m->own_dev = true;
+    return BLOB_OK;
+}
+
+/* Device work on the block is about to be queued on `stream`: order it after the work
+ * queued on the block's previous stream (on the device; the host does not wait), and
+ * tell the allocator that the device side is used there too. */
+static blob_status use_on(blob_syncedmem *m, void *stream)
+{
+    if (stream == m->stream)
+        return BLOB_OK;
+    if (m->dev) {
+        if (!m->event)
+            BLOB_TRY(blob__be->event_create(&m->event));
+        BLOB_TRY(blob__be->event_record(m->event, m->stream));
+        BLOB_TRY(blob__be->stream_wait_event(stream, m->event));
+        if (m->own_dev)
+            BLOB_TRY(blob_place_record_stream(blob_place_device(m->device), m->dev, stream));
+    }
+    m->stream = stream;
     return BLOB_OK;
 }
 
@@ -148,7 +171,8 @@ static blob_status to_cpu(blob_syncedmem *m)
     switch (m->head) {
     case BLOB_UNINITIALIZED:
         if (m->size) {
-            BLOB_TRY(alloc_host(m));
+            if (!m->host)
+                BLOB_TRY(alloc_host(m));
             memset(m->host, 0, m->size);
         }
         m->head = BLOB_HEAD_AT_CPU;
@@ -156,10 +180,13 @@ static blob_status to_cpu(blob_syncedmem *m)
     case BLOB_HEAD_AT_GPU: {
         if (m->size) {
             BLOB_TRY(check_gpu(m));
+            void *stream = blob_get_stream();
             bool fresh = !m->host;
             if (fresh)
                 BLOB_TRY(alloc_host(m));
-            blob_status st = copy_sync(m->host, m->dev, m->size, BLOB__D2H, blob__current_stream());
+            blob_status st = use_on(m, stream);
+            if (st == BLOB_OK)
+                st = copy_sync(m->host, m->dev, m->size, BLOB__D2H, stream);
             if (st != BLOB_OK) {
                 if (fresh)
                     free_host(m);
@@ -176,44 +203,35 @@ static blob_status to_cpu(blob_syncedmem *m)
     return BLOB_FAIL(BLOB_ESTATE, "corrupt head %d", (int)m->head);
 }
 
-/* Make the device side current. On failure nothing has changed. */
+/* Make the device side current for work on the current stream. A pending async copy
+ * is waited for on the device, not on the host. On failure nothing has changed. */
 static blob_status to_gpu(blob_syncedmem *m)
 {
     BLOB_TRY(check_gpu(m));
-    BLOB_TRY(settle(m));
-    void *stream = blob__current_stream();
-    switch (m->head) {
-    case BLOB_UNINITIALIZED:
-        if (m->size) {
-            BLOB_TRY(alloc_dev(m, stream));
-            blob_status st = blob__be->memset_async(m->dev, 0, m->size, stream);
-            if (st != BLOB_OK) {
-                free_dev(m);
-                return st;
-            }
-        }
-        m->head = BLOB_HEAD_AT_GPU;
-        return BLOB_OK;
-    case BLOB_HEAD_AT_CPU: {
-        if (m->size) {
-            bool fresh = !m->dev;
-            if (fresh)
-                BLOB_TRY(alloc_dev(m, stream));
-            blob_status st = copy_sync(m->dev, m->host, m->size, BLOB__H2D, stream);
-            if (st != BLOB_OK) {
-                if (fresh)
-                    free_dev(m);
-                return st;
-            }
-        }
-        m->head = BLOB_SYNCED;
+    void *stream = blob_get_stream();
+    if (!m->size || m->head == BLOB_HEAD_AT_GPU || m->head == BLOB_SYNCED) {
+        BLOB_TRY(use_on(m, stream));
+        if (m->head == BLOB_UNINITIALIZED)
+            m->head = BLOB_HEAD_AT_GPU;
+        else if (m->head == BLOB_HEAD_AT_CPU)
+            m->head = BLOB_SYNCED;
         return BLOB_OK;
     }
-    case BLOB_HEAD_AT_GPU:
-    case BLOB_SYNCED:
-        return BLOB_OK;
+    bool fresh = !m->dev;
+    if (fresh)
+        BLOB_TRY(alloc_dev(m, stream));
+    blob_status st = use_on(m, stream);
+    if (st == BLOB_OK)
+        st = m->head == BLOB_UNINITIALIZED
+                 ? blob__be->memset_async(m->dev, 0, m->size, stream)
+                 : copy_sync(m->dev, m->host, m->size, BLOB__H2D, stream);
+    if (st != BLOB_OK) {
+        if (fresh)
+            free_dev(m);
+        return st;
     }
-    return BLOB_FAIL(BLOB_ESTATE, "corrupt head %d", (int)m->head);
+    m->head = m->head == BLOB_UNINITIALIZED ? BLOB_HEAD_AT_GPU : BLOB_SYNCED;
+    return BLOB_OK;
 }
 
 blob_status blob_syncedmem_cpu_data(blob_syncedmem *m, const void **out)
@@ -252,6 +270,35 @@ blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *m, void **out)
     m->head = BLOB_HEAD_AT_GPU;
     *out = m->dev;
     return BLOB_OK;
+}
+
+blob_status blob__syncedmem_write_side(blob_syncedmem *m, bool gpu, void **out)
+{
+    if (!gpu) {
+        BLOB_TRY(settle(m));
+        if (!m->host && m->size)
+            BLOB_TRY(alloc_host(m));
+        *out = m->host;
+        return BLOB_OK;
+    }
+    BLOB_TRY(check_gpu(m));
+    void *stream = blob_get_stream();
+    bool fresh = !m->dev && m->size;
+    if (fresh)
+        BLOB_TRY(alloc_dev(m, stream));
+    blob_status st = use_on(m, stream);
+    if (st != BLOB_OK) {
+        if (fresh)
+            free_dev(m);
+        return st;
+    }
+    *out = m->dev;
+    return BLOB_OK;
+}
+
+void blob__syncedmem_claim(blob_syncedmem *m, bool gpu)
+{
+    m->head = gpu ? BLOB_HEAD_AT_GPU : BLOB_HEAD_AT_CPU;
 }
 
 static blob_status check_borrow(const blob_syncedmem *m, const void *data, size_t bytes)
@@ -322,8 +369,10 @@ static blob_status async_copy(blob_syncedmem *m, void *stream, bool to_gpu)
     bool fresh = !(to_gpu ? m->dev : m->host);
     if (fresh)
         BLOB_TRY(to_gpu ? alloc_dev(m, stream) : alloc_host(m));
-    blob_status st = to_gpu ? copy_pending(m, m->dev, m->host, BLOB__H2D, stream)
-                            : copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
+    blob_status st = use_on(m, stream);
+    if (st == BLOB_OK)
+        st = to_gpu ? copy_pending(m, m->dev, m->host, BLOB__H2D, stream)
+                    : copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
     if (st != BLOB_OK && fresh) {
         if (to_gpu)
             free_dev(m);
