@@ -6,24 +6,24 @@
 #include "blob/device.h"
 #include "core.h"
 
-/* Record a failed CUDA call with its error name, clear the sticky error, map the code. */
-static blob_status cuda_fail(cudaError_t err, const char *expr, const char *func, int line)
+blob_status blob__cuda_fail(int err, const char *call, const char *func)
 {
+    cudaError_t e = (cudaError_t)err;
     (void)cudaGetLastError();
     blob_status st = BLOB_ECUDA;
-    if (err == cudaErrorMemoryAllocation)
+    if (e == cudaErrorMemoryAllocation)
         st = BLOB_EDEVMEM;
-    else if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+    else if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
         st = BLOB_ENODEV;
-    return blob__fail(st, func, "%s failed: %s (%s), line %d", expr, cudaGetErrorName(err),
-                      cudaGetErrorString(err), line);
+    return blob__fail(st, func, "%s failed: %s (%s)", call, cudaGetErrorName(e),
+                      cudaGetErrorString(e));
 }
 
 #define CUDA_TRY(expr)                                            \
     do {                                                          \
         cudaError_t cuda_err_ = (expr);                           \
         if (cuda_err_ != cudaSuccess)                             \
-            return cuda_fail(cuda_err_, #expr, __func__, __LINE__); \
+            return blob__cuda_fail(cuda_err_, #expr, __func__);     \
     } while (0)
 
 static int device_count_value;

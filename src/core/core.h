@@ -65,6 +65,11 @@ void blob__backend_install(const blob__backend *be);
 blob_status blob__system_host_alloc(size_t bytes, void **out);
 void blob__system_host_free(void *p);
 
+/* CUDA builds: record a failed CUDA runtime call (err is its cudaError_t) under func,
+ * clear the sticky error, and map it: out of memory is BLOB_EDEVMEM, no device or driver
+ * BLOB_ENODEV, anything else BLOB_ECUDA. */
+blob_status blob__cuda_fail(int err, const char *call, const char *func);
+
 /* Record the calling thread's failure detail and return status. */
 blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

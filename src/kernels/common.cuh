@@ -13,29 +13,18 @@ extern "C" {
 }
 #include "kernels.h"
 
-/* Record a failed CUDA call under func as BLOB_ECUDA and clear the error. */
-static inline blob_status cuda_fail(cudaError_t err, const char *call, const char *func)
-{
-    (void)cudaGetLastError();
-    return blob__fail(BLOB_ECUDA, func, "%s failed: %s (%s)", call, cudaGetErrorName(err),
-                      cudaGetErrorString(err));
-}
-
 #define CUDA_TRY(func, call)                              \
     do {                                                  \
         cudaError_t cuda_err_ = (call);                   \
         if (cuda_err_ != cudaSuccess)                     \
-            return cuda_fail(cuda_err_, #call, (func));   \
+            return blob__cuda_fail(cuda_err_, #call, (func)); \
     } while (0)
 
 /* Check the kernel launch just made (and clear its error). */
 static inline blob_status launch_check(const char *kernel, const char *func)
 {
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return blob__fail(BLOB_ECUDA, func, "launch of %s failed: %s (%s)", kernel,
-                          cudaGetErrorName(err), cudaGetErrorString(err));
-    return BLOB_OK;
+    cudaError_t err = cudaPeekAtLastError();
+    return err == cudaSuccess ? BLOB_OK : blob__cuda_fail(err, kernel, func);
 }
 
 static constexpr unsigned THREADS = 256;
