@@ -123,8 +123,9 @@ bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
 	$(Q)$(EXAMPLES_BIN)/mlp_step
 
+# The packages of `check` (all of them); `demo` asks for its own, fewer.
 deps:
-	$(Q)sh tools/deps.sh
+	$(Q)sh tools/deps.sh check
 
 test: $(TEST_BIN)
 	$(Q)$(TEST_BIN)
@@ -141,7 +142,7 @@ install-check: lib
 
 install: lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
-	install -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
+	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
@@ -157,18 +158,23 @@ uninstall:
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
 
 # The examples, built the way a user builds them: libblob installed into a private
-# prefix, the programs compiled against it with pkg-config.
+# prefix, the programs compiled against it with pkg-config. Every install directory is
+# given, and DESTDIR emptied, so none set by the caller can redirect this install.
 EXAMPLES_PREFIX := $(CURDIR)/$(BUILD)/demo-prefix
 EXAMPLES_BIN := $(CURDIR)/$(BUILD)/examples
+EXAMPLES_DIRS := PREFIX=$(EXAMPLES_PREFIX) LIBDIR=$(EXAMPLES_PREFIX)/lib \
+                 INCLUDEDIR=$(EXAMPLES_PREFIX)/include \
+                 PKGCONFIGDIR=$(EXAMPLES_PREFIX)/lib/pkgconfig DESTDIR=
 
 examples: lib
-	$(Q)$(MAKE) --no-print-directory -s PREFIX=$(EXAMPLES_PREFIX) install >/dev/null
+	$(Q)$(MAKE) --no-print-directory -s $(EXAMPLES_DIRS) install >/dev/null
 	$(Q)PKG_CONFIG_PATH=$(EXAMPLES_PREFIX)/lib/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
 	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples/mlp O=$(EXAMPLES_BIN)
 
 # The README's first command: train the MLP on Fashion-MNIST, on the GPU when there is
 # one. Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS="--graph".
-demo: deps
+demo:
+	$(Q)sh tools/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --out $(BUILD)/demo-out $(DEMO_ARGS)
 

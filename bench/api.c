@@ -177,16 +177,9 @@ void bench_reshape(void)
 
 /* ---- 6, host side: blob_update vs cblas_saxpy ---- */
 
-typedef struct {
-    blob *b;
-    float *data;
-    const float *diff;
-    int n;
-} update_ctx;
-
-static int update_blob_run(void *ctx, int n)
+int bench_update_run(void *ctx, int n)
 {
-    update_ctx *u = ctx;
+    bench_update_ctx *u = ctx;
     for (int i = 0; i < n; i++)
         BTRY(blob_update(u->b));
     return 0;
@@ -194,15 +187,15 @@ static int update_blob_run(void *ctx, int n)
 
 static int update_cblas_run(void *ctx, int n)
 {
-    update_ctx *u = ctx;
+    bench_update_ctx *u = ctx;
     for (int i = 0; i < n; i++)
-        cblas_saxpy(u->n, -1.0f, u->diff, 1, u->data, 1);
+        cblas_saxpy((int)u->n, -1.0f, u->diff, 1, u->data, 1);
     return 0;
 }
 
 static int update_host_size(int64_t n, double *v)
 {
-    update_ctx u = {NULL, NULL, NULL, (int)n};
+    bench_update_ctx u = {.n = n};
     BTRY(blob_create(&u.b, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &n));
     float *diff;
     int rc = -1;
@@ -219,7 +212,7 @@ static int update_host_size(int64_t n, double *v)
         u.diff = diff;
         int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n);
         int reps = n >= (1 << 22) ? 7 : 15;
-        bench_op ob = {update_blob_run, NULL, &u}, oc = {update_cblas_run, NULL, &u};
+        bench_op ob = {bench_update_run, NULL, &u}, oc = {update_cblas_run, NULL, &u};
         v[0] = bench_time(&ob, batch, reps, &bench_wall) / 1e3;
         v[1] = isnan(v[0]) ? NAN : bench_time(&oc, batch, reps, &bench_wall) / 1e3;
         v[2] = v[0] / v[1];
@@ -251,11 +244,14 @@ void bench_update_host(void)
 /* ---- 7: a training-like loop whose batch changes every step ---- */
 
 #define LOOP_IN 784
-#define LOOP_HID_GPU 4096 /* a wide MLP: a working set of ~100 MiB */
+#define LOOP_HID_GPU 4096 /* a wide MLP: ~42 MiB in use at LOOP_BMAX */
 #define LOOP_HID_HOST 256 /* keeps the host-only run short */
 #define LOOP_OUT 10
 #define LOOP_BMIN 16
 #define LOOP_BMAX 512
+#define LOOP_WARMUP 20 /* random steps after the first, at LOOP_BMAX */
+#define LOOP_BATCH 20  /* steps per batch of the timing loop */
+#define LOOP_REPS 10   /* timed batches, after one untimed */
 
 typedef blob_status (*read_fn)(blob *, const void **);
 typedef blob_status (*write_fn)(blob *, void **);
@@ -355,21 +351,22 @@ static int loop_setup(loop_ctx *l)
     return 0;
 }
 
-/* Warm up from an empty cache (one step at the largest batch, then 20 random ones), then
- * time the loop: st[0], st[1] are the stats of `place` before and after the timed steps,
+/* Warm up from an empty cache (one step at the largest batch, then LOOP_WARMUP random
+ * ones), then time the loop with bench_time (one untimed batch, then LOOP_REPS timed
+ * ones): st[0], st[1] are the stats of `place` before and after all of its batches,
  * st[2], st[3] those of pinned memory (with a GPU). */
 static int loop_measure(loop_ctx *l, blob_place place, bool gpu, double *us,
                         blob_alloc_stats st[4])
 {
     BTRY(blob_alloc_empty_cache(place));
     BTRY(blob_alloc_reset_peaks(place));
-    if (loop_setup(l) != 0 || loop_step(l, LOOP_BMAX) != 0 || loop_run(l, 20) != 0)
+    if (loop_setup(l) != 0 || loop_step(l, LOOP_BMAX) != 0 || loop_run(l, LOOP_WARMUP) != 0)
         return -1;
     BTRY(blob_alloc_get_stats(place, &st[0]));
     if (gpu)
         BTRY(blob_alloc_get_stats(blob_place_pinned(), &st[2]));
     bench_op op = {loop_run, NULL, l};
-    if (isnan(*us = bench_time(&op, 20, 10, &bench_wall) / 1e3))
+    if (isnan(*us = bench_time(&op, LOOP_BATCH, LOOP_REPS, &bench_wall) / 1e3))
         return -1;
     BTRY(blob_alloc_get_stats(place, &st[1]));
     if (gpu)
@@ -432,8 +429,13 @@ void bench_loop(bool gpu)
     report_note("each step: a fresh x {b,784} filled on the host; h {b,%lld}, y {b,10} "
                 "reshaped; 5 gemm, loss read back, 2 updates (%s)", (long long)l.hid,
                 gpu ? "GPU" : "host-only");
-    report_note("warm-up: one step at b = 512, then 20 random; timed: 220 random steps; stats "
-                "of the %s place, peaks since its cache was emptied", gpu ? "device" : "host");
+    report_note("warm-up: one step at b = %d, then %d random; then %d untimed and %d x %d "
+                "timed random steps: us per step is the median over the %d timed batches, "
+                "the 'timed' counts cover all %d steps after the warm-up", LOOP_BMAX,
+                LOOP_WARMUP, LOOP_BATCH, LOOP_REPS, LOOP_BATCH, LOOP_REPS,
+                (LOOP_REPS + 1) * LOOP_BATCH);
+    report_note("stats of the %s place, peaks since its cache was emptied",
+                gpu ? "device" : "host");
     blob_free(l.w1);
     blob_free(l.w2);
     blob_free(l.h);

@@ -100,6 +100,19 @@ void bench_reshape(void);            /* 5 */
 void bench_update_host(void);        /* 6, host side */
 void bench_loop(bool gpu);           /* 7 */
 
+/* A float32 blob b of n elements for the update rows (6 and 6h): data and diff are its
+ * buffers on the side measured; c0 and c1 are scratch of the GPU rows. */
+typedef struct {
+    blob *b;
+    float *data;
+    const float *diff;
+    void *c0, *c1;
+    int64_t n;
+} bench_update_ctx;
+
+/* A bench_op run: blob_update(b) n times. */
+int bench_update_run(void *ctx, int n);
+
 /* ---- gpu.c (CUDA builds) or gpu_none.c ---- */
 
 /* Probe the GPU, record its facts and run the PyTorch script: true if one is usable. */

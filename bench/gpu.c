@@ -319,8 +319,9 @@ void bench_gpu_alloc(void)
     if (pool)
         (void)cudaMemPoolTrimTo(pool, 0);
     blob_alloc_empty_cache(blob_place_device(device));
-    report_note("cached/uncached: blob_place_alloc + blob_place_free, caching on/off; blob block: "
-                "blob_syncedmem_create + mutable_gpu_data (allocation and a queued zero-fill) + free");
+    report_note("cached/uncached: blob_place_alloc + blob_place_free, caching on/off; blob "
+                "block: blob_syncedmem_create + mutable_gpu_data (allocation and a queued "
+                "zero-fill) + free");
     report_note("cudaMalloc: cudaMalloc+cudaFree; mallocAsync: cudaMallocAsync+cudaFreeAsync, "
                 "default pool, release threshold max");
     report_note("torch: torch.empty(uint8)+del, Python included; drv: driver allocs+frees in "
@@ -488,25 +489,9 @@ void bench_gpu_sync(void)
 
 /* ---- 6: blob_update vs cublasSaxpy ---- */
 
-typedef struct {
-    blob *b;
-    float *data;
-    const float *diff;
-    void *c0, *c1;
-    int64_t n;
-} update_ctx;
-
-static int update_blob_run(void *ctx, int n)
-{
-    update_ctx *u = ctx;
-    for (int i = 0; i < n; i++)
-        BTRY(blob_update(u->b));
-    return 0;
-}
-
 static int update_saxpy_run(void *ctx, int n)
 {
-    update_ctx *u = ctx;
+    bench_update_ctx *u = ctx;
     const float minus1 = -1.0f;
     for (int i = 0; i < n; i++) {
         cublasStatus_t st = cublasSaxpy(cublas, (int)u->n, &minus1, u->diff, 1, u->data, 1);
@@ -519,13 +504,13 @@ static int update_saxpy_run(void *ctx, int n)
 /* A device copy moving the same 12 bytes per element: 6 read, 6 written. */
 static int update_copy_run(void *ctx, int n)
 {
-    update_ctx *u = ctx;
+    bench_update_ctx *u = ctx;
     for (int i = 0; i < n; i++)
         CTRY(cudaMemcpyAsync(u->c1, u->c0, (size_t)u->n * 6, cudaMemcpyDeviceToDevice, 0));
     return 0;
 }
 
-static int update_setup(update_ctx *u)
+static int update_setup(bench_update_ctx *u)
 {
     void *p;
     BTRY(blob_create(&u->b, BLOB_FLOAT32, device, 1, &u->n));
@@ -543,17 +528,17 @@ static int update_setup(update_ctx *u)
 
 static int update_row(int64_t n, double *v)
 {
-    update_ctx u = {.n = n};
+    bench_update_ctx u = {.n = n};
     int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n < 200 ? (1 << 22) / n : 200);
     int reps = n >= (1 << 26) ? 9 : 15;
     int rc = update_setup(&u);
     /* blob, saxpy, saxpy, blob: each the mean of its two medians, so neither gains from
      * running second (clocks, caches) */
     double b1 = NAN, s1 = NAN, s2 = NAN, b2 = NAN;
-    if (rc == 0 && (isnan(b1 = time_us(update_blob_run, NULL, &u, batch, reps, &event_clock)) ||
+    if (rc == 0 && (isnan(b1 = time_us(bench_update_run, NULL, &u, batch, reps, &event_clock)) ||
                     isnan(s1 = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)) ||
                     isnan(s2 = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)) ||
-                    isnan(b2 = time_us(update_blob_run, NULL, &u, batch, reps, &event_clock))))
+                    isnan(b2 = time_us(bench_update_run, NULL, &u, batch, reps, &event_clock))))
         rc = -1;
     v[0] = (b1 + b2) / 2;
     v[1] = (s1 + s2) / 2;

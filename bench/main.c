@@ -61,7 +61,7 @@ int main(int argc, char **argv)
         bench_gpu_pinned();
         bench_gpu_sync();
     } else {
-        printf("\nSections 1-3 and the GPU rows of 6 skipped: no GPU found.\n");
+        printf("\nSections 1-3 and the GPU rows of 4 and 6 skipped: no GPU found.\n");
     }
     bench_access(gpu);
     bench_reshape();

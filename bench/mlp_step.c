@@ -7,7 +7,9 @@
  *   mlp_step [--device cpu|gpu] [--steps N] [--repeats R] [--torch PATH]
  *
  * Each figure: 20 warm-up steps, then R times: synchronize, wall clock over N steps
- * alternating between two resident batches, synchronize; the median is reported.
+ * alternating between two resident batches, synchronize; the median is reported (for
+ * an even R the mean of the two middle runs, as Python's statistics.median). PyTorch
+ * runs under $BLOB_BENCH_PYTHON (default python3) and is stopped after 120 s.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -64,7 +66,7 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
         samples[r] = 1e6 * (now() - t0) / steps;
     }
     qsort(samples, (size_t)repeats, sizeof *samples, by_value);
-    *us = samples[repeats / 2];
+    *us = (samples[(repeats - 1) / 2] + samples[repeats / 2]) / 2;
     return BLOB_OK;
 }
 
@@ -109,17 +111,24 @@ static blob_status bench(nn_mode mode, bool graph, int64_t batch, int steps, int
 static const char *torch_figures(const char *script, nn_mode mode, int steps, int repeats,
                                  double *us, char *device, size_t device_size)
 {
-    if (system("python3 -c 'import torch' >/dev/null 2>&1") != 0)
-        return "python3 cannot import torch";
+    static char why[160];
+    const char *python = getenv("BLOB_BENCH_PYTHON");
+    if (!python || !*python)
+        python = "python3";
     char cmd[4096], line[512];
+    snprintf(cmd, sizeof cmd, "timeout 120 %s -c 'import torch' >/dev/null 2>&1", python);
+    if (system(cmd) != 0) {
+        snprintf(why, sizeof why, "%.100s cannot import torch", python);
+        return why;
+    }
     snprintf(cmd, sizeof cmd,
-             "python3 '%s' --device %s --steps %d --repeats %d --warmup %d --batch %lld "
-             "--batch %lld",
-             script, mode == NN_GPU ? "cuda" : "cpu", steps, repeats, WARMUP,
+             "timeout 120 %s '%s' --device %s --steps %d --repeats %d --warmup %d "
+             "--batch %lld --batch %lld",
+             python, script, mode == NN_GPU ? "cuda" : "cpu", steps, repeats, WARMUP,
              (long long)batches[0], (long long)batches[1]);
     FILE *p = popen(cmd, "r");
     if (!p)
-        return "cannot run python3";
+        return "cannot start the interpreter";
     while (fgets(line, sizeof line, p)) {
         long long batch;
         double t;
@@ -130,7 +139,7 @@ static const char *torch_figures(const char *script, nn_mode mode, int steps, in
                 if (batches[i] == batch)
                     us[i] = t;
     }
-    return pclose(p) == 0 ? NULL : "bench/mlp_torch.py failed";
+    return pclose(p) == 0 ? NULL : "the PyTorch script failed or ran past 120 s";
 }
 
 static void usage(void)

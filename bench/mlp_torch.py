@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time one training step of the 784-256-128-10 MLP in PyTorch eager mode, the way
 bench/mlp_step.c times libblob: warm up, synchronize, wall clock over N steps
-alternating between two resident batches, synchronize; the median of R repeats.
+alternating between two resident batches, synchronize; the median of R repeats (for an
+even R the mean of the two middle ones, as mlp_step.c computes it too).
 A step is zero_grad, forward, cross-entropy, backward, SGD with momentum and weight
 decay, and loss.item(). Prints "device NAME", then "batch B us_per_step T" per batch."""
 import argparse

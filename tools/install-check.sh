@@ -7,8 +7,15 @@ make_cmd=$1
 cuda=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-$make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" install >/dev/null
-$make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" install DESTDIR="$tmp/stage" >/dev/null
+# make GOAL... with every install directory under $tmp/usr and DESTDIR empty unless
+# given after them, so that none the caller set (command line, environment) applies.
+make_tmp() {
+    $make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" LIBDIR="$tmp/usr/lib" \
+        INCLUDEDIR="$tmp/usr/include" PKGCONFIGDIR="$tmp/usr/lib/pkgconfig" DESTDIR= "$@" \
+        >/dev/null
+}
+make_tmp install
+make_tmp DESTDIR="$tmp/stage" install
 [ -f "$tmp/stage$tmp/usr/include/blob/blob.h" ] || { echo "install-check: DESTDIR not honoured"; exit 1; }
 export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 cc=${CC:-cc}
@@ -26,6 +33,9 @@ if ldd "$tmp/app-static" | grep -q libblob; then
 fi
 "$tmp/app-static"
 
-$make_cmd --no-print-directory -s CUDA="$cuda" PREFIX="$tmp/usr" uninstall >/dev/null
-[ ! -e "$tmp/usr/include/blob" ] && [ ! -e "$tmp/usr/lib/libblob.a" ] || { echo "install-check: uninstall left files"; exit 1; }
+make_tmp uninstall
+if [ -e "$tmp/usr/include/blob" ] || [ -e "$tmp/usr/lib/libblob.a" ]; then
+    echo "install-check: uninstall left files"
+    exit 1
+fi
 echo "install-check: shared and static consumers built with pkg-config and ran"

@@ -7,8 +7,9 @@
  *       fprintf(stderr, "%s\n", err);
  *
  * The files are untrusted: a wrong magic number, images other than 28x28, more than
- * 2^20 images, label and image counts that differ, labels outside 0..9, corrupt,
- * truncated or trailing data are all reported as errors.
+ * 2^20 images, label and image counts that differ, labels outside 0..9, corrupt or
+ * truncated data, and decompressed data after the payload are all reported as errors.
+ * (zlib itself skips any non-gzip bytes after the last gzip member: those pass.)
  */
 #ifndef MLP_FMNIST_H
 #define MLP_FMNIST_H

@@ -61,7 +61,6 @@ blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state)
 }
 
 typedef struct {
-    const char *name;
     blob_status (*reshape)(nn_layer *, blob *const *bottom, blob *top);
     blob_status (*forward)(nn_layer *, blob *const *bottom, blob *top);
     blob_status (*backward)(nn_layer *, blob *top, bool propagate_down, blob *const *bottom);
@@ -111,7 +110,8 @@ static blob_status ip_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
     int axes = blob_num_axes(bottom[0]);
     int64_t k;
-    if (axes < 2 || blob_count_range(bottom[0], 1, axes, &k) != BLOB_OK || k != l->num_input)
+    if (blob_get_dtype(bottom[0]) != l->dtype || axes < 2 ||
+        blob_count_range(bottom[0], 1, axes, &k) != BLOB_OK || k != l->num_input)
         return BLOB_ESHAPE;
     int64_t shape[2] = {blob_shape(bottom[0])[0], l->num_output};
     NN_TRY(blob_reshape(top, 2, shape));
@@ -160,7 +160,7 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
                    1.0, dy, w, 0.0, dx);
 }
 
-static const layer_type ip_type = {"InnerProduct", ip_reshape, ip_forward, ip_backward};
+static const layer_type ip_type = {ip_reshape, ip_forward, ip_backward};
 
 /* W uniform in +-sqrt(6 / fan_in) (He et al.), b = 0. */
 static blob_status ip_fill(nn_layer *l, uint64_t seed)
@@ -198,7 +198,8 @@ blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, int64_t
 
 static blob_status relu_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
-    (void)l;
+    if (blob_get_dtype(bottom[0]) != l->dtype)
+        return BLOB_ESHAPE;
     return blob_reshape_like(top, bottom[0]);
 }
 
@@ -224,7 +225,7 @@ static blob_status relu_backward(nn_layer *l, blob *top, bool propagate_down,
     return l->m->relu_backward(l->dtype, blob_count(top), x, dy, dx);
 }
 
-static const layer_type relu_type = {"ReLU", relu_reshape, relu_forward, relu_backward};
+static const layer_type relu_type = {relu_reshape, relu_forward, relu_backward};
 
 blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 {
@@ -235,7 +236,8 @@ blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 
 static blob_status softmax_loss_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
-    if (blob_num_axes(bottom[0]) != 2 || blob_count(bottom[1]) != blob_shape(bottom[0])[0])
+    if (blob_get_dtype(bottom[0]) != l->dtype || blob_get_dtype(bottom[1]) != l->dtype ||
+        blob_num_axes(bottom[0]) != 2 || blob_count(bottom[1]) != blob_shape(bottom[0])[0])
         return BLOB_ESHAPE;
     int64_t rows = blob_shape(bottom[0])[0];
     NN_TRY(blob_reshape_like(l->prob, bottom[0]));
@@ -280,8 +282,8 @@ static blob_status softmax_loss_backward(nn_layer *l, blob *top, bool propagate_
                                     1.0 / (double)shape[0], dlogits);
 }
 
-static const layer_type softmax_loss_type = {"SoftmaxWithLoss", softmax_loss_reshape,
-                                             softmax_loss_forward, softmax_loss_backward};
+static const layer_type softmax_loss_type = {softmax_loss_reshape, softmax_loss_forward,
+                                             softmax_loss_backward};
 
 blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 {
@@ -318,7 +320,6 @@ blob_status nn_layer_backward(nn_layer *l, blob *top, bool propagate_down, blob 
     return l->type->backward(l, top, propagate_down, bottom);
 }
 
-const char *nn_layer_type(const nn_layer *l) { return l->type->name; }
 int nn_layer_num_params(const nn_layer *l) { return l->num_params; }
 blob *nn_layer_param(const nn_layer *l, int i) { return l->params[i]; }
 

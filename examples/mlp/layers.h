@@ -98,14 +98,11 @@ blob *nn_softmax_loss_prob(const nn_layer *layer);
 
 /* Shape top (and the layer's buffers) for bottom. Only this call changes shapes, so it
  * stays out of forward/backward; it may allocate. Errors: BLOB_ESHAPE for a bottom the
- * layer cannot take, libblob errors. */
+ * layer cannot take (its shape, or a dtype other than the layer's), libblob errors. */
 blob_status nn_layer_reshape(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_forward(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
                               blob *const *bottom);
-
-/* "InnerProduct", "ReLU" or "SoftmaxWithLoss". */
-const char *nn_layer_type(const nn_layer *layer);
 
 /* Learnable parameters: InnerProduct has weights (0) and bias (1), the others none. */
 int nn_layer_num_params(const nn_layer *layer);

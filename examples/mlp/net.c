@@ -20,10 +20,11 @@ struct net {
     blob *flat;                   /* every parameter (data) and its gradient (diff) */
     blob *history;                /* momentum, one per element of flat */
     blob *labels;                 /* of the last forward, for net_output */
-    bool warm;                    /* a step ran eagerly, so all memory exists */
+    bool warm;                    /* a full-batch step ran, so all memory exists */
     int num_graphs;
-    struct {
-        blob *x, *labels;
+    struct { /* a graph bakes in device pointers: keyed by them, not by the blobs */
+        const void *x, *labels;
+        int64_t rows;
         blob_graph *graph;
     } graphs[NET_MAX_GRAPHS];
 };
@@ -142,7 +143,8 @@ void net_free(net *n)
  * full batch has been seen, so captured graphs stay valid). */
 static blob_status reshape(net *n, blob *x, blob *labels)
 {
-    if (blob_num_axes(x) < 1 || blob_shape(x)[0] > n->cfg.batch)
+    if (blob_get_dtype(x) != n->cfg.dtype || blob_get_dtype(labels) != n->cfg.dtype ||
+        blob_num_axes(x) < 1 || blob_shape(x)[0] > n->cfg.batch)
         return BLOB_ESHAPE;
     for (int i = 0; i < n->num_layers; i++) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
@@ -195,13 +197,16 @@ static blob_status step(net *n, blob *x, blob *labels)
     return sgd_update(n);
 }
 
-/* The graph of (x, labels), captured now if the net is warm and there is room; NULL
- * means run eagerly. x and labels are current on the device. */
-static blob_status graph_for(net *n, blob *x, blob *labels, blob_graph **out)
+/* The graph of a step on (x, labels), whose device data are at dx and dlabels, captured
+ * now if the net is warm and there is room; NULL means run eagerly. */
+static blob_status graph_for(net *n, blob *x, blob *labels, const void *dx,
+                             const void *dlabels, blob_graph **out)
 {
+    int64_t rows = blob_shape(x)[0];
     *out = NULL;
     for (int i = 0; i < n->num_graphs; i++)
-        if (n->graphs[i].x == x && n->graphs[i].labels == labels) {
+        if (n->graphs[i].x == dx && n->graphs[i].labels == dlabels &&
+            n->graphs[i].rows == rows) {
             *out = n->graphs[i].graph;
             return BLOB_OK;
         }
@@ -216,8 +221,9 @@ static blob_status graph_for(net *n, blob *x, blob *labels, blob_graph **out)
         blob_graph_free(g);
         return st != BLOB_OK ? st : end;
     }
-    n->graphs[n->num_graphs].x = x;
-    n->graphs[n->num_graphs].labels = labels;
+    n->graphs[n->num_graphs].x = dx;
+    n->graphs[n->num_graphs].labels = dlabels;
+    n->graphs[n->num_graphs].rows = rows;
     n->graphs[n->num_graphs++].graph = g;
     *out = g;
     return BLOB_OK;
@@ -253,18 +259,20 @@ static blob_status start_readback(net *n)
 blob_status net_train_step(net *n, blob *x, blob *labels)
 {
     NN_TRY(reshape(n, x, labels));
+    bool full = blob_shape(x)[0] == n->cfg.batch;
     blob_graph *g = NULL;
-    if (n->cfg.graph && blob_shape(x)[0] == n->cfg.batch) {
-        const void *p;
-        NN_TRY(blob_gpu_data(x, &p));
-        NN_TRY(blob_gpu_data(labels, &p));
-        NN_TRY(graph_for(n, x, labels, &g));
+    if (n->cfg.graph && full) {
+        const void *dx, *dlabels;
+        NN_TRY(blob_gpu_data(x, &dx));
+        NN_TRY(blob_gpu_data(labels, &dlabels));
+        NN_TRY(graph_for(n, x, labels, dx, dlabels, &g));
     }
     if (g)
         NN_TRY(blob_graph_launch(g, blob_get_stream()));
     else
         NN_TRY(step(n, x, labels));
-    n->warm = true;
+    /* a smaller batch leaves blocks that a full one would still grow */
+    n->warm |= full;
     if (n->cfg.mode == NN_GPU)
         NN_TRY(claim_device_side(n, g != NULL));
     return start_readback(n);

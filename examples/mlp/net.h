@@ -24,7 +24,7 @@
 #include "layers.h"
 
 #define NET_MAX_DIMS 8
-/* Input pairs that get a graph of their own (see graph in net_config). */
+/* Input buffer pairs that get a graph of their own (see graph in net_config). */
 #define NET_MAX_GRAPHS 4
 
 typedef struct {
@@ -36,10 +36,11 @@ typedef struct {
     uint64_t seed;         /* weight initialisation */
     double lr, momentum, weight_decay;
     /* NN_GPU only: run training steps of cfg.batch rows as CUDA graphs. The first step
-     * runs eagerly and creates all memory; after it, the first step on each new
-     * (x, labels) pair is captured on the current stream (which must not be the default
-     * one) and every step on that pair launches its graph. Pairs beyond NET_MAX_GRAPHS,
-     * and smaller batches, run eagerly. */
+     * of cfg.batch rows runs eagerly and creates all memory; after it, the first such
+     * step on each new pair of device buffers (where the data of x and of labels lie) is
+     * captured on the current stream (which must not be the default one), and every
+     * later step on that pair launches its graph. Pairs beyond NET_MAX_GRAPHS, and
+     * smaller batches, run eagerly. */
     bool graph;
 } net_config;
 
@@ -58,7 +59,8 @@ void net_free(net *n);
  * On the GPU the device sides of x and labels are brought up to date first (waiting for
  * an asynchronous push in flight), and the call returns once the step is queued, with
  * the copy of the loss and probabilities back to the host queued after it.
- * Errors: BLOB_ESHAPE (x or labels do not fit the net), libblob errors. */
+ * Errors: BLOB_ESHAPE (x or labels do not fit the net: their shape, or a dtype other
+ * than the net's), libblob errors. */
 blob_status net_train_step(net *n, blob *x, blob *labels);
 
 /* Forward only (evaluation), queued and read back like net_train_step. */

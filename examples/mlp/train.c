@@ -50,15 +50,17 @@ static void usage(FILE *f)
             "  --graph             run training steps as CUDA graphs (gpu only)\n"
             "  --epochs N          default %d\n"
             "  --batch N           default %lld\n"
-            "  --lr X              learning rate, default %g\n"
+            "  --lr X              learning rate, > 0, default %g\n"
             "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
             "                      default %d\n"
-            "  --lr-gamma X        default %g\n"
-            "  --momentum X        default %g\n"
-            "  --weight-decay X    default %g\n"
+            "  --lr-gamma X        > 0, default %g\n"
+            "  --momentum X        in [0, 1), default %g\n"
+            "  --weight-decay X    >= 0, default %g\n"
             "  --seed N            weight initialisation and shuffling, default %llu\n"
             "  --limit N           train on the first N training images only\n"
-            "  --min-accuracy X    exit with status 1 if the final test accuracy is below X\n",
+            "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
+            "                      is below X\n"
+            "X is a finite number, N a whole number >= 1 (--lr-step and --seed: >= 0).\n",
             defaults.out_dir, defaults.epochs, (long long)defaults.batch, defaults.lr,
             defaults.lr_step, defaults.lr_gamma, defaults.momentum, defaults.weight_decay,
             (unsigned long long)defaults.seed);
@@ -84,7 +86,7 @@ static options parse_options(int argc, char **argv)
         char *end;
         errno = 0;
         double num = strtod(v, &end);
-        bool is_num = end != v && !*end && !errno;
+        bool is_num = end != v && !*end && !errno && isfinite(num); /* no "inf", "nan" */
         bool is_count = is_num && num >= 0 && num <= 1e15 && num == (double)(int64_t)num;
         if (!strcmp(a, "--data"))
             o.data_dir = v;
