@@ -29,10 +29,13 @@ typedef struct {
     op *ops;
     size_t n_ops, cap_ops;
     size_t executed;  /* ops[0..executed) have run */
+    uint64_t id;      /* 0 for the default stream */
 } stream;
 
+/* Events name their stream by id: a stream destroyed after the record has run all its
+ * work, so its events read as complete (as CUDA's do). */
 typedef struct {
-    stream *s;
+    uint64_t stream_id;
     size_t marker;    /* the stream's op count when recorded */
     bool recorded;
 } event;
@@ -288,7 +291,9 @@ static blob_status fake_stream_create(void **out)
         return BLOB_FAIL(BLOB_ECUDA, "fake: too many streams");
     void *p;
     BLOB_TRY(alloc_block(sizeof(stream), &p, BLK_STREAM, &stats.streams_created, BLOB_ECUDA));
+    static uint64_t next_id;
     memset(p, 0, sizeof(stream));
+    ((stream *)p)->id = ++next_id;
     streams[n_streams++] = p;
     *out = p;
     return BLOB_OK;
@@ -331,11 +336,25 @@ static void fake_event_destroy(void *e)
     free_block(e, BLK_EVENT, &ignored);
 }
 
+/* The live stream an event was recorded on, or NULL when there is nothing to wait for. */
+static stream *event_stream(const event *ev)
+{
+    if (!ev->recorded)
+        return NULL;
+    if (ev->stream_id == 0)
+        return &default_stream;
+    for (size_t i = 0; i < n_streams; i++)
+        if (streams[i]->id == ev->stream_id)
+            return streams[i];
+    return NULL;
+}
+
 static blob_status fake_event_record(void *e, void *s)
 {
     event *ev = e;
-    ev->s = as_stream(s);
-    ev->marker = ev->s->n_ops;
+    stream *st = as_stream(s);
+    ev->stream_id = st->id;
+    ev->marker = st->n_ops;
     ev->recorded = true;
     return BLOB_OK;
 }
@@ -343,7 +362,8 @@ static blob_status fake_event_record(void *e, void *s)
 static blob_status fake_event_query(void *e, bool *done)
 {
     event *ev = e;
-    *done = !ev->recorded || ev->s->executed >= ev->marker;
+    stream *st = event_stream(ev);
+    *done = !st || st->executed >= ev->marker;
     return BLOB_OK;
 }
 
@@ -351,8 +371,9 @@ static blob_status fake_event_synchronize(void *e)
 {
     event *ev = e;
     stats.event_syncs++;
-    if (ev->recorded)
-        run_until(ev->s, ev->marker);
+    stream *st = event_stream(ev);
+    if (st)
+        run_until(st, ev->marker);
     return BLOB_OK;
 }
 
@@ -361,8 +382,9 @@ static blob_status fake_stream_wait_event(void *s, void *e)
 {
     (void)s;
     event *ev = e;
-    if (ev->recorded)
-        run_until(ev->s, ev->marker);
+    stream *st = event_stream(ev);
+    if (st)
+        run_until(st, ev->marker);
     return BLOB_OK;
 }
 
