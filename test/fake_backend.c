@@ -507,6 +507,7 @@ int64_t fake_uninstall(void)
     fake_drain();
     blob_set_stream(NULL);
     empty_all_caches(); /* not under fake_mu: the allocator takes its own locks first */
+    blob__stream_pool_drain();
     pthread_mutex_lock(&fake_mu);
     int64_t live = stats.live_blocks + stats.live_host_blocks;
     pthread_mutex_unlock(&fake_mu);

@@ -586,7 +586,8 @@ START_TEST(test_gpu_zero_fill_and_async)
         ((float *)h)[i] = (float)(i + 1);
     ck_ok(blob_stream_create(&s));
     ck_ok(blob_syncedmem_async_gpu_push(m, s));
-    ck_ok(blob_syncedmem_gpu_data(m, &c));
+    ck_ok(blob_syncedmem_gpu_data(m, &c)); /* ordered after the push on the device */
+    ck_ok(blob_syncedmem_wait(m));
     ck_assert(!blob_syncedmem_pending(m));
     void *d;
     ck_ok(blob_syncedmem_mutable_gpu_data(m, &d));

@@ -49,7 +49,11 @@ BLOB_API blob_status blob_device_synchronize(void);
 /* Create a non-blocking stream on the current device; *stream is NULL on failure. */
 BLOB_API blob_status blob_stream_create(void **stream);
 
-/* Destroy a stream made by blob_stream_create. NULL is a no-op. */
+/* Give back a stream made by blob_stream_create. Blocks used on it may outlive it: the
+ * library keeps the CUDA stream alive and hands it out again later. NULL is a no-op;
+ * BLOB_EINVAL for a stream not made by blob_stream_create (or given back already).
+ * A stream the caller creates itself and passes to blob_set_stream must outlive every
+ * block used on it. */
 BLOB_API blob_status blob_stream_destroy(void *stream);
 
 /* Wait until all work queued on stream is complete. */

@@ -1,3 +1,6 @@
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "blob/device.h"
 #include "core.h"
 
@@ -73,13 +76,56 @@ blob_status blob_device_synchronize(void)
     return blob__be->device_synchronize();
 }
 
+/* Streams of blob_stream_create are pooled, never destroyed: blocks keep naming the
+ * streams they were used on (for ordering, and in the allocator's records of their
+ * users) after the caller is done with them, so those streams must stay valid. */
+typedef struct {
+    void *stream;
+    int device;
+    bool in_use;
+} pooled_stream;
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pooled_stream *pool;
+static size_t pool_len, pool_cap;
+
 blob_status blob_stream_create(void **stream)
 {
     if (!stream)
         return BLOB_FAIL(BLOB_EINVAL, "stream is NULL");
     *stream = NULL;
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__be->stream_create(stream);
+    int device;
+    BLOB_TRY(blob__current_device(&device));
+    pthread_mutex_lock(&pool_mu);
+    for (size_t i = 0; i < pool_len; i++) {
+        if (!pool[i].in_use && pool[i].device == device) {
+            pool[i].in_use = true;
+            *stream = pool[i].stream;
+            pthread_mutex_unlock(&pool_mu);
+            return BLOB_OK;
+        }
+    }
+    blob_status st = BLOB_OK;
+    if (pool_len == pool_cap) {
+        size_t cap = pool_cap ? 2 * pool_cap : 8;
+        pooled_stream *p = realloc(pool, cap * sizeof *p);
+        if (p) {
+            pool = p;
+            pool_cap = cap;
+        } else {
+            st = BLOB_FAIL(BLOB_ENOMEM, "no memory for the stream pool");
+        }
+    }
+    void *s = NULL;
+    if (st == BLOB_OK)
+        st = blob__be->stream_create(&s);
+    if (st == BLOB_OK) {
+        pool[pool_len++] = (pooled_stream){s, device, true};
+        *stream = s;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    return st;
 }
 
 blob_status blob_stream_destroy(void *stream)
@@ -87,8 +133,30 @@ blob_status blob_stream_destroy(void *stream)
     if (!stream)
         return BLOB_OK;
     BLOB_TRY(blob__require_gpu(__func__));
-    blob__be->stream_destroy(stream);
+    pthread_mutex_lock(&pool_mu);
+    size_t i = 0;
+    while (i < pool_len && !(pool[i].stream == stream && pool[i].in_use))
+        i++;
+    if (i < pool_len)
+        pool[i].in_use = false;
+    pthread_mutex_unlock(&pool_mu);
+    if (i == pool_len)
+        return BLOB_FAIL(BLOB_EINVAL, "%p is not a live stream of blob_stream_create", stream);
     return BLOB_OK;
+}
+
+void blob__stream_pool_drain(void)
+{
+    pthread_mutex_lock(&pool_mu);
+    size_t kept = 0;
+    for (size_t i = 0; i < pool_len; i++) {
+        if (pool[i].in_use)
+            pool[kept++] = pool[i];
+        else
+            blob__be->stream_destroy(pool[i].stream);
+    }
+    pool_len = kept;
+    pthread_mutex_unlock(&pool_mu);
 }
 
 blob_status blob_stream_synchronize(void *stream)
