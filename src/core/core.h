@@ -97,8 +97,8 @@ blob_status blob__require_gpu(const char *func);
  * plain load on the hot path, where asking the driver costs ~50 ns. */
 blob_status blob__current_device(int *device);
 
-/* Destroy the pooled streams no caller holds (see blob_stream_create). For tests, before
- * switching backends. */
+/* Destroy the pooled streams of the current table that no caller holds (see
+ * blob_stream_create). For tests, before switching tables. */
 void blob__stream_pool_drain(void);
 
 /* Check that `device` is the calling thread's current device. */

@@ -81,6 +81,7 @@ blob_status blob_device_synchronize(void)
  * users) after the caller is done with them, so those streams must stay valid. */
 typedef struct {
     void *stream;
+    const blob__backend *be; /* the table that made it */
     int device;
     bool in_use;
 } pooled_stream;
@@ -99,7 +100,7 @@ blob_status blob_stream_create(void **stream)
     BLOB_TRY(blob__current_device(&device));
     pthread_mutex_lock(&pool_mu);
     for (size_t i = 0; i < pool_len; i++) {
-        if (!pool[i].in_use && pool[i].device == device) {
+        if (!pool[i].in_use && pool[i].device == device && pool[i].be == blob__be) {
             pool[i].in_use = true;
             *stream = pool[i].stream;
             pthread_mutex_unlock(&pool_mu);
@@ -121,7 +122,7 @@ blob_status blob_stream_create(void **stream)
     if (st == BLOB_OK)
         st = blob__be->stream_create(&s);
     if (st == BLOB_OK) {
-        pool[pool_len++] = (pooled_stream){s, device, true};
+        pool[pool_len++] = (pooled_stream){s, blob__be, device, true};
         *stream = s;
     }
     pthread_mutex_unlock(&pool_mu);
@@ -150,7 +151,7 @@ void blob__stream_pool_drain(void)
     pthread_mutex_lock(&pool_mu);
     size_t kept = 0;
     for (size_t i = 0; i < pool_len; i++) {
-        if (pool[i].in_use)
+        if (pool[i].in_use || pool[i].be != blob__be)
             pool[kept++] = pool[i];
         else
             blob__be->stream_destroy(pool[i].stream);
