@@ -1,7 +1,6 @@
 /*
  * mlp_step - time one training step of the 784-256-128-10 MLP of examples/mlp: forward,
- * backward, SGD update, and the loss and probabilities read back, as the trainer runs
- * it. On the GPU eagerly and as CUDA graphs, at batch 64 and 256, beside PyTorch eager
+ * backward, SGD update, and the loss read back (as torch's loss.item() does). On the GPU eagerly and as CUDA graphs, at batch 64 and 256, beside PyTorch eager
  * on the same device (bench/mlp_torch.py, which times the same way) when torch imports.
  *
  *   mlp_step [--device cpu|gpu] [--steps N] [--repeats R] [--torch PATH]
@@ -50,17 +49,16 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
                               int repeats, double *us)
 {
     double samples[MAX_REPEATS], loss;
-    int64_t correct;
     for (int s = 0; s < WARMUP; s++) {
         NN_TRY(net_train_step(n, x[s % 2], y[s % 2]));
-        NN_TRY(net_output(n, &loss, &correct));
+        NN_TRY(net_loss(n, &loss));
     }
     for (int r = 0; r < repeats; r++) {
         NN_TRY(sync_device(mode));
         double t0 = now();
         for (int s = 0; s < steps; s++) {
             NN_TRY(net_train_step(n, x[s % 2], y[s % 2]));
-            NN_TRY(net_output(n, &loss, &correct));
+            NN_TRY(net_loss(n, &loss)); /* as torch's loss.item() */
         }
         NN_TRY(sync_device(mode));
         samples[r] = 1e6 * (now() - t0) / steps;

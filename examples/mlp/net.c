@@ -246,14 +246,13 @@ static blob_status claim_device_side(net *n, bool outputs)
     return blob_mutable_gpu_data(prob(n), &p);
 }
 
-/* Queue the copies of the loss and the probabilities to the host behind the step. */
+/* Queue the copy of the loss to the host behind the step (the probabilities are copied
+ * only if net_output asks for them). */
 static blob_status start_readback(net *n)
 {
     if (n->cfg.mode != NN_GPU)
         return BLOB_OK;
-    void *stream = blob_get_stream();
-    NN_TRY(blob_syncedmem_async_cpu_pull(blob_data_mem(loss_top(n)), stream));
-    return blob_syncedmem_async_cpu_pull(blob_data_mem(prob(n)), stream);
+    return blob_syncedmem_async_cpu_pull(blob_data_mem(loss_top(n)), blob_get_stream());
 }
 
 blob_status net_train_step(net *n, blob *x, blob *labels)
@@ -292,15 +291,22 @@ void net_set_lr(net *n, double lr)
     n->cfg.lr = lr;
 }
 
+blob_status net_loss(net *n, double *loss)
+{
+    const void *l;
+    NN_TRY(blob_cpu_data(loss_top(n), &l));
+    *loss = nn_load(l, n->cfg.dtype, 0);
+    return BLOB_OK;
+}
+
 blob_status net_output(net *n, double *loss, int64_t *correct)
 {
     blob_dtype dt = n->cfg.dtype;
-    const void *l, *p, *y;
-    NN_TRY(blob_cpu_data(loss_top(n), &l));
+    const void *p, *y;
+    NN_TRY(net_loss(n, loss));
     NN_TRY(blob_cpu_data(prob(n), &p));
     NN_TRY(blob_cpu_data(n->labels, &y));
     int64_t rows = blob_shape(prob(n))[0], classes = blob_shape(prob(n))[1];
-    *loss = nn_load(l, dt, 0);
     *correct = 0;
     for (int64_t r = 0; r < rows; r++) {
         int64_t best = 0;

@@ -58,7 +58,8 @@ void net_free(net *n);
  *   diff = history; blob_update (data -= diff).
  * On the GPU the device sides of x and labels are brought up to date first (waiting for
  * an asynchronous push in flight), and the call returns once the step is queued, with
- * the copy of the loss and probabilities back to the host queued after it.
+ * the copy of the loss back to the host queued after it (net_output copies the
+ * probabilities when it needs them).
  * Errors: BLOB_ESHAPE (x or labels do not fit the net: their shape, or a dtype other
  * than the net's), libblob errors. */
 blob_status net_train_step(net *n, blob *x, blob *labels);
@@ -69,6 +70,9 @@ blob_status net_forward(net *n, blob *x, blob *labels);
 /* Use a new learning rate from the next step on; captured graphs, which hold the old
  * one, are dropped and captured again. Call it between steps (after net_output). */
 void net_set_lr(net *n, double lr);
+
+/* Mean loss of the last step or forward; waits for it. */
+blob_status net_loss(net *n, double *loss);
 
 /* Mean loss and number of rows whose most probable class is the label, of the last
  * step or forward; waits for them. */
