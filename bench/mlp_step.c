@@ -1,7 +1,8 @@
 /*
  * mlp_step - time one training step of the 784-256-128-10 MLP of examples/mlp: forward,
- * backward, SGD update, and the loss read back (as torch's loss.item() does). On the GPU eagerly and as CUDA graphs, at batch 64 and 256, beside PyTorch eager
- * on the same device (bench/mlp_torch.py, which times the same way) when torch imports.
+ * backward, SGD update, and the loss read back (as torch's loss.item() does). On the
+ * GPU eagerly and as CUDA graphs, at batch 64 and 256, beside PyTorch eager on the same
+ * device (bench/mlp_torch.py, which times the same way) when torch imports.
  *
  *   mlp_step [--device cpu|gpu] [--steps N] [--repeats R] [--torch PATH]
  *
