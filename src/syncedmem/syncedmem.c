@@ -217,14 +217,13 @@ static blob_status to_gpu(blob_syncedmem *m)
             m->head = BLOB_SYNCED;
         return BLOB_OK;
     }
+    BLOB_TRY(use_on(m, stream)); /* before a fresh allocation, which needs no ordering */
     bool fresh = !m->dev;
     if (fresh)
         BLOB_TRY(alloc_dev(m, stream));
-    blob_status st = use_on(m, stream);
-    if (st == BLOB_OK)
-        st = m->head == BLOB_UNINITIALIZED
-                 ? blob__be->memset_async(m->dev, 0, m->size, stream)
-                 : copy_sync(m->dev, m->host, m->size, BLOB__H2D, stream);
+    blob_status st = m->head == BLOB_UNINITIALIZED
+                         ? blob__be->memset_async(m->dev, 0, m->size, stream)
+                         : copy_sync(m->dev, m->host, m->size, BLOB__H2D, stream);
     if (st != BLOB_OK) {
         if (fresh)
             free_dev(m);
@@ -283,15 +282,9 @@ blob_status blob__syncedmem_write_side(blob_syncedmem *m, bool gpu, void **out)
     }
     BLOB_TRY(check_gpu(m));
     void *stream = blob_get_stream();
-    bool fresh = !m->dev && m->size;
-    if (fresh)
+    BLOB_TRY(use_on(m, stream));
+    if (!m->dev && m->size)
         BLOB_TRY(alloc_dev(m, stream));
-    blob_status st = use_on(m, stream);
-    if (st != BLOB_OK) {
-        if (fresh)
-            free_dev(m);
-        return st;
-    }
     *out = m->dev;
     return BLOB_OK;
 }
@@ -366,13 +359,12 @@ static blob_status async_copy(blob_syncedmem *m, void *stream, bool to_gpu)
         m->head = BLOB_SYNCED;
         return BLOB_OK;
     }
+    BLOB_TRY(use_on(m, stream));
     bool fresh = !(to_gpu ? m->dev : m->host);
     if (fresh)
         BLOB_TRY(to_gpu ? alloc_dev(m, stream) : alloc_host(m));
-    blob_status st = use_on(m, stream);
-    if (st == BLOB_OK)
-        st = to_gpu ? copy_pending(m, m->dev, m->host, BLOB__H2D, stream)
-                    : copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
+    blob_status st = to_gpu ? copy_pending(m, m->dev, m->host, BLOB__H2D, stream)
+                            : copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
     if (st != BLOB_OK && fresh) {
         if (to_gpu)
             free_dev(m);
