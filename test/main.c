@@ -1,6 +1,6 @@
-/* The Check runner. No CUDA call happens in this process before the tests fork: GPU
- * presence is probed in a child. Without a GPU the "gpu" tagged cases are excluded and
- * the number of excluded tests is printed. */
+/* The Check runner. No CUDA call happens in this process before the tests fork: the GPUs
+ * are counted in a child. Test cases needing more GPUs than there are are excluded, and
+ * the number of tests skipped for each reason is printed. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +28,15 @@ static Suite *(*const suites[])(void) = {
 static int probe_gpu_count(void)
 {
     pid_t pid = fork();
-    if (pid == 0)
-        _exit(blob_device_count() > 0 ? 10 : 11);
+    if (pid == 0) {
+        int n = blob_device_count();
+        _exit(n < 100 ? 100 + n : 199);
+    }
     int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status))
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+        WEXITSTATUS(status) < 100)
         return 0;
-    return WEXITSTATUS(status) == 10;
+    return WEXITSTATUS(status) - 100;
 }
 
 int main(void)
@@ -42,15 +45,11 @@ int main(void)
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
         srunner_add_suite(sr, suites[i]());
 
-    int have_gpu = probe_gpu_count();
-    test_real_gpu = have_gpu;
-    const char *exclude = NULL;
-    printf("libblob tests: %s build, %s\n", blob_built_with_cuda() ? "CUDA" : "CPU-only",
-           have_gpu ? "GPU found: GPU test cases included" : "no GPU found");
-    if (!have_gpu) {
-        exclude = "gpu";
-        printf("excluded: %d GPU tests (no GPU)\n", gpu_tests_registered);
-    }
+    int gpus = probe_gpu_count();
+    test_real_gpu = gpus > 0;
+    printf("libblob tests: %s build, %d GPU(s) found\n",
+           blob_built_with_cuda() ? "CUDA" : "CPU-only", gpus);
+    const char *exclude = req_exclusions(gpus);
     fflush(stdout);
     srunner_run_tagged(sr, NULL, NULL, NULL, exclude, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -861,8 +861,8 @@ Suite *alloc_suite(void)
     tcase_add_test(tc, test_threads);
     suite_add_tcase(s, tc);
     TCase *gpu = gpu_tcase("gpu");
-    gpu_add_test(gpu, test_gpu_cache);
-    gpu_add_test(gpu, test_gpu_stream_event);
+    req_add_test(gpu, test_gpu_cache);
+    req_add_test(gpu, test_gpu_stream_event);
     suite_add_tcase(s, gpu);
     return s;
 }

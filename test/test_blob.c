@@ -573,8 +573,8 @@ Suite *blob_suite(void)
 
 
     TCase *gpu = gpu_tcase("gpu");
-    gpu_add_loop_test(gpu, test_gpu_update_norms, 0, 2);
-    gpu_add_loop_test(gpu, test_count_zero, 0, 2);
+    req_add_loop_test(gpu, test_gpu_update_norms, 0, 2);
+    req_add_loop_test(gpu, test_count_zero, 0, 2);
     suite_add_tcase(s, gpu);
     return s;
 }

@@ -678,10 +678,10 @@ Suite *math_suite(void)
     }
 
     TCase *gpu = gpu_tcase("gpu");
-    gpu_add_loop_test(gpu, test_gpu_ops, 0, 2);
-    gpu_add_loop_test(gpu, test_gpu_bad_labels, 0, 2);
-    gpu_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
-    gpu_add_test(gpu, test_gpu_beyond_int_max);
+    req_add_loop_test(gpu, test_gpu_ops, 0, 2);
+    req_add_loop_test(gpu, test_gpu_bad_labels, 0, 2);
+    req_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
+    req_add_test(gpu, test_gpu_beyond_int_max);
     suite_add_tcase(s, gpu);
     return s;
 }

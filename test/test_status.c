@@ -115,7 +115,7 @@ Suite *status_suite(void)
     tcase_add_test(tc, test_graph_arguments);
     suite_add_tcase(s, tc);
     TCase *gpu = gpu_tcase("gpu");
-    gpu_add_test(gpu, test_gpu_graph_replay);
+    req_add_test(gpu, test_gpu_graph_replay);
     suite_add_tcase(s, gpu);
     return s;
 }

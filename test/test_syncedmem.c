@@ -606,8 +606,6 @@ END_TEST
 
 START_TEST(test_gpu_device_mismatch)
 {
-    if (blob_device_count() < 2)
-        return; /* needs two GPUs */
     blob_syncedmem *m;
     const void *c;
     ck_ok(blob_device_set(1));
@@ -648,9 +646,11 @@ Suite *syncedmem_suite(void)
     suite_add_tcase(s, tc);
 
     TCase *gpu = gpu_tcase("gpu");
-    gpu_add_test(gpu, test_gpu_sequence);
-    gpu_add_test(gpu, test_gpu_zero_fill_and_async);
-    gpu_add_test(gpu, test_gpu_device_mismatch);
+    req_add_test(gpu, test_gpu_sequence);
+    req_add_test(gpu, test_gpu_zero_fill_and_async);
     suite_add_tcase(s, gpu);
+    TCase *gpu2 = multi_gpu_tcase("gpu2");
+    req_add_test(gpu2, test_gpu_device_mismatch);
+    suite_add_tcase(s, gpu2);
     return s;
 }

@@ -18,24 +18,34 @@
     } while (0)
 #define ck_ok(expr) ck_status((expr), BLOB_OK)
 
-/* A test case whose tests need a real GPU: tagged "gpu", excluded (and counted as
- * such) when none is present. Add its tests with gpu_add_test. */
+/* Test cases whose tests need hardware this machine may lack. Each is tagged with what it
+ * needs; the runner excludes the tags that cannot be met and prints, per tag, how many
+ * tests were skipped and why, so nothing is passed without having run. Add tests to
+ * such a case with req_add_test / req_add_loop_test, which keep the counts.
+ *   gpu_tcase:       a real GPU ("gpu")
+ *   multi_gpu_tcase: two real GPUs ("gpu2") */
 TCase *gpu_tcase(const char *name);
-extern int gpu_tests_registered;
+TCase *multi_gpu_tcase(const char *name);
+void req_count(TCase *tc, int tests);
+#define req_add_test(tc, tf)        \
+    do {                            \
+        tcase_add_test((tc), (tf)); \
+        req_count((tc), 1);         \
+    } while (0)
+#define req_add_loop_test(tc, tf, start, end)            \
+    do {                                                 \
+        tcase_add_loop_test((tc), (tf), (start), (end)); \
+        req_count((tc), (end) - (start));                \
+    } while (0)
+
+/* The tags to exclude for `gpus` real GPUs (NULL: none), after printing a line per
+ * excluded tag with its count of skipped tests. */
+const char *req_exclusions(int gpus);
+
 /* Whether a real GPU is present (probed by the runner before any test runs). With the
  * fake backend installed, device math still reaches the real launchers: tests that
  * call it under the fake only do so when this is false, where the launchers fail. */
 extern bool test_real_gpu;
-#define gpu_add_test(tc, tf)          \
-    do {                              \
-        tcase_add_test((tc), (tf));   \
-        gpu_tests_registered++;       \
-    } while (0)
-#define gpu_add_loop_test(tc, tf, start, end)         \
-    do {                                              \
-        tcase_add_loop_test((tc), (tf), (start), (end)); \
-        gpu_tests_registered += (end) - (start);      \
-    } while (0)
 
 /* Fixtures that install the fake backend with caching off (so every request reaches
  * the fake and its counts are exact) and, on teardown, assert no leak. */
