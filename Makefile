@@ -169,7 +169,7 @@ EXAMPLES_DIRS := PREFIX=$(EXAMPLES_PREFIX) LIBDIR=$(EXAMPLES_PREFIX)/lib \
 examples: lib
 	$(Q)$(MAKE) --no-print-directory -s $(EXAMPLES_DIRS) install >/dev/null
 	$(Q)PKG_CONFIG_PATH=$(EXAMPLES_PREFIX)/lib/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
-	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples/mlp O=$(EXAMPLES_BIN)
+	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples O=$(EXAMPLES_BIN)
 
 # The README's first command: train the MLP on Fashion-MNIST, on the GPU when there is
 # one. Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS="--graph".
