@@ -314,12 +314,33 @@ static blob_status train(trainer *t, int64_t used, double *test_accuracy)
     return BLOB_OK;
 }
 
+/* mkdir -p: 0, or -1 with errno set. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        bool end = !*p;
+        if (*p != '/' && !end)
+            continue;
+        *p = 0;
+        if (mkdir(path, 0777) && errno != EEXIST)
+            return -1;
+        if (end)
+            return 0;
+        *p = '/';
+    }
+}
+
 /* The weights as OUT/ip1.weights.npy ... and the curves as OUT/curve.svg. */
 static int save(trainer *t)
 {
     const char *out = t->o.out_dir;
     char path[4096];
-    if (mkdir(out, 0777) && errno != EEXIST) {
+    if (make_dirs(out)) {
         fprintf(stderr, "train: %s: %s\n", out, strerror(errno));
         return -1;
     }
