@@ -15,6 +15,8 @@ Suite *blob_suite(void);
 Suite *npy_suite(void);
 Suite *alloc_suite(void);
 Suite *math_suite(void);
+Suite *fused_suite(void);
+Suite *optim_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -23,6 +25,8 @@ static Suite *(*const suites[])(void) = {
     npy_suite,
     alloc_suite,
     math_suite,
+    fused_suite,
+    optim_suite,
 };
 
 static int probe_gpu_count(void)

@@ -167,6 +167,12 @@ static CBLAS_TRANSPOSE cblas_trans(blob_trans t)
 #define BLAS(dtype, name, ...) \
     ((dtype) == BLOB_FLOAT32 ? cblas_s##name(__VA_ARGS__) : cblas_d##name(__VA_ARGS__))
 
+/* for (int64_t i = 0; i < n; i++) split between the nt host threads of a variable nt
+ * (blob__host_threads of the work) declared before it. */
+#define PAR_FOR(i, n)                                                               \
+    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")        \
+    for (int64_t i = 0; i < (n); i++)
+
 /* Run the statements with T the element type of dtype. */
 #define TYPED(dtype, ...)              \
     do {                               \
@@ -262,6 +268,10 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         return BLOB_OK;
     if (K == 0)
         return scale_empty(true, dtype, M * N, beta, C);
+    blob_math_mode mode = blob__math_mode_for(dtype, BLOB_MATH_DEFAULT);
+    if (mode != BLOB_MATH_FP32)
+        return blob__k_gemm_mode(blob_get_stream(), mode, trans_a, trans_b, M, N, K, alpha, A,
+                                 B, beta, C);
     return blob__k_gemm(blob_get_stream(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
                         beta, C);
 }
@@ -445,8 +455,8 @@ blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    TYPED(dtype, const T *px = x; T *py = y;
-          for (int64_t i = 0; i < n; i++) py[i] = px[i] > 0 ? px[i] : 0;);
+    const int nt = blob__host_threads(n);
+    TYPED(dtype, const T *px = x; T *py = y; PAR_FOR(i, n) py[i] = px[i] > 0 ? px[i] : 0;);
     return BLOB_OK;
 }
 
@@ -461,8 +471,9 @@ blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
                                    void *dx)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
+    const int nt = blob__host_threads(n);
     TYPED(dtype, const T *px = x; const T *pdy = dy; T *pdx = dx;
-          for (int64_t i = 0; i < n; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
+          PAR_FOR(i, n) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
     return BLOB_OK;
 }
 
@@ -482,9 +493,11 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    TYPED(dtype, const T *x = logits; T *p = prob; T *l = loss;
-          const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
-          for (int64_t r = 0; r < rows; r++, x += classes, p += classes) {
+    const int nt = blob__host_threads(rows * classes);
+    TYPED(dtype, T *l = loss; const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
+          PAR_FOR(r, rows) {
+              const T *x = (const T *)logits + r * classes;
+              T *p = (T *)prob + r * classes;
               T m = x[0];
               for (int64_t j = 1; j < classes; j++)
                   m = x[j] > m ? x[j] : m;
@@ -517,8 +530,10 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    TYPED(dtype, const T *p = prob; T *d = dlogits;
-          for (int64_t r = 0; r < rows; r++, p += classes, d += classes) {
+    const int nt = blob__host_threads(rows * classes);
+    TYPED(dtype, PAR_FOR(r, rows) {
+              const T *p = (const T *)prob + r * classes;
+              T *d = (T *)dlogits + r * classes;
               int64_t k = label_index(get(dtype, labels, r), classes);
               for (int64_t j = 0; j < classes; j++)
                   d[j] = (T)(scale * (p[j] - (j == k)));
@@ -535,4 +550,27 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob_get_stream(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
+}
+
+/* ---- The checks above, for the other math files ---- */
+
+blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_a,
+                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
+                             const void *B, const void *C)
+{
+    return check_gemm(fn, dtype, trans_a, trans_b, M, N, K, A, B, C);
+}
+
+blob_status blob__check_dtype(const char *fn, blob_dtype dtype)
+{
+    return check_dtype(fn, dtype);
+}
+
+blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
+                              const void *p)
+{
+    if (n < 0)
+        return blob__fail(BLOB_EINVAL, fn, "negative size %lld of %s", (long long)n, name);
+    BLOB_TRY(check_count(fn, dtype, 1, n));
+    return check_ptr(fn, name, p, n);
 }
