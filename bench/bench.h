@@ -62,6 +62,7 @@ typedef enum {
     GOAL_UPDATE,
     GOAL_LOOP_DRIVER,
     GOAL_LOOP_RESERVED,
+    GOAL_OPTIM,
     GOAL_COUNT
 } bench_goal;
 
@@ -122,5 +123,15 @@ void bench_gpu_pinned(void);  /* 2 */
 void bench_gpu_sync(void);    /* 3 */
 void bench_gpu_update(void);  /* 6 */
 void bench_gpu_close(void);
+
+/* CUDA events on the legacy default stream (gpu.c). */
+extern const bench_clock bench_events;
+
+/* ---- fused.c (CUDA builds) or gpu_none.c: the training step's building blocks ---- */
+
+/* Append the PyTorch script's options for these rows to buf. */
+void bench_fused_torch_args(char *buf, size_t size);
+void bench_gpu_optim(void);      /* 8 */
+void bench_gpu_fused_gemm(void); /* 9 */
 
 #endif

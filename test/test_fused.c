@@ -93,9 +93,21 @@ typedef struct {
     bool with_mask;
 } problem;
 
-static bool reads_bias(blob_epilogue e) { return e == BLOB_EPILOGUE_BIAS || e == BLOB_EPILOGUE_BIAS_RELU; }
-static bool is_relu(blob_epilogue e) { return e == BLOB_EPILOGUE_RELU || e == BLOB_EPILOGUE_BIAS_RELU; }
-static bool is_drelu(blob_epilogue e) { return e == BLOB_EPILOGUE_DRELU || e == BLOB_EPILOGUE_DRELU_BGRAD; }
+static bool reads_bias(blob_epilogue e)
+{
+    return e == BLOB_EPILOGUE_BIAS || e == BLOB_EPILOGUE_BIAS_RELU;
+}
+
+static bool is_relu(blob_epilogue e)
+{
+    return e == BLOB_EPILOGUE_RELU || e == BLOB_EPILOGUE_BIAS_RELU;
+}
+
+static bool is_drelu(blob_epilogue e)
+{
+    return e == BLOB_EPILOGUE_DRELU || e == BLOB_EPILOGUE_DRELU_BGRAD;
+}
+
 static int64_t bias_len(const problem *p)
 {
     if (reads_bias(p->e) || p->e == BLOB_EPILOGUE_DRELU_BGRAD || p->e == BLOB_EPILOGUE_BGRADB)
@@ -141,7 +153,8 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
     /* the product, its scale sum |a||b|, and the expected outputs */
     double *P = calloc((size_t)(M * N) + 1, sizeof(double));
     double *S = calloc((size_t)(M * N) + 1, sizeof(double));
-    double *eb = calloc((size_t)nb + 1, sizeof(double)), *ebs = calloc((size_t)nb + 1, sizeof(double));
+    double *eb = calloc((size_t)nb + 1, sizeof(double));
+    double *ebs = calloc((size_t)nb + 1, sizeof(double));
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             for (int64_t k = 0; k < K; k++) {
@@ -151,7 +164,8 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
                 S[i * N + j] += fabs(a * b);
             }
 
-    void *dA = side_copy(gpu, hA, (size_t)(M * K) * es), *dB = side_copy(gpu, hB, (size_t)(K * N) * es);
+    void *dA = side_copy(gpu, hA, (size_t)(M * K) * es);
+    void *dB = side_copy(gpu, hB, (size_t)(K * N) * es);
     void *dC = side_copy(gpu, hC, (size_t)(M * N) * es);
     void *dbias = side_copy(gpu, hbias, (size_t)nb * es);
     void *dmask = side_copy(gpu, hmask, mbytes);
@@ -326,8 +340,8 @@ START_TEST(test_epilogue_bad_arguments)
                   BLOB_EINVAL);
         ck_assert_msg(strstr(blob_last_error(), "16-byte"), "%s", blob_last_error());
     }
-    ck_status(f(BLOB_FLOAT32, n, n, (int64_t)1 << 60, 1, 0, b, b, b, BLOB_EPILOGUE_RELU, NULL, b, 0),
-              BLOB_EOVERFLOW);
+    ck_status(f(BLOB_FLOAT32, n, n, (int64_t)1 << 60, 1, 0, b, b, b, BLOB_EPILOGUE_RELU, NULL, b,
+                0), BLOB_EOVERFLOW);
     bool fused = true;
     ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, n, n, 2, 2, 2, BLOB_EPILOGUE_NONE,
                                            false, 0, NULL), BLOB_EINVAL);
@@ -360,7 +374,8 @@ START_TEST(test_math_mode_setting)
     if (pid == 0) {
         setenv("BLOB_MATH_MODE", "TF32", 1);
         int ok = blob_get_math_mode() == BLOB_MATH_TF32;
-        ok &= blob_set_math_mode(BLOB_MATH_BF16) == BLOB_OK && blob_get_math_mode() == BLOB_MATH_BF16;
+        ok &= blob_set_math_mode(BLOB_MATH_BF16) == BLOB_OK &&
+              blob_get_math_mode() == BLOB_MATH_BF16;
         ok &= blob_set_math_mode(BLOB_MATH_DEFAULT) == BLOB_OK &&
               blob_get_math_mode() == BLOB_MATH_TF32; /* back to the environment's */
         _exit(ok ? 0 : 1);
@@ -526,9 +541,9 @@ START_TEST(test_gpu_epilogues)
 {
     const blob_dtype dt = _i < 3 ? BLOB_FLOAT32 : BLOB_FLOAT64;
     const blob_math_mode mode = gpu_modes[_i < 3 ? _i : 1];
-    if (dt == BLOB_FLOAT32)
-        print_fused(mode);
     check_all(dt, true, mode);
+    if (dt == BLOB_FLOAT32) /* after the calls: a plan refused at launch says so */
+        print_fused(mode);
 }
 END_TEST
 
@@ -550,7 +565,8 @@ START_TEST(test_gpu_global_mode)
     test_fill(BLOB_FLOAT32, A, M * K, -1, 1);
     test_fill(BLOB_FLOAT32, B, K * N, -1, 1);
     test_fill(BLOB_FLOAT32, C, M * N, -1, 1);
-    void *dA = side_copy(true, A, sizeof(float) * M * K), *dB = side_copy(true, B, sizeof(float) * K * N);
+    void *dA = side_copy(true, A, sizeof(float) * M * K);
+    void *dB = side_copy(true, B, sizeof(float) * K * N);
     void *dC = side_copy(true, C, sizeof(float) * M * N);
     ck_ok(blob_gpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, M, N, K, 0.5, dA, dB, -2, dC));
     float *got = malloc(sizeof(float) * M * N);
@@ -584,7 +600,8 @@ START_TEST(test_gpu_epilogue_graph)
 {
     const int64_t B = 64, I = 200, O = 130;
     const size_t f = sizeof(float);
-    float *x = malloc(f * B * I), *w = malloc(f * O * I), *b = malloc(f * O), *dy = malloc(f * B * O);
+    float *x = malloc(f * B * I), *w = malloc(f * O * I), *b = malloc(f * O);
+    float *dy = malloc(f * B * O);
     test_seed(4242);
     test_fill(BLOB_FLOAT32, x, B * I, -1, 1);
     test_fill(BLOB_FLOAT32, w, O * I, -1, 1);
@@ -597,19 +614,20 @@ START_TEST(test_gpu_epilogue_graph)
     float *db = side_copy(true, b, f * O), *ddy = side_copy(true, dy, f * B * O);
     const size_t mb = blob_relu_mask_bytes(B, O);
     float *y = side_alloc(true, f * B * O), *dz = side_alloc(true, f * B * I);
-    float *gw = side_alloc(true, f * O * I), *gb = side_alloc(true, f * O), *gb2 = side_alloc(true, f * I);
+    float *gw = side_alloc(true, f * O * I), *gb = side_alloc(true, f * O);
+    float *gb2 = side_alloc(true, f * I);
     void *mask = side_alloc(true, mb), *mask_i = side_alloc(true, blob_relu_mask_bytes(B, I));
     ck_ok(blob__be->memset_async(mask_i, 0x5a, blob_relu_mask_bytes(B, I), s));
     /* y = relu(x w^T + b) with mask; dz = (dy w) masked by mask_i, gb2 its column sums;
      * gw = dy^T x with gb = the column sums of dy */
-#define STEP()                                                                                    \
-    do {                                                                                          \
-        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw, y,  \
-                                     BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));                      \
-        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, B, I, O, ddy, dw, \
-                                     dz, BLOB_EPILOGUE_DRELU_BGRAD, gb2, mask_i, 0));             \
-        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, O, I, B, ddy, dx, gw, \
-                                     BLOB_EPILOGUE_BGRADA, gb, NULL, 0));                         \
+#define STEP()                                                                               \
+    do {                                                                                     \
+        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw, \
+                                     y, BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));               \
+        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, B, I, O, ddy, \
+                                     dw, dz, BLOB_EPILOGUE_DRELU_BGRAD, gb2, mask_i, 0));     \
+        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, O, I, B, ddy, dx, \
+                                     gw, BLOB_EPILOGUE_BGRADA, gb, NULL, 0));                 \
     } while (0)
     STEP();
     const size_t sizes[] = {f * B * O, f * B * I, f * O * I, f * O, f * I, mb};

@@ -445,7 +445,8 @@ END_TEST
 
 START_TEST(test_blob_optim_errors)
 {
-    blob *a = param(BLOB_FLOAT32, BLOB_HOST_ONLY, 2, 3), *b = param(BLOB_FLOAT32, BLOB_HOST_ONLY, 4, 1);
+    blob *a = param(BLOB_FLOAT32, BLOB_HOST_ONLY, 2, 3);
+    blob *b = param(BLOB_FLOAT32, BLOB_HOST_ONLY, 4, 1);
     blob *d = param(BLOB_FLOAT64, BLOB_HOST_ONLY, 2, 3);
     blob *ps[2] = {a, b}, *mixed[2] = {a, d}, *holes[2] = {a, NULL};
     blob_optim o = blob_optim_default(BLOB_OPTIM_ADAM, 0.1);
@@ -629,7 +630,8 @@ START_TEST(test_gpu_blob_optim_graph)
     blob *eager[2] = {param(BLOB_FLOAT32, dev, 64, 33), param(BLOB_FLOAT32, dev, 10, 1)};
     blob *cap[2];
     for (int i = 0; i < 2; i++) {
-        ck_ok(blob_create(&cap[i], BLOB_FLOAT32, dev, blob_num_axes(eager[i]), blob_shape(eager[i])));
+        ck_ok(blob_create(&cap[i], BLOB_FLOAT32, dev, blob_num_axes(eager[i]),
+                          blob_shape(eager[i])));
         ck_ok(blob_copy_from(cap[i], eager[i], false, false));
         ck_ok(blob_copy_from(cap[i], eager[i], true, false));
         const void *p;

@@ -228,7 +228,8 @@ static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t
     if (n && !nodes)
         return BLOB_FAIL(BLOB_ENOMEM, "no host memory for %zu graph nodes", n);
     cudaError_t err = n ? cudaGraphGetNodes((cudaGraph_t)graph, nodes, &n) : cudaSuccess;
-    blob_status st = err == cudaSuccess ? BLOB_OK : blob__cuda_fail(err, "cudaGraphGetNodes", __func__);
+    blob_status st =
+        err == cudaSuccess ? BLOB_OK : blob__cuda_fail(err, "cudaGraphGetNodes", __func__);
     for (size_t i = 0; i < n && st == BLOB_OK; i++) {
         enum cudaGraphNodeType type;
         cudaGraph_t child;

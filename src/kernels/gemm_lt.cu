@@ -261,6 +261,13 @@ static blob_status set_pointers(const char *func, Plan *p, void *bias, void *mas
     return BLOB_OK;
 }
 
+/* Whether cuBLASLt turned a problem down (it cannot fuse it here) rather than failed. */
+static bool refused(cublasStatus_t s)
+{
+    return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE ||
+           s == CUBLAS_STATUS_ARCH_MISMATCH;
+}
+
 /* Make the descriptors of key and ask the heuristic for its best algorithm; p->fused
  * says whether there is one. bias and mask are this call's pointers (the heuristic reads
  * their alignment). On failure nothing is left allocated. */
@@ -276,7 +283,8 @@ static blob_status plan_make(const char *func, cublasLtHandle_t h, const Key &k,
     *p = Plan{};
     p->key = k;
     cublasLtMatmulPreference_t pref = nullptr;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, compute_type(dtype, (blob_math_mode)k.mode), t);
+    cublasStatus_t s =
+        cublasLtMatmulDescCreate(&p->op, compute_type(dtype, (blob_math_mode)k.mode), t);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -320,7 +328,7 @@ static blob_status plan_make(const char *func, cublasLtHandle_t h, const Key &k,
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref, 1, &result,
                                            &found);
-        if (s == CUBLAS_STATUS_NOT_SUPPORTED) { /* no heuristic for this configuration */
+        if (refused(s)) { /* no algorithm for this configuration */
             s = CUBLAS_STATUS_SUCCESS;
             found = 0;
         }
@@ -447,8 +455,9 @@ extern "C" blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blo
                                           (cudaStream_t)stream);
         if (s == CUBLAS_STATUS_SUCCESS)
             return BLOB_OK;
-        if (s != CUBLAS_STATUS_NOT_SUPPORTED)
+        if (!refused(s))
             return lt_fail(s, "cublasLtMatmul", __func__);
+        (void)cudaGetLastError();
         p->fused = false; /* refused at launch: take the other path from now on */
     }
     return unfused(__func__, stream, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, epilogue,

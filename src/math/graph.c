@@ -59,7 +59,8 @@ void blob_graph_free(blob_graph *graph)
 blob_status blob_graph_count_nodes(const blob_graph *graph, int64_t *kernels, int64_t *total)
 {
     if (!graph || !kernels || !total)
-        return BLOB_FAIL(BLOB_EINVAL, "%s is NULL", !graph ? "graph" : !kernels ? "kernels" : "total");
+        return BLOB_FAIL(BLOB_EINVAL, "%s is NULL",
+                         !graph ? "graph" : !kernels ? "kernels" : "total");
     int64_t k = 0, t = 0;
     BLOB_TRY(blob__be->graph_count_nodes(graph->graph, &k, &t));
     *kernels = k;

@@ -119,7 +119,7 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
 
 #define HOST_STEP(T)                                                                       \
     do {                                                                                   \
-        struct { BLOB__OPTIM_SCALAR_FIELDS(T) } s;                                                          \
+        struct { BLOB__OPTIM_SCALAR_FIELDS(T) } s;                                         \
         BLOB__OPTIM_FILL(T, s, opt, step[0] + 1);                                          \
         for (int i = 0; i < n; i++) {                                                      \
             const int64_t count = counts[i];                                               \
