@@ -32,14 +32,11 @@ endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
-# Host elementwise and reduction loops run on OpenMP threads (libgomp), as many as the
-# BLAS uses.
-OPENMP := -fopenmp
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -fvisibility=hidden -DBLOB_BUILDING \
-              -Iinclude $(BLAS_CFLAGS) $(OPENMP) $(CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS_BASE := $(BLAS_LIBS) -lgomp -lpthread -lm
+              -Iinclude $(BLAS_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS_BASE := $(BLAS_LIBS) -lpthread -lm
 
 ifeq ($(CUDA),1)
 BUILD := build/cuda$(BUILD_TAG)
@@ -151,7 +148,7 @@ install: lib
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lgomp -lpthread -lm|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
 uninstall:

@@ -2,10 +2,12 @@
  * in double, the GPU side against the same loops in every mode (within the mode's
  * tolerance), the mask layout of both sides, graph capture, the plain GEMM in the
  * tensor-core modes, the mode setting and its environment variable, the host BLAS's
- * description and its core switch, and exact error codes. */
+ * description and its core switch, the host threads of the loops, and exact error codes. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +473,49 @@ START_TEST(test_blas_info)
 }
 END_TEST
 
+/* ---- The host threads ---- */
+
+static void mark(void *ctx, int64_t lo, int64_t hi)
+{
+    _Atomic int *hits = ctx;
+    for (int64_t i = lo; i < hi; i++)
+        atomic_fetch_add(&hits[i], 1);
+}
+
+/* Rounds of loops of varying sizes and thread counts; every index done exactly once. */
+static void *pool_rounds(void *arg)
+{
+    const int seed = (int)(intptr_t)arg;
+    static _Atomic int hits[2][5000];
+    _Atomic int *h = hits[seed];
+    for (int round = 0; round < 300; round++) {
+        const int nt = 1 + (round + seed) % 9;
+        const int64_t n = round % 17 == 0 ? round % 3 : 1000 + 13 * round % 4000;
+        for (int64_t i = 0; i < n; i++)
+            atomic_store(&h[i], 0);
+        blob__host_for(nt, n, mark, h);
+        for (int64_t i = 0; i < n; i++)
+            if (atomic_load(&h[i]) != 1)
+                return (void *)(intptr_t)(1 + i);
+    }
+    return NULL;
+}
+
+START_TEST(test_host_threads)
+{
+    ck_assert_ptr_null(pool_rounds((void *)0));
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, pool_rounds, (void *)1), 0);
+    void *other = pool_rounds((void *)0); /* two threads share the workers */
+    void *mine;
+    ck_assert_int_eq(pthread_join(t, &mine), 0);
+    ck_assert_ptr_null(other);
+    ck_assert_ptr_null(mine);
+    ck_assert_int_eq(blob__host_threads(1000), 1);
+    ck_assert_int_ge(blob__host_threads((int64_t)1 << 30), 1);
+}
+END_TEST
+
 /* ---- Without a GPU ---- */
 
 static int no_devices(void) { return 0; }
@@ -690,6 +735,7 @@ Suite *fused_suite(void)
     tcase_add_test(tc, test_epilogue_unused_null);
     tcase_add_test(tc, test_math_mode_setting);
     tcase_add_test(tc, test_blas_info);
+    tcase_add_test(tc, test_host_threads);
     tcase_add_test(tc, test_epilogue_without_gpu);
     suite_add_tcase(s, tc);
 

@@ -7,12 +7,12 @@
  * OPENBLAS_CORETYPE when (re)initialised, so at load time, before any thread of ours
  * uses it, we set that variable for the fast core, re-run its initialisation, and unset
  * the variable again. The OpenBLAS entry points are weak: any CBLAS still links. */
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "blob/math.h"
 #include "core.h"
@@ -97,8 +97,9 @@ __attribute__((constructor)) static void blas_init(void)
 
 static int blas_threads(void)
 {
-    int n = openblas_get_num_threads ? openblas_get_num_threads() : omp_get_max_threads();
-    return n > 0 ? n : 1;
+    long n = openblas_get_num_threads ? openblas_get_num_threads()
+                                      : sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 int blob__host_threads(int64_t work)

@@ -114,6 +114,16 @@ blob_status blob__check_device(int device);
  * else as many as the BLAS uses (at most one per 32K elements). */
 int blob__host_threads(int64_t work);
 
+/* ---- Host threads (pool.c) ---- */
+
+/* The body of a host loop: the iterations [begin, end) of ctx's loop. */
+typedef void (*blob__range_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Run fn over [0, n) split into up to nt contiguous ranges, one on the calling thread and
+ * the others on the library's host threads; returns when all are done. With nt <= 1, or
+ * while another thread's loop has the host threads, fn runs alone on the caller. */
+void blob__host_for(int nt, int64_t n, blob__range_fn fn, void *ctx);
+
 /* Check OpenBLAS's core and switch a generic one to the CPU's fast one, unless
  * user_coretype (the OPENBLAS_CORETYPE the user set) is non-empty; done at load time.
  * The tests call it again after forcing a core, with no other thread in OpenBLAS. */

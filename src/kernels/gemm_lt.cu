@@ -38,13 +38,15 @@ static blob_status lt_fail(cublasStatus_t st, const char *call, const char *func
             return lt_fail(lt_st_, #call, (func));         \
     } while (0)
 
-/* The whole problem: compared bytewise, so built from a zeroed struct. */
+/* The whole problem, compared bytewise: no padding, built from a zeroed struct. */
 struct Key {
     int32_t device, dtype, mode, epilogue, trans_a, trans_b;
     int64_t M, N, K;
     uint8_t align[5]; /* log2 of the alignment of A, B, C, bias, mask (capped at 256) */
-    bool with_mask;
+    uint8_t with_mask;
+    uint8_t unused[2];
 };
+static_assert(sizeof(Key) == 6 * 4 + 3 * 8 + 8, "Key has padding");
 
 struct Plan {
     Key key;

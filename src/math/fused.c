@@ -73,6 +73,15 @@ static blob_status check_epilogue(const char *fn, blob_dtype dtype, blob_trans t
  * blocks, so that a mask byte belongs to one thread. */
 enum { COL_BLOCK = 64 };
 
+/* The arguments of the host loops: X is C, or the input summed by BGRADA / BGRADB. */
+typedef struct {
+    int64_t M, N; /* X is M x N */
+    void *X;
+    void *bias;
+    unsigned char *mask;
+    bool relu;
+} epilogue_args;
+
 #define T float
 #define FN(name) name##_f32
 #include "fused_host.inc"
@@ -89,12 +98,13 @@ static void cpu_epilogue(blob_dtype dtype, int64_t M, int64_t N, void *C, blob_e
                          void *bias, unsigned char *mask)
 {
     const bool f = dtype == BLOB_FLOAT32;
+    const int nt = blob__host_threads(M * N);
+    epilogue_args a = {M, N, C, reads_bias(e) ? bias : NULL, mask, relu(e)};
     if (e == BLOB_EPILOGUE_BIAS || relu(e)) {
-        const void *b = reads_bias(e) ? bias : NULL;
-        f ? bias_relu_f32(M, N, C, b, relu(e), mask) : bias_relu_f64(M, N, C, b, relu(e), mask);
+        blob__host_for(nt, M, f ? bias_relu_f32 : bias_relu_f64, &a);
     } else if (reads_mask(e)) {
-        void *b = e == BLOB_EPILOGUE_DRELU_BGRAD ? bias : NULL;
-        f ? drelu_f32(M, N, C, mask, b) : drelu_f64(M, N, C, mask, b);
+        a.bias = e == BLOB_EPILOGUE_DRELU_BGRAD ? bias : NULL;
+        blob__host_for(nt, (N + COL_BLOCK - 1) / COL_BLOCK, f ? drelu_f32 : drelu_f64, &a);
     }
 }
 
@@ -104,13 +114,17 @@ static void cpu_bias_grad(blob_dtype dtype, blob_epilogue e, blob_trans trans_a,
                           blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
                           const void *B, void *bias)
 {
-    const bool a = e == BLOB_EPILOGUE_BGRADA, f = dtype == BLOB_FLOAT32;
-    const void *X = a ? A : B;
-    const int64_t out = a ? M : N;
-    if (a ? trans_a == BLOB_NO_TRANS : trans_b == BLOB_TRANS)
-        f ? row_sums_f32(out, K, X, bias) : row_sums_f64(out, K, X, bias);
-    else
-        f ? col_sums_f32(K, out, X, bias) : col_sums_f64(K, out, X, bias);
+    const bool ga = e == BLOB_EPILOGUE_BGRADA, f = dtype == BLOB_FLOAT32;
+    const int64_t out = ga ? M : N;
+    const int nt = blob__host_threads(out * K);
+    if (ga ? trans_a == BLOB_NO_TRANS : trans_b == BLOB_TRANS) {
+        epilogue_args a = {out, K, (void *)(ga ? A : B), bias, NULL, false};
+        blob__host_for(nt, out, f ? row_sums_f32 : row_sums_f64, &a);
+    } else {
+        epilogue_args a = {K, out, (void *)(ga ? A : B), bias, NULL, false};
+        blob__host_for(nt, (out + COL_BLOCK - 1) / COL_BLOCK, f ? col_sums_f32 : col_sums_f64,
+                       &a);
+    }
 }
 
 blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,

@@ -167,12 +167,6 @@ static CBLAS_TRANSPOSE cblas_trans(blob_trans t)
 #define BLAS(dtype, name, ...) \
     ((dtype) == BLOB_FLOAT32 ? cblas_s##name(__VA_ARGS__) : cblas_d##name(__VA_ARGS__))
 
-/* for (int64_t i = 0; i < n; i++) split between the nt host threads of a variable nt
- * (blob__host_threads of the work) declared before it. */
-#define PAR_FOR(i, n)                                                               \
-    _Pragma("omp parallel for num_threads(nt) if (nt > 1) schedule(static)")        \
-    for (int64_t i = 0; i < (n); i++)
-
 /* Run the statements with T the element type of dtype. */
 #define TYPED(dtype, ...)              \
     do {                               \
@@ -452,11 +446,71 @@ blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
     return blob__k_mul(blob_get_stream(), dtype, n, a, b, y);
 }
 
+/* The host loops that run on the library's host threads (blob__host_for): their
+ * arguments, and the range [lo, hi) of iterations each body does. */
+typedef struct {
+    blob_dtype dtype;
+    int64_t classes;
+    double scale;
+    const void *a, *b, *labels;
+    void *y, *z;
+} loop_args;
+
+static void relu_forward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    TYPED(l->dtype, const T *px = l->a; T *py = l->y;
+          for (int64_t i = lo; i < hi; i++) py[i] = px[i] > 0 ? px[i] : 0;);
+}
+
+static void relu_backward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    TYPED(l->dtype, const T *px = l->a; const T *pdy = l->b; T *pdx = l->y;
+          for (int64_t i = lo; i < hi; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
+}
+
+/* Rows [lo, hi) of softmax with loss. */
+static void softmax_loss_forward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    const blob_dtype dtype = l->dtype;
+    const int64_t classes = l->classes;
+    TYPED(dtype, T *loss = l->z; const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
+          for (int64_t r = lo; r < hi; r++) {
+              const T *x = (const T *)l->a + r * classes;
+              T *p = (T *)l->y + r * classes;
+              T m = x[0];
+              for (int64_t j = 1; j < classes; j++)
+                  m = x[j] > m ? x[j] : m;
+              double sum = 0;
+              for (int64_t j = 0; j < classes; j++)
+                  sum += p[j] = (T)exp((double)x[j] - m);
+              for (int64_t j = 0; j < classes; j++)
+                  p[j] = (T)(p[j] / sum);
+              T q = p[label_index(get(dtype, l->labels, r), classes)];
+              loss[r] = (T)-log(q > tiny ? q : tiny);
+          });
+}
+
+static void softmax_loss_backward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    const int64_t classes = l->classes;
+    TYPED(l->dtype, for (int64_t r = lo; r < hi; r++) {
+              const T *p = (const T *)l->a + r * classes;
+              T *d = (T *)l->y + r * classes;
+              int64_t k = label_index(get(l->dtype, l->labels, r), classes);
+              for (int64_t j = 0; j < classes; j++)
+                  d[j] = (T)(l->scale * (p[j] - (j == k)));
+          });
+}
+
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    const int nt = blob__host_threads(n);
-    TYPED(dtype, const T *px = x; T *py = y; PAR_FOR(i, n) py[i] = px[i] > 0 ? px[i] : 0;);
+    loop_args l = {.dtype = dtype, .a = x, .y = y};
+    blob__host_for(blob__host_threads(n), n, relu_forward_range, &l);
     return BLOB_OK;
 }
 
@@ -471,9 +525,8 @@ blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
                                    void *dx)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
-    const int nt = blob__host_threads(n);
-    TYPED(dtype, const T *px = x; const T *pdy = dy; T *pdx = dx;
-          PAR_FOR(i, n) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
+    loop_args l = {.dtype = dtype, .a = x, .b = dy, .y = dx};
+    blob__host_for(blob__host_threads(n), n, relu_backward_range, &l);
     return BLOB_OK;
 }
 
@@ -493,22 +546,9 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    const int nt = blob__host_threads(rows * classes);
-    TYPED(dtype, T *l = loss; const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
-          PAR_FOR(r, rows) {
-              const T *x = (const T *)logits + r * classes;
-              T *p = (T *)prob + r * classes;
-              T m = x[0];
-              for (int64_t j = 1; j < classes; j++)
-                  m = x[j] > m ? x[j] : m;
-              double sum = 0;
-              for (int64_t j = 0; j < classes; j++)
-                  sum += p[j] = (T)exp((double)x[j] - m);
-              for (int64_t j = 0; j < classes; j++)
-                  p[j] = (T)(p[j] / sum);
-              T q = p[label_index(get(dtype, labels, r), classes)];
-              l[r] = (T)-log(q > tiny ? q : tiny);
-          });
+    loop_args l = {.dtype = dtype, .classes = classes, .a = logits, .labels = labels,
+                   .y = prob, .z = loss};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
     return BLOB_OK;
 }
 
@@ -530,14 +570,9 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    const int nt = blob__host_threads(rows * classes);
-    TYPED(dtype, PAR_FOR(r, rows) {
-              const T *p = (const T *)prob + r * classes;
-              T *d = (T *)dlogits + r * classes;
-              int64_t k = label_index(get(dtype, labels, r), classes);
-              for (int64_t j = 0; j < classes; j++)
-                  d[j] = (T)(scale * (p[j] - (j == k)));
-          });
+    loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = prob,
+                   .labels = labels, .y = dlogits};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_backward_range, &l);
     return BLOB_OK;
 }
 

@@ -103,46 +103,54 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
 
 #define HOST_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 
-/* Every element of one tensor with kind K (a constant), on the host's threads. */
-#define HOST_LOOP(T, K)                                                                    \
-    do {                                                                                   \
-        _Pragma("omp parallel for num_threads(nt) if(nt > 1) schedule(static)")            \
-        for (int64_t j = 0; j < count; j++) {                                              \
-            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                        \
-            BLOB__OPTIM_ELEMENT(T, K, s, HOST_SQRT, w[j], g[j], h_, v_);                   \
-            if (h)                                                                         \
-                h[j] = h_;                                                                 \
-            if (v)                                                                         \
-                v[j] = v_;                                                                 \
-        }                                                                                  \
-    } while (0)
+typedef struct {
+    BLOB__OPTIM_SCALAR_FIELDS(float)
+} scalars_f32;
+typedef struct {
+    BLOB__OPTIM_SCALAR_FIELDS(double)
+} scalars_f64;
 
-#define HOST_STEP(T)                                                                       \
-    do {                                                                                   \
-        struct { BLOB__OPTIM_SCALAR_FIELDS(T) } s;                                         \
-        BLOB__OPTIM_FILL(T, s, opt, step[0] + 1);                                          \
-        for (int i = 0; i < n; i++) {                                                      \
-            const int64_t count = counts[i];                                               \
-            const int nt = blob__host_threads(count);                                      \
-            T *w = data[i];                                                                \
-            const T *g = diff[i];                                                          \
-            T *h = hist >= 1 ? (T *)hist1[i] : NULL, *v = hist >= 2 ? (T *)hist2[i] : NULL; \
-            switch (opt->kind) {                                                           \
-            case BLOB_OPTIM_SGD:                                                           \
-                HOST_LOOP(T, BLOB_OPTIM_SGD);                                              \
-                break;                                                                     \
-            case BLOB_OPTIM_SGD_CAFFE:                                                     \
-                HOST_LOOP(T, BLOB_OPTIM_SGD_CAFFE);                                        \
-                break;                                                                     \
-            case BLOB_OPTIM_ADAM:                                                          \
-                HOST_LOOP(T, BLOB_OPTIM_ADAM);                                             \
-                break;                                                                     \
-            case BLOB_OPTIM_ADAMW:                                                         \
-                HOST_LOOP(T, BLOB_OPTIM_ADAMW);                                            \
-                break;                                                                     \
-            }                                                                              \
-        }                                                                                  \
-    } while (0)
+/* The arguments of one tensor's loop: the scalars of the step (of the element type) and
+ * the arrays (h and v NULL when unused). */
+typedef struct {
+    const void *s;
+    void *w;
+    const void *g;
+    void *h, *v;
+} step_args;
+
+/* NAME: the elements [lo, hi) of one tensor, for kind K in element type T (a
+ * blob__host_for body). */
+#define STEP_RANGE(NAME, T, SCALARS, K)                                                   \
+    static void NAME(void *args, int64_t lo, int64_t hi)                                  \
+    {                                                                                     \
+        const step_args *a = args;                                                        \
+        const SCALARS s = *(const SCALARS *)a->s;                                         \
+        T *w = a->w, *h = a->h, *v = a->v;                                                \
+        const T *g = a->g;                                                                \
+        for (int64_t j = lo; j < hi; j++) {                                               \
+            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                        \
+            BLOB__OPTIM_ELEMENT(T, K, s, HOST_SQRT, w[j], g[j], h_, v_);                  \
+            if (h)                                                                        \
+                h[j] = h_;                                                                \
+            if (v)                                                                        \
+                v[j] = v_;                                                                \
+        }                                                                                 \
+    }
+STEP_RANGE(sgd_f32, float, scalars_f32, BLOB_OPTIM_SGD)
+STEP_RANGE(sgd_caffe_f32, float, scalars_f32, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE(adam_f32, float, scalars_f32, BLOB_OPTIM_ADAM)
+STEP_RANGE(adamw_f32, float, scalars_f32, BLOB_OPTIM_ADAMW)
+STEP_RANGE(sgd_f64, double, scalars_f64, BLOB_OPTIM_SGD)
+STEP_RANGE(sgd_caffe_f64, double, scalars_f64, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE(adam_f64, double, scalars_f64, BLOB_OPTIM_ADAM)
+STEP_RANGE(adamw_f64, double, scalars_f64, BLOB_OPTIM_ADAMW)
+
+/* [dtype][kind] */
+static const blob__range_fn step_ranges[2][4] = {
+    {sgd_f32, sgd_caffe_f32, adam_f32, adamw_f32},
+    {sgd_f64, sgd_caffe_f64, adam_f64, adamw_f64},
+};
 
 blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const int64_t *counts, void *const *data,
@@ -151,10 +159,16 @@ blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
 {
     BLOB_TRY(check_step(__func__, opt, dtype, n, counts, data, diff, hist1, hist2, step));
     const int hist = blob_optim_history_count(opt);
-    if (dtype == BLOB_FLOAT32)
-        HOST_STEP(float);
-    else
-        HOST_STEP(double);
+    scalars_f32 s32;
+    scalars_f64 s64;
+    BLOB__OPTIM_FILL(float, s32, opt, step[0] + 1);
+    BLOB__OPTIM_FILL(double, s64, opt, step[0] + 1);
+    for (int i = 0; i < n; i++) {
+        step_args a = {dtype == BLOB_FLOAT32 ? (const void *)&s32 : (const void *)&s64, data[i],
+                       diff[i], hist >= 1 ? hist1[i] : NULL, hist >= 2 ? hist2[i] : NULL};
+        blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[dtype][opt->kind],
+                       &a);
+    }
     step[0]++;
     return BLOB_OK;
 }
