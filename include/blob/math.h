@@ -279,13 +279,15 @@ typedef struct {
     char detected[32]; /* the one OpenBLAS chose by itself, when the library changed it */
     int threads;      /* threads of a BLAS call (and of the host loops) */
     char summary[192]; /* one line, e.g. "OpenBLAS 0.3.21, core Prescott -> SkylakeX
-                          (AVX-512; OPENBLAS_CORETYPE not set), 16 threads" */
+                          (AVX-512 CPU; OPENBLAS_CORETYPE chooses), 16 threads" */
 } blob_blas_info;
 
 /* Describe the host BLAS. OpenBLAS's runtime core choice is checked when the library is
  * loaded: where it chose a generic core (Prescott, Nehalem, ...) on a CPU with AVX-512 or
  * AVX2, as it does on virtual machines that hide the CPU model, the library switches it
- * to SkylakeX or Haswell, once; a core set with OPENBLAS_CORETYPE is always kept.
+ * to SkylakeX or Haswell, once; a core set with OPENBLAS_CORETYPE is always kept. The
+ * host loops of blob_cpu_* (epilogues, ReLU, softmax, optimizer steps) use as many
+ * threads as the BLAS, on arrays large enough to gain from them.
  * Errors: BLOB_EINVAL for NULL. */
 BLOB_API blob_status blob_blas_get_info(blob_blas_info *out);
 
