@@ -284,6 +284,81 @@ static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, doubl
     return rc;
 }
 
+/* Kernels of one layer's forward and backward captured in a graph, the backward through
+ * the ReLU of the layer below included: with the fused epilogues (3 calls), or with plain
+ * GEMMs and separate bias, ReLU and bias-gradient kernels as Caffe runs them (8 calls).
+ * Shape: the MLP's first layer at batch 64. */
+static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
+{
+    const int64_t B = 64, I = 784, O = 256;
+    linear_ctx l = {NULL, BLOB_MATH_FP32, B, I, O, NULL, NULL, NULL, NULL, NULL, NULL};
+    float *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL, *db_in = NULL;
+    void *mask_in = NULL; /* the ReLU mask of the layer below, B x I */
+    void *s = NULL;
+    blob_graph *g = NULL;
+    int rc = linear_setup(&l);
+    const size_t f = sizeof(float);
+    if (rc == 0 && (cudaMalloc((void **)&dy, f * (size_t)(B * O)) != cudaSuccess ||
+                    cudaMalloc((void **)&dx, f * (size_t)(B * I)) != cudaSuccess ||
+                    cudaMalloc((void **)&dw, f * (size_t)(O * I)) != cudaSuccess ||
+                    cudaMalloc((void **)&db, f * (size_t)O) != cudaSuccess ||
+                    cudaMalloc((void **)&db_in, f * (size_t)I) != cudaSuccess ||
+                    cudaMalloc(&mask_in, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
+                    cudaMemset(mask_in, 0x5a, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
+                    cudaMemset(dy, 0x3c, f * (size_t)(B * O)) != cudaSuccess))
+        rc = bench_fail("cudaMalloc failed");
+    blob_status st = rc == 0 ? blob_stream_create(&s) : BLOB_OK;
+    blob_set_stream(s);
+    const blob_trans N = BLOB_NO_TRANS, T = BLOB_TRANS;
+    /* y = relu(x W^T + b); dx = dy W through the ReLU below, and its bias gradient;
+     * dW = dy^T x; db = colsum(dy) */
+    for (int pass = 0; rc == 0 && st == BLOB_OK && pass < 2; pass++) { /* warm-up, capture */
+        if (pass == 1 && (st = blob_graph_begin(s)) != BLOB_OK)
+            break;
+        if (fused) {
+            st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, T, B, O, I, l.x, l.w, l.y,
+                                        BLOB_EPILOGUE_BIAS_RELU, l.b, l.mask, 0);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, N, B, I, O, dy, l.w, dx,
+                                            BLOB_EPILOGUE_DRELU_BGRAD, db_in, mask_in, 0);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, T, N, O, I, B, dy, l.x, dw,
+                                            BLOB_EPILOGUE_BGRADA, db, NULL, 0);
+        } else {
+            st = blob_gpu_gemm(BLOB_FLOAT32, N, T, B, O, I, 1, l.x, l.w, 0, l.y);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, O, 1, 1, l.ones, l.b, 1, l.y);
+            if (st == BLOB_OK)
+                st = blob_gpu_relu_forward(BLOB_FLOAT32, B * O, l.y, l.y);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, I, O, 1, dy, l.w, 0, dx);
+            if (st == BLOB_OK) /* the input stands in for the layer below's output */
+                st = blob_gpu_relu_backward(BLOB_FLOAT32, B * I, l.x, dx, dx);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemv(BLOB_FLOAT32, T, B, I, 1, dx, l.ones, 0, db_in);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm(BLOB_FLOAT32, T, N, O, I, B, 1, dy, l.x, 0, dw);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemv(BLOB_FLOAT32, T, B, O, 1, dy, l.ones, 0, db);
+        }
+        if (pass == 1) {
+            blob_status end = blob_graph_end(s, &g);
+            st = st != BLOB_OK ? st : end;
+        }
+    }
+    if (rc == 0 && st == BLOB_OK)
+        st = blob_graph_count_nodes(g, kernels, total);
+    if (rc == 0 && st != BLOB_OK)
+        rc = bench_fail("%s (%s)", blob_status_name(st), blob_last_error());
+    blob_graph_free(g);
+    blob_set_stream(NULL);
+    blob_stream_destroy(s);
+    linear_free(&l);
+    cudaFree(dy), cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(db_in), cudaFree(mask_in);
+    (void)cudaGetLastError();
+    return rc;
+}
+
 void bench_gpu_fused_gemm(void)
 {
     static const char *const cols[] = {"fused us", "unfused us", "unfused/fused", "torch us",
@@ -307,6 +382,14 @@ void bench_gpu_fused_gemm(void)
                 report_row(label, v, GOAL_NONE, false);
         }
     cublasDestroy(h);
+    int64_t fk = -1, ft = -1, uk = -1, ut = -1;
+    if (layer_kernels(true, &fk, &ft) == 0 && layer_kernels(false, &uk, &ut) == 0)
+        report_note("a layer's forward and backward (64x784 -> 256) in a graph: %lld kernels "
+                    "(%lld nodes) fused, %lld kernels (%lld nodes) with separate bias, ReLU "
+                    "and bias-gradient kernels (blob_graph_count_nodes)",
+                    (long long)fk, (long long)ft, (long long)uk, (long long)ut);
+    else
+        report_error("layer kernels", bench_error());
     report_note("fused: blob_gpu_gemm_epilogue(BIAS_RELU, with the ReLU mask) in the mode; "
                 "lt fused: 1 when cuBLASLt fuses it, 0 when it runs as cuBLAS + kernels");
     report_note("unfused: cublasGemmEx in the mode's compute type, the bias by cublasSgemm "
