@@ -30,12 +30,15 @@ Q := @
 endif
 
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+# DLPack's header <dlpack/dlpack.h> (Debian's libdlpack-dev) comes from the system include
+# path, or from DLPACK_CFLAGS, e.g. make DLPACK_CFLAGS=-I/opt/dlpack/include.
+DLPACK_CFLAGS ?=
 BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -fvisibility=hidden -DBLOB_BUILDING \
-              -Iinclude $(BLAS_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+              -Iinclude $(BLAS_CFLAGS) $(DLPACK_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_BASE := $(BLAS_LIBS) -lpthread -lm
 
 ifeq ($(CUDA),1)
@@ -60,7 +63,8 @@ endif
 
 LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wildcard src/core/*.c)) \
              $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \
-             $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(KERNEL_C_SRC)
+             $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(wildcard src/interop/*.c) \
+             $(KERNEL_C_SRC)
 LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
 LIB_LIBS := $(CUDA_LIBS) $(LDLIBS_BASE)
 
@@ -73,7 +77,8 @@ TEST_BIN := $(BUILD)/test/blob_tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
 
-.PHONY: all lib check test deps install uninstall clean bench demo install-check examples examples-check
+.PHONY: all lib check test deps install uninstall clean bench demo install-check examples examples-check \
+        dlpack-header python-check
 
 all: lib
 
@@ -83,6 +88,14 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+# Say what to install when DLPack's header is missing, before the compiler fails on it.
+$(BUILD)/src/interop/%.o: | dlpack-header
+dlpack-header:
+	$(Q)printf '#include <dlpack/dlpack.h>\n' | $(CC) $(DLPACK_CFLAGS) -E -x c - >/dev/null 2>&1 || \
+	    { echo "libblob needs DLPack's header <dlpack/dlpack.h>: make deps (Debian's" \
+	        "libdlpack-dev), or point DLPACK_CFLAGS at it (DLPACK_CFLAGS=-I/its/include)" >&2; \
+	      exit 1; }
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -136,6 +149,7 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory install-check
 	$(Q)$(MAKE) --no-print-directory examples-check
+	$(Q)$(MAKE) --no-print-directory python-check
 
 install-check: lib
 	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
@@ -149,6 +163,7 @@ install: lib
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
+	    -e 's|@DLPACK_CFLAGS@|$(DLPACK_CFLAGS)|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
 uninstall:
@@ -184,6 +199,15 @@ examples-check: examples
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
+
+# The Python module's tests against this build's library, then the DLPack example on
+# the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are
+# skipped, with a count, where those are missing.
+PYTHON ?= python3
+python-check: lib
+	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/tests/run.py
+	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/examples/mlp_torch.py \
+	    --weights $(BUILD)/check-out --check
 
 clean:
 	rm -rf build

@@ -2,7 +2,7 @@
 # Make sure the dependencies of a make target are present:
 #   sh tools/deps.sh [check|demo]
 # check (the default): everything, the test suite's Check and subunit included;
-# demo: the compiler, pkg-config, OpenBLAS, zlib and the dataset. As root with apt-get,
+# demo: the compiler, pkg-config, OpenBLAS, zlib, DLPack's header and the dataset. As root with apt-get,
 # missing Debian packages are installed; otherwise the missing ones are named and we fail.
 set -eu
 
@@ -44,6 +44,8 @@ if ! command -v pkg-config >/dev/null 2>&1; then
 fi
 
 need gcc command -v cc
+# shellcheck disable=SC2016 # expanded by the inner shell
+need libdlpack-dev sh -c 'printf "#include <dlpack/dlpack.h>\n" | cc ${DLPACK_CFLAGS:-} -E -x c - >/dev/null'
 # shellcheck disable=SC2016 # expanded by the inner shell
 need dataset-fashion-mnist sh -c '[ -n "${FASHION_MNIST_DIR:-}" ] || [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]'
 if $have_pkg_config; then

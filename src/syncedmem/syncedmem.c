@@ -19,6 +19,9 @@ struct blob_syncedmem {
     bool own_dev;
     bool host_pinned;   /* owned host side came from the pinned place */
     bool pending;       /* an async copy may be in flight: host users wait for `event` */
+    bool dev_work;      /* device work on the block has been queued (see use_on) */
+    blob_release_fn host_release, dev_release; /* give a borrowed side back, or NULL */
+    void *host_release_ctx, *dev_release_ctx;
     void *stream;       /* the stream of the latest device work on the block */
     void *event;        /* orders streams and marks async copies; made on first need */
     atomic_int refs;
@@ -61,21 +64,42 @@ void blob_syncedmem_retain(blob_syncedmem *m)
         atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
 }
 
+/* Let go of the host side: free it if owned, give it back if borrowed with a release.
+ * Callers have waited for the async copies touching it (settle). */
 static void free_host(blob_syncedmem *m)
 {
+    blob_release_fn release = m->host_release;
+    void *ctx = m->host_release_ctx;
     if (m->own_host)
         blob_place_free(m->host_pinned ? blob_place_pinned() : blob_place_host(), m->host);
     m->host = NULL;
     m->own_host = false;
     m->host_pinned = false;
+    m->host_release = NULL;
+    m->host_release_ctx = NULL;
+    if (release)
+        release(ctx);
 }
 
+/* The same for the device side. An owned side goes back to the allocator, which keeps it
+ * until the streams that used it are done; a borrowed one goes back to an owner that
+ * knows nothing of those streams, so the host waits for the block's device work first
+ * (its latest stream was ordered after the earlier ones). */
 static void free_dev(blob_syncedmem *m)
 {
+    blob_release_fn release = m->dev_release;
+    void *ctx = m->dev_release_ctx;
     if (m->own_dev)
         blob_place_free(blob_place_device(m->device), m->dev);
+    else if (release && m->dev_work && blob__be->stream_synchronize(m->stream) != BLOB_OK)
+        (void)blob__be->device_synchronize();
     m->dev = NULL;
     m->own_dev = false;
+    m->dev_work = false;
+    m->dev_release = NULL;
+    m->dev_release_ctx = NULL;
+    if (release)
+        release(ctx);
 }
 
 /* Wait for the in-flight async copy, if any. */
@@ -142,6 +166,7 @@ static blob_status alloc_dev(blob_syncedmem *m, void *stream)
  * tell the allocator that the device side is used there too. */
 static blob_status use_on(blob_syncedmem *m, void *stream)
 {
+    m->dev_work = true;
     if (stream == m->stream)
         return BLOB_OK;
     if (m->dev) {
@@ -306,25 +331,41 @@ static blob_status check_borrow(const blob_syncedmem *m, const void *data, size_
     return BLOB_OK;
 }
 
-blob_status blob_syncedmem_set_cpu_data(blob_syncedmem *m, void *data, size_t bytes)
+blob_status blob_syncedmem_set_cpu_data_release(blob_syncedmem *m, void *data, size_t bytes,
+                                                blob_release_fn release, void *ctx)
 {
     BLOB_TRY(check_borrow(m, data, bytes));
     BLOB_TRY(settle(m));
     free_host(m);
     m->host = data;
+    m->host_release = release;
+    m->host_release_ctx = ctx;
     m->head = BLOB_HEAD_AT_CPU;
     return BLOB_OK;
 }
 
-blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *m, void *data, size_t bytes)
+blob_status blob_syncedmem_set_gpu_data_release(blob_syncedmem *m, void *data, size_t bytes,
+                                                blob_release_fn release, void *ctx)
 {
     BLOB_TRY(check_borrow(m, data, bytes));
     BLOB_TRY(check_gpu(m));
     BLOB_TRY(settle(m));
     free_dev(m);
     m->dev = data;
+    m->dev_release = release;
+    m->dev_release_ctx = ctx;
     m->head = BLOB_HEAD_AT_GPU;
     return BLOB_OK;
+}
+
+blob_status blob_syncedmem_set_cpu_data(blob_syncedmem *m, void *data, size_t bytes)
+{
+    return blob_syncedmem_set_cpu_data_release(m, data, bytes, NULL, NULL);
+}
+
+blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *m, void *data, size_t bytes)
+{
+    return blob_syncedmem_set_gpu_data_release(m, data, bytes, NULL, NULL);
 }
 
 /* Queue a copy between the sides on `stream` and mark the block pending on its event. */
