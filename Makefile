@@ -11,6 +11,7 @@ CUDA := $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
 endif
 
 PREFIX ?= /usr/local
+PYTHON ?= python3
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
@@ -123,7 +124,7 @@ $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(TEST_OBJ) $(STATIC) $(CHECK_LIBS) $(LIB_LIBS)
 
 # Benchmarks (bench/README.md); the GPU rows only in CUDA builds.
-BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c \
+BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c bench/dlpack.c \
              $(if $(filter 1,$(CUDA)),bench/gpu.c,bench/gpu_none.c)
 BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BUILD)/bench/blob_bench
@@ -135,6 +136,7 @@ $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
 	$(Q)$(EXAMPLES_BIN)/mlp_step
+	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.
 deps:
@@ -203,7 +205,6 @@ examples-check: examples
 # The Python module's tests against this build's library, then the DLPack example on
 # the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are
 # skipped, with a count, where those are missing.
-PYTHON ?= python3
 python-check: lib
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/tests/run.py
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/examples/mlp_torch.py \

@@ -100,6 +100,10 @@ void bench_reshape(void);            /* 5 */
 void bench_update_host(void);        /* 6, host side */
 void bench_loop(bool gpu);           /* 7 */
 
+/* ---- dlpack.c ---- */
+
+void bench_dlpack(bool gpu);         /* D: DLPack round trips */
+
 /* A float32 blob b of n elements for the update rows (6 and 6h): data and diff are its
  * buffers on the side measured; c0 and c1 are scratch of the GPU rows. */
 typedef struct {

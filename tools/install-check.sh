@@ -24,6 +24,11 @@ cc=${CC:-cc}
 $cc -std=c11 -Wall -Werror -o "$tmp/app" test/install/app.c $(pkg-config --cflags --libs blob)
 LD_LIBRARY_PATH="$tmp/usr/lib" "$tmp/app"
 
+# blob/dlpack.h builds with the same flags: DLPack's header is found in the system path
+# shellcheck disable=SC2046
+$cc -std=c11 -Wall -Werror -o "$tmp/dlpack-app" test/install/dlpack_app.c $(pkg-config --cflags --libs blob)
+LD_LIBRARY_PATH="$tmp/usr/lib" "$tmp/dlpack-app"
+
 static_libs=$(pkg-config --static --libs blob | sed 's/-lblob/-l:libblob.a/')
 # shellcheck disable=SC2046,SC2086
 $cc -std=c11 -Wall -Werror -o "$tmp/app-static" test/install/app.c $(pkg-config --cflags blob) $static_libs

@@ -133,13 +133,16 @@ void blob_dlpack_delete(DLManagedTensor *t)
         t->deleter(t);
 }
 
+/* The import's helpers report their failures under its name. */
+#define IMPORT_FAIL(status, ...) blob__fail((status), "blob_from_dlpack", __VA_ARGS__)
+
 static blob_status dtype_of(DLDataType d, blob_dtype *out)
 {
     if (d.code == kDLFloat && d.lanes == 1 && (d.bits == 32 || d.bits == 64)) {
         *out = d.bits == 32 ? BLOB_FLOAT32 : BLOB_FLOAT64;
         return BLOB_OK;
     }
-    return BLOB_FAIL(BLOB_EINVAL, "dtype code %u, %u bits, %u lanes: only float32 and float64 "
+    return IMPORT_FAIL(BLOB_EINVAL, "dtype code %u, %u bits, %u lanes: only float32 and float64 "
                      "with 1 lane", (unsigned)d.code, (unsigned)d.bits, (unsigned)d.lanes);
 }
 
@@ -150,7 +153,7 @@ static blob_status check_layout(const DLTensor *t, bool *empty)
     *empty = false;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)
-            return BLOB_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i,
+            return IMPORT_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i,
                              (long long)t->shape[i]);
         *empty |= t->shape[i] == 0;
     }
@@ -159,11 +162,11 @@ static blob_status check_layout(const DLTensor *t, bool *empty)
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect)
-            return BLOB_FAIL(BLOB_EINVAL, "not C-contiguous: axis %d has stride %lld, "
+            return IMPORT_FAIL(BLOB_EINVAL, "not C-contiguous: axis %d has stride %lld, "
                              "compact row-major needs %lld", i, (long long)t->strides[i],
                              (long long)expect);
         if (__builtin_mul_overflow(expect, t->shape[i], &expect))
-            return BLOB_FAIL(BLOB_EOVERFLOW, "element count overflows at axis %d", i);
+            return IMPORT_FAIL(BLOB_EOVERFLOW, "element count overflows at axis %d", i);
     }
     return BLOB_OK;
 }
@@ -175,24 +178,24 @@ static blob_status place_of(DLDevice d, bool *gpu, int *device)
     case kDLCPU:
     case kDLCUDAHost:
         if (d.device_id != 0)
-            return BLOB_FAIL(BLOB_EINVAL, "host memory with device_id %d (must be 0)",
+            return IMPORT_FAIL(BLOB_EINVAL, "host memory with device_id %d (must be 0)",
                              d.device_id);
         *gpu = false;
         return BLOB_OK;
     case kDLCUDA: {
         int n = blob_device_count();
         if (n == 0)
-            return BLOB_FAIL(BLOB_ENODEV, "tensor on CUDA device %d, but no GPU is usable",
+            return IMPORT_FAIL(BLOB_ENODEV, "tensor on CUDA device %d, but no GPU is usable",
                              d.device_id);
         if (d.device_id < 0 || d.device_id >= n)
-            return BLOB_FAIL(BLOB_ERANGE, "tensor on CUDA device %d, %d present", d.device_id,
+            return IMPORT_FAIL(BLOB_ERANGE, "tensor on CUDA device %d, %d present", d.device_id,
                              n);
         *gpu = true;
         *device = d.device_id;
         return BLOB_OK;
     }
     }
-    return BLOB_FAIL(BLOB_EINVAL, "device type %d: only kDLCPU, kDLCUDAHost and kDLCUDA",
+    return IMPORT_FAIL(BLOB_EINVAL, "device type %d: only kDLCPU, kDLCUDAHost and kDLCUDA",
                      (int)d.device_type);
 }
 
