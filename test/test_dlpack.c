@@ -579,6 +579,35 @@ START_TEST(test_import_device)
 }
 END_TEST
 
+/* Freed while another GPU is current: the wait for the block's device work is made on
+ * the block's GPU (the fake runs a GPU's queued work only with that GPU current). */
+START_TEST(test_import_device_freed_elsewhere)
+{
+    int64_t shape[] = {8};
+    float *mem;
+    ck_ok(blob_device_set(1));
+    ck_ok(blob__be->device_alloc(8 * sizeof(float), (void **)&mem));
+    producer p;
+    producer_init(&p, mem, (DLDevice){kDLCUDA, 1}, BLOB_FLOAT32, 1, shape);
+    blob *b;
+    ck_ok(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY));
+    const void *g;
+    ck_ok(blob_gpu_data(b, &g));
+    ck_ok(blob__be->memset_async(mem, 0, 8 * sizeof(float), blob_get_stream()));
+    ck_ok(blob_device_set(0));
+    blob_free(b);
+    ck_assert_int_eq(p.deleted, 1);
+    ck_assert_int_eq(p.queued_at_delete, 0);
+    ck_assert_int_eq(fake_get_stats().violations, 0);
+    int cur;
+    ck_ok(blob_device_get(&cur));
+    ck_assert_int_eq(cur, 0);
+    ck_ok(blob_device_set(1));
+    blob__be->device_free(mem);
+    ck_ok(blob_device_set(0));
+}
+END_TEST
+
 /* A borrowed device side that no device work touched is given back without a wait. */
 START_TEST(test_import_device_no_wait)
 {
@@ -1023,6 +1052,7 @@ Suite *dlpack_suite(void)
     tcase_add_loop_test(tc, test_import_host, 0, 4);
     tcase_add_loop_test(tc, test_import_lifetimes, 0, LIFE_COUNT);
     tcase_add_loop_test(tc, test_import_device, 0, FAKE_DEVICES);
+    tcase_add_test(tc, test_import_device_freed_elsewhere);
     tcase_add_test(tc, test_import_device_no_wait);
     tcase_add_loop_test(tc, test_round_trip, 0, 4);
     tcase_add_loop_test(tc, test_import_bad_input, 0, N_BAD_CASES);

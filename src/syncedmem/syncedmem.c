@@ -81,18 +81,31 @@ static void free_host(blob_syncedmem *m)
         release(ctx);
 }
 
+/* Wait on the host for the device work queued on the block: its latest stream was
+ * ordered after the earlier ones. The block's GPU is made current for the wait (the
+ * legacy default stream is per device), whichever is current. */
+static void wait_device_work(const blob_syncedmem *m)
+{
+    int cur = -1;
+    bool switched = blob__be->get_device(&cur) == BLOB_OK && cur != m->device &&
+                    blob__be->set_device(m->device) == BLOB_OK;
+    if (blob__be->stream_synchronize(m->stream) != BLOB_OK)
+        (void)blob__be->device_synchronize();
+    if (switched)
+        (void)blob__be->set_device(cur);
+}
+
 /* The same for the device side. An owned side goes back to the allocator, which keeps it
  * until the streams that used it are done; a borrowed one goes back to an owner that
- * knows nothing of those streams, so the host waits for the block's device work first
- * (its latest stream was ordered after the earlier ones). */
+ * knows nothing of those streams, so the host waits for the block's device work first. */
 static void free_dev(blob_syncedmem *m)
 {
     blob_release_fn release = m->dev_release;
     void *ctx = m->dev_release_ctx;
     if (m->own_dev)
         blob_place_free(blob_place_device(m->device), m->dev);
-    else if (release && m->dev_work && blob__be->stream_synchronize(m->stream) != BLOB_OK)
-        (void)blob__be->device_synchronize();
+    else if (release && m->dev_work)
+        wait_device_work(m);
     m->dev = NULL;
     m->own_dev = false;
     m->dev_work = false;
