@@ -186,14 +186,15 @@ EXAMPLES_DIRS := PREFIX=$(EXAMPLES_PREFIX) LIBDIR=$(EXAMPLES_PREFIX)/lib \
 examples: lib
 	$(Q)$(MAKE) --no-print-directory -s $(EXAMPLES_DIRS) install >/dev/null
 	$(Q)PKG_CONFIG_PATH=$(EXAMPLES_PREFIX)/lib/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
-	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples/mlp O=$(EXAMPLES_BIN)
+	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples O=$(EXAMPLES_BIN)
 
-# The README's first command: train the MLP on Fashion-MNIST, on the GPU when there is
-# one. Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS="--graph".
+# The README's first command: train a net (NET, default the MLP) on Fashion-MNIST, on the
+# GPU when there is one. Options go in DEMO_ARGS, e.g. make demo NET=lenet DEMO_ARGS="--graph".
+NET ?= mlp
 demo:
 	$(Q)sh tools/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory examples
-	$(Q)$(EXAMPLES_BIN)/train --out $(BUILD)/demo-out $(DEMO_ARGS)
+	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
 # Layer gradient checks, CPU/GPU agreement, and one short epoch on a 2000-image slice
 # that must reach 60% test accuracy.

@@ -73,7 +73,7 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
 static blob_status bench(nn_mode mode, bool graph, int64_t batch, int steps, int repeats,
                          double *us)
 {
-    net_config cfg = {.mode = mode, .dtype = BLOB_FLOAT32, .num_dims = 4, .dims = dims,
+    net_config cfg = {.def = net_def_find("mlp"), .mode = mode, .dtype = BLOB_FLOAT32,
                       .batch = batch, .seed = 1, .lr = 0.01, .momentum = 0.9,
                       .weight_decay = 5e-4, .graph = graph};
     int64_t xshape[2] = {batch, dims[0]};

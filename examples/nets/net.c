@@ -4,15 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_LAYERS (2 * (NET_MAX_DIMS - 1))
-#define MAX_PARAMS (2 * (NET_MAX_DIMS - 1))
+#define MAX_LAYERS 32
+#define MAX_PARAMS (MAX_LAYERS * 2)
+#define MAX_DEFS 16
 
 struct net {
     net_config cfg;
-    int64_t dims[NET_MAX_DIMS];
     const nn_math *m;
     int num_layers;
     nn_layer *layers[MAX_LAYERS];
+    char layer_names[MAX_LAYERS][16];
     blob *tops[MAX_LAYERS];       /* tops[i] is written by layers[i]; the last is the loss */
     int num_params;
     blob *params[MAX_PARAMS];     /* the layers' blobs, viewing flat's memory */
@@ -32,31 +33,45 @@ struct net {
 static blob *loss_top(const net *n) { return n->tops[n->num_layers - 1]; }
 static blob *prob(const net *n) { return nn_softmax_loss_prob(n->layers[n->num_layers - 1]); }
 
-static blob_status build(net *n)
-{
-    const net_config *c = &n->cfg;
-    for (int i = 0; i + 1 < c->num_dims; i++) {
-        NN_TRY(nn_ip_create(&n->layers[n->num_layers++], c->mode, c->dtype, c->dims[i],
-                            c->dims[i + 1], c->seed + (uint64_t)i));
-        if (i + 2 < c->num_dims)
-            NN_TRY(nn_relu_create(&n->layers[n->num_layers++], c->mode, c->dtype));
-    }
-    NN_TRY(nn_softmax_loss_create(&n->layers[n->num_layers++], c->mode, c->dtype));
+static const net_def *defs[MAX_DEFS];
+static int num_defs;
 
-    int64_t zero = 0;
-    for (int i = 0; i < n->num_layers; i++)
-        NN_TRY(nn_blob_create(&n->tops[i], c->mode, c->dtype, 1, &zero));
-    for (int i = 0, ip = 0; i < n->num_layers; i++) {
-        nn_layer *l = n->layers[i];
-        ip += nn_layer_num_params(l) > 0;
-        for (int j = 0; j < nn_layer_num_params(l); j++) {
-            blob *p = nn_layer_param(l, j);
-            int k = n->num_params++;
-            n->params[k] = p;
-            snprintf(n->names[k], sizeof n->names[k], "ip%d.%s", ip, j ? "bias" : "weights");
-        }
+void net_register(const net_def *def)
+{
+    if (num_defs < MAX_DEFS)
+        defs[num_defs++] = def;
+}
+
+const net_def *net_def_find(const char *name)
+{
+    for (int i = 0; i < num_defs; i++)
+        if (!strcmp(defs[i]->name, name))
+            return defs[i];
+    return NULL;
+}
+
+const net_def *net_def_at(int i) { return i >= 0 && i < num_defs ? defs[i] : NULL; }
+
+blob_status net_add(net *n, const char *name, nn_layer *layer)
+{
+    if (!layer)
+        return BLOB_EINVAL;
+    if (n->num_layers == MAX_LAYERS ||
+        n->num_params + nn_layer_num_params(layer) > MAX_PARAMS ||
+        strlen(name) >= sizeof n->layer_names[0]) {
+        nn_layer_free(layer);
+        return BLOB_EINVAL;
     }
-    return BLOB_OK;
+    int i = n->num_layers++;
+    n->layers[i] = layer;
+    snprintf(n->layer_names[i], sizeof n->layer_names[i], "%s", name);
+    for (int j = 0; j < nn_layer_num_params(layer); j++) {
+        int k = n->num_params++;
+        n->params[k] = nn_layer_param(layer, j);
+        snprintf(n->names[k], sizeof n->names[k], "%s.%s", name, j ? "bias" : "weights");
+    }
+    int64_t zero = 0;
+    return nn_blob_create(&n->tops[i], n->cfg.mode, n->cfg.dtype, 1, &zero);
 }
 
 /* Lay all parameters out in one blob, as Caffe's multi-GPU solver does: each one's data
@@ -96,18 +111,17 @@ static blob_status flatten(net *n)
 blob_status net_create(net **out, const net_config *cfg)
 {
     *out = NULL;
-    if (cfg->num_dims < 2 || cfg->num_dims > NET_MAX_DIMS || cfg->batch <= 0 ||
+    if (!cfg->def || cfg->batch <= 0 ||
         (cfg->graph && (cfg->mode != NN_GPU || !blob_get_stream())))
         return BLOB_EINVAL;
     net *n = calloc(1, sizeof *n);
     if (!n)
         return BLOB_ENOMEM;
     n->cfg = *cfg;
-    for (int i = 0; i < cfg->num_dims; i++)
-        n->dims[i] = cfg->dims[i];
-    n->cfg.dims = n->dims;
     n->m = nn_math_of(cfg->mode);
-    blob_status st = build(n);
+    blob_status st = cfg->def->build(n, cfg->mode, cfg->dtype, cfg->seed);
+    if (st == BLOB_OK && n->num_layers == 0)
+        st = BLOB_EINVAL;
     if (st == BLOB_OK)
         st = flatten(n);
     if (st != BLOB_OK) {

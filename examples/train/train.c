@@ -1,8 +1,8 @@
 /*
- * train - train a 784-256-128-10 MLP on Fashion-MNIST with libblob, on the GPU when there
- * is one, and write its weights (.npy) and training curves (SVG).
+ * train - train one of the nets of nets/ on Fashion-MNIST with libblob, on the GPU when
+ * there is one, and write its weights (.npy) and training curves (SVG).
  *
- *   train [--data DIR] [--out DIR] [--device cpu|gpu] [--graph] [--epochs N] ...
+ *   train [--net mlp|lenet|...] [--data DIR] [--out DIR] [--device cpu|gpu] [--graph] ...
  *
  * Batches are double-buffered: while the GPU runs step i, the host fills the other
  * buffer and pushes it with blob_syncedmem_async_gpu_push on a copy stream (Caffe's
@@ -24,6 +24,7 @@
 #include "plot.h"
 
 typedef struct {
+    const net_def *net;
     const char *data_dir, *out_dir, *device;
     bool graph;
     int epochs;
@@ -33,26 +34,34 @@ typedef struct {
     uint64_t seed;
 } options;
 
-/* 20 epochs reach about 89% test accuracy (88.3% is the dataset README's MLP figure). */
+/* Epochs, learning rate and its step come from the net's definition unless given. */
 static const options defaults = {
-    .out_dir = "demo-out", .epochs = 20, .batch = 64, .lr = 0.02, .lr_step = 10,
-    .lr_gamma = 0.1, .momentum = 0.9, .weight_decay = 5e-4, .seed = 1,
+    .out_dir = "demo-out", .batch = 64, .lr_gamma = 0.1, .momentum = 0.9,
+    .weight_decay = 5e-4, .seed = 1, .lr_step = -1,
 };
+#define DEFAULT_NET "mlp"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: train [options]\n"
+            "  --net NAME          the net to train (default " DEFAULT_NET "):\n");
+    for (int i = 0; net_def_at(i); i++) {
+        const net_def *d = net_def_at(i);
+        fprintf(f, "                        %-8s %s: %d epochs, lr %g (x0.1 every %d)\n",
+                d->name, d->title, d->epochs, d->lr, d->lr_step);
+    }
+    fprintf(f,
             "  --data DIR          Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR,\n"
             "                      else " FMNIST_DEFAULT_DIR ")\n"
             "  --out DIR           where the weights (.npy) and curve.svg go (default %s)\n"
             "  --device cpu|gpu    default: gpu when one is present\n"
             "  --graph             run training steps as CUDA graphs (gpu only)\n"
-            "  --epochs N          default %d\n"
+            "  --epochs N          default: the net's\n"
             "  --batch N           default %lld\n"
-            "  --lr X              learning rate, > 0, default %g\n"
+            "  --lr X              learning rate, > 0, default: the net's\n"
             "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
-            "                      default %d\n"
+            "                      default: the net's\n"
             "  --lr-gamma X        > 0, default %g\n"
             "  --momentum X        in [0, 1), default %g\n"
             "  --weight-decay X    >= 0, default %g\n"
@@ -61,9 +70,8 @@ static void usage(FILE *f)
             "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
             "                      is below X\n"
             "X is a finite number, N a whole number >= 1 (--lr-step and --seed: >= 0).\n",
-            defaults.out_dir, defaults.epochs, (long long)defaults.batch, defaults.lr,
-            defaults.lr_step, defaults.lr_gamma, defaults.momentum, defaults.weight_decay,
-            (unsigned long long)defaults.seed);
+            defaults.out_dir, (long long)defaults.batch, defaults.lr_gamma, defaults.momentum,
+            defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
 /* Parse "--name value" pairs; exits with status 2 on a bad command line. */
@@ -88,7 +96,9 @@ static options parse_options(int argc, char **argv)
         double num = strtod(v, &end);
         bool is_num = end != v && !*end && !errno && isfinite(num); /* no "inf", "nan" */
         bool is_count = is_num && num >= 0 && num <= 1e15 && num == (double)(int64_t)num;
-        if (!strcmp(a, "--data"))
+        if (!strcmp(a, "--net") && net_def_find(v))
+            o.net = net_def_find(v);
+        else if (!strcmp(a, "--data"))
             o.data_dir = v;
         else if (!strcmp(a, "--out"))
             o.out_dir = v;
@@ -125,6 +135,14 @@ static options parse_options(int argc, char **argv)
     if (!o.data_dir)
         o.data_dir = getenv("FASHION_MNIST_DIR") ? getenv("FASHION_MNIST_DIR")
                                                  : FMNIST_DEFAULT_DIR;
+    if (!o.net)
+        o.net = net_def_find(DEFAULT_NET);
+    if (!o.epochs)
+        o.epochs = o.net->epochs;
+    if (o.lr == 0)
+        o.lr = o.net->lr;
+    if (o.lr_step < 0)
+        o.lr_step = o.net->lr_step;
     return o;
 }
 
@@ -135,7 +153,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Double-buffered input: x (rows x 784 floats in [0, 1]) and labels. */
+/* Double-buffered input: x (rows x 1 x 28 x 28 floats in [0, 1]) and labels. */
 typedef struct {
     blob *x[2], *labels[2];
     int next;          /* the buffer the next fill goes into */
@@ -144,10 +162,10 @@ typedef struct {
 
 static blob_status feeder_init(feeder *f, nn_mode mode, int64_t batch, void *copy_stream)
 {
-    int64_t shape[2] = {batch, FMNIST_PIXELS};
+    int64_t shape[4] = {batch, 1, FMNIST_SIDE, FMNIST_SIDE};
     f->copy_stream = copy_stream;
     for (int k = 0; k < 2; k++) {
-        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, 2, shape));
+        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, 4, shape));
         NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, shape));
     }
     return BLOB_OK;
@@ -170,9 +188,9 @@ static blob_status feed(feeder *f, const fmnist_set *set, const int32_t *order, 
     *k = f->next;
     f->next ^= 1;
     blob *x = f->x[*k], *y = f->labels[*k];
-    int64_t shape[2] = {rows, FMNIST_PIXELS};
+    int64_t shape[4] = {rows, 1, FMNIST_SIDE, FMNIST_SIDE};
     float *px, *py;
-    NN_TRY(blob_reshape(x, 2, shape));
+    NN_TRY(blob_reshape(x, 4, shape));
     NN_TRY(blob_reshape(y, 1, &rows));
     NN_TRY(blob_mutable_cpu_data(x, (void **)&px));
     NN_TRY(blob_mutable_cpu_data(y, (void **)&py));
@@ -296,12 +314,33 @@ static blob_status train(trainer *t, int64_t used, double *test_accuracy)
     return BLOB_OK;
 }
 
+/* mkdir -p: 0, or -1 with errno set. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        bool end = !*p;
+        if (*p != '/' && !end)
+            continue;
+        *p = 0;
+        if (mkdir(path, 0777) && errno != EEXIST)
+            return -1;
+        if (end)
+            return 0;
+        *p = '/';
+    }
+}
+
 /* The weights as OUT/ip1.weights.npy ... and the curves as OUT/curve.svg. */
 static int save(trainer *t)
 {
     const char *out = t->o.out_dir;
     char path[4096];
-    if (mkdir(out, 0777) && errno != EEXIST) {
+    if (make_dirs(out)) {
         fprintf(stderr, "train: %s: %s\n", out, strerror(errno));
         return -1;
     }
@@ -315,20 +354,21 @@ static int save(trainer *t)
     snprintf(path, sizeof path, "%s/curve.svg", out);
     const double *c = t->curves;
     int epochs = t->o.epochs;
-    if (plot_curves_svg(path, "MLP 784-256-128-10 on Fashion-MNIST", epochs, c, c + epochs,
-                        c + 2 * epochs)) {
+    char title[128];
+    snprintf(title, sizeof title, "%s on Fashion-MNIST", t->o.net->title);
+    if (plot_curves_svg(path, title, epochs, c, c + epochs, c + 2 * epochs)) {
         fprintf(stderr, "train: %s: %s\n", path, strerror(errno));
         return -1;
     }
-    printf("wrote %d weight files (%s/ip*.npy) and %s\n", net_num_params(t->net), out, path);
+    printf("wrote %d weight files (%s/*.npy) and %s\n", net_num_params(t->net), out, path);
     return 0;
 }
 
 static void print_header(const trainer *t, int64_t used)
 {
     const options *o = &t->o;
-    printf("MLP 784-256-128-10 on Fashion-MNIST (%s): %lld training images, %lld test images\n",
-           o->data_dir, (long long)used, (long long)t->test.count);
+    printf("%s on Fashion-MNIST (%s): %lld training images, %lld test images\n",
+           o->net->title, o->data_dir, (long long)used, (long long)t->test.count);
     int device = 0;
     if (t->mode == NN_GPU && blob_device_get(&device) == BLOB_OK)
         printf("device: GPU %d, %s", device, o->graph ? "CUDA graphs" : "eager");
@@ -364,10 +404,9 @@ static int run(trainer *t)
     }
     print_header(t, used);
 
-    int64_t dims[] = {FMNIST_PIXELS, 256, 128, FMNIST_CLASSES};
     net_config cfg = {
-        .mode = t->mode, .dtype = BLOB_FLOAT32, .num_dims = 4, .dims = dims,
-        .batch = o->batch, .seed = o->seed, .lr = o->lr, .momentum = o->momentum,
+        .def = o->net, .mode = t->mode, .dtype = BLOB_FLOAT32, .batch = o->batch,
+        .seed = o->seed, .lr = o->lr, .momentum = o->momentum,
         .weight_decay = o->weight_decay, .graph = o->graph,
     };
     void *compute = NULL, *copy = NULL;

@@ -200,7 +200,7 @@ static blob_status run_steps(nn_mode mode, bool graph, run_result *r)
     blob *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
     int64_t xshape[2] = {BATCH, dims[0]}, batch = BATCH;
     uint64_t rng = 9;
-    net_config cfg = {.mode = mode, .dtype = BLOB_FLOAT32, .num_dims = 4, .dims = dims,
+    net_config cfg = {.def = net_def_find("mlp"), .mode = mode, .dtype = BLOB_FLOAT32,
                       .batch = BATCH, .seed = 3, .lr = 0.05, .momentum = 0.9,
                       .weight_decay = 1e-3, .graph = graph};
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;

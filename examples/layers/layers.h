@@ -1,6 +1,6 @@
 /*
- * layers.h - a Caffe-style layer stack on libblob: InnerProduct, ReLU and
- * SoftmaxWithLoss, each running on the host or on the GPU.
+ * layers.h - the layer set of the examples: Caffe-style layers on libblob, each running
+ * on the host or on the GPU. One file per layer type in this directory.
  *
  *   nn_layer *ip;
  *   nn_ip_create(&ip, NN_GPU, BLOB_FLOAT32, 784, 256, seed);  // params made and filled
@@ -18,8 +18,8 @@
  * calling thread's current stream, so they can be captured in a graph. All blobs of a
  * layer have the layer's dtype and live on the mode's device (nn_device).
  */
-#ifndef MLP_LAYERS_H
-#define MLP_LAYERS_H
+#ifndef NN_LAYERS_H
+#define NN_LAYERS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -3,8 +3,8 @@
  *
  *   plot_curves_svg("curve.svg", "MLP on Fashion-MNIST", epochs, loss, train_acc, test_acc);
  */
-#ifndef MLP_PLOT_H
-#define MLP_PLOT_H
+#ifndef TRAIN_PLOT_H
+#define TRAIN_PLOT_H
 
 /* One point per epoch: the mean training loss on the left axis, the training and test
  * accuracy (fractions, drawn as %) on the right, with axes, labels and a legend.

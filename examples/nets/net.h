@@ -1,9 +1,9 @@
 /*
- * net.h - a multilayer perceptron on the layers of layers.h, trained by SGD with
- * momentum and weight decay the way Caffe's SGDSolver does it.
+ * net.h - a net: a chain of layers from layers.h, named and built by a net definition
+ * (one file per net in this directory), trained by SGD with momentum and weight decay
+ * the way Caffe's SGDSolver does it.
  *
- *   int64_t dims[] = {784, 256, 128, 10};
- *   net_config cfg = {.mode = NN_GPU, .dtype = BLOB_FLOAT32, .num_dims = 4, .dims = dims,
+ *   net_config cfg = {.def = net_def_find("mlp"), .mode = NN_GPU, .dtype = BLOB_FLOAT32,
  *                     .batch = 64, .seed = 1, .lr = 0.01, .momentum = 0.9,
  *                     .weight_decay = 5e-4};
  *   net *n;
@@ -13,25 +13,52 @@
  *   net_output(n, &loss, &correct);          // waits for this step's results
  *   net_free(n);
  *
- * The stack is InnerProduct, ReLU, ..., ReLU, InnerProduct, SoftmaxWithLoss with the
- * widths in dims. x is rows x dims[0] and labels holds rows class indices; both have the
- * net's dtype and live on the mode's device, and rows may change from call to call up
- * to cfg.batch. In NN_GPU mode all work runs on the calling thread's current stream.
+ * Each layer reads the previous layer's top (the first reads x) and the last is a
+ * SoftmaxWithLoss that also reads the labels. x is rows x (the net's input shape) and
+ * labels holds rows class indices; both have the net's dtype and live on the mode's
+ * device, and rows may change from call to call up to cfg.batch. In NN_GPU mode all
+ * work runs on the calling thread's current stream.
  */
-#ifndef MLP_NET_H
-#define MLP_NET_H
+#ifndef NN_NET_H
+#define NN_NET_H
 
 #include "layers.h"
 
-#define NET_MAX_DIMS 8
 /* Input buffer pairs that get a graph of their own (see graph in net_config). */
 #define NET_MAX_GRAPHS 4
 
+typedef struct net net;
+
+/* A net definition: its name, what it is, the input it takes and its layers. Defined
+ * one per file with NET_DEFINE, which registers it at start-up. */
 typedef struct {
+    const char *name;  /* for --net, e.g. "mlp" */
+    const char *title; /* for banners and plots, e.g. "MLP 784-256-128-10" */
+    int input_axes;    /* the shape of one input sample */
+    int64_t input_shape[3];
+    /* Add the layers in order with net_add, the loss layer last; weights from seed. */
+    blob_status (*build)(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed);
+    /* Training defaults of the trainer for this net. */
+    int epochs, lr_step;
+    double lr;
+} net_def;
+
+#define NET_DEFINE(def)                                                       \
+    static void __attribute__((constructor)) net_define_##def(void) { net_register(&def); }
+void net_register(const net_def *def);
+
+/* The registered definition called name, or NULL; the i-th one, or NULL past the end. */
+const net_def *net_def_find(const char *name);
+const net_def *net_def_at(int i);
+
+/* For build: append a layer called name (its parameters become name.weights and
+ * name.bias). The net owns the layer from here on, also when this fails. */
+blob_status net_add(net *n, const char *name, nn_layer *layer);
+
+typedef struct {
+    const net_def *def;
     nn_mode mode;
     blob_dtype dtype;
-    int num_dims;          /* 2 .. NET_MAX_DIMS widths, input first */
-    const int64_t *dims;
     int64_t batch;         /* the largest number of rows per call */
     uint64_t seed;         /* weight initialisation */
     double lr, momentum, weight_decay;
@@ -43,8 +70,6 @@ typedef struct {
      * smaller batches, run eagerly. */
     bool graph;
 } net_config;
-
-typedef struct net net;
 
 /* Build the layers, fill the weights from cfg->seed and zero the momentum history.
  * *out is NULL on failure. Errors: BLOB_EINVAL for a bad config, libblob errors. */
@@ -78,8 +103,8 @@ blob_status net_loss(net *n, double *loss);
  * step or forward; waits for them. */
 blob_status net_output(net *n, double *loss, int64_t *correct);
 
-/* The learnable parameters in layer order (weights, then bias, of each InnerProduct),
- * with names "ip1.weights", "ip1.bias", ... Their data and diffs are views of one flat
+/* The learnable parameters in layer order, with names such as "ip1.weights",
+ * "ip1.bias", ... Their data and diffs are views of one flat
  * blob holding all of them, which the update works on; read them with the blob
  * accessors as usual. */
 int net_num_params(const net *n);

@@ -1,0 +1,113 @@
+#include "layer_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* One table per side, from one macro so the two cannot drift. */
+#define NN_MATH(side)                                                                        \
+    {                                                                                        \
+        .gemm = blob_##side##_gemm, .gemv = blob_##side##_gemv, .axpy = blob_##side##_axpy,  \
+        .axpby = blob_##side##_axpby, .copy = blob_##side##_copy, .set = blob_##side##_set,  \
+        .relu_forward = blob_##side##_relu_forward,                                          \
+        .relu_backward = blob_##side##_relu_backward,                                        \
+        .softmax_loss_forward = blob_##side##_softmax_loss_forward,                          \
+        .softmax_loss_backward = blob_##side##_softmax_loss_backward,                        \
+        .data = blob_##side##_data, .mutable_data = blob_mutable_##side##_data,              \
+        .diff = blob_##side##_diff, .mutable_diff = blob_mutable_##side##_diff,              \
+    }
+
+static const nn_math cpu_math = NN_MATH(cpu);
+static const nn_math gpu_math = NN_MATH(gpu);
+
+const nn_math *nn_math_of(nn_mode mode) { return mode == NN_GPU ? &gpu_math : &cpu_math; }
+
+int nn_device(nn_mode mode) { return mode == NN_GPU ? BLOB_DEVICE_DEFAULT : BLOB_HOST_ONLY; }
+
+blob_status nn_blob_create(blob **out, nn_mode mode, blob_dtype dtype, int num_axes,
+                           const int64_t *shape)
+{
+    return blob_create(out, dtype, nn_device(mode), num_axes, shape);
+}
+
+double nn_load(const void *p, blob_dtype dtype, int64_t i)
+{
+    return dtype == BLOB_FLOAT64 ? ((const double *)p)[i] : ((const float *)p)[i];
+}
+
+void nn_store(void *p, blob_dtype dtype, int64_t i, double v)
+{
+    if (dtype == BLOB_FLOAT64)
+        ((double *)p)[i] = v;
+    else
+        ((float *)p)[i] = (float)v;
+}
+
+double nn_uniform(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state)
+{
+    void *p;
+    NN_TRY(blob_mutable_cpu_data(b, &p));
+    for (int64_t i = 0; i < blob_count(b); i++)
+        nn_store(p, blob_get_dtype(b), i, lo + (hi - lo) * nn_uniform(state));
+    return BLOB_OK;
+}
+
+blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops,
+                            nn_mode mode, blob_dtype dtype)
+{
+    nn_layer *l = calloc(1, size);
+    *out = l;
+    if (!l)
+        return BLOB_ENOMEM;
+    l->ops = ops;
+    l->m = nn_math_of(mode);
+    l->dtype = dtype;
+    return BLOB_OK;
+}
+
+blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n)
+{
+    if (blob_num_axes(ones) == 1 && blob_count(ones) == n)
+        return BLOB_OK;
+    void *p;
+    NN_TRY(blob_reshape(ones, 1, &n));
+    NN_TRY(l->m->mutable_data(ones, &p));
+    return l->m->set(l->dtype, n, 1.0, p);
+}
+
+blob_status nn_layer_reshape(nn_layer *l, blob *const *bottom, blob *top)
+{
+    return l->ops->reshape(l, bottom, top);
+}
+
+blob_status nn_layer_forward(nn_layer *l, blob *const *bottom, blob *top)
+{
+    return l->ops->forward(l, bottom, top);
+}
+
+blob_status nn_layer_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
+{
+    return l->ops->backward(l, top, propagate_down, bottom);
+}
+
+int nn_layer_num_params(const nn_layer *l) { return l->num_params; }
+blob *nn_layer_param(const nn_layer *l, int i) { return l->params[i]; }
+
+void nn_layer_free(nn_layer *l)
+{
+    if (!l)
+        return;
+    if (l->ops->destroy)
+        l->ops->destroy(l);
+    for (int i = 0; i < l->num_params; i++)
+        blob_free(l->params[i]);
+    free(l);
+}

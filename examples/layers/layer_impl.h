@@ -1,0 +1,40 @@
+/*
+ * layer_impl.h - what a layer type implements, for the files of this directory.
+ *
+ * A layer type is a struct whose first member is the nn_layer base, a table of its
+ * operations, and a constructor that calls nn__layer_alloc. The common code (layer.c)
+ * dispatches through the table and frees the parameters; destroy frees the rest.
+ */
+#ifndef NN_LAYER_IMPL_H
+#define NN_LAYER_IMPL_H
+
+#include <stddef.h>
+
+#include "layers.h"
+
+#define NN_MAX_PARAMS 2
+
+typedef struct {
+    blob_status (*reshape)(nn_layer *, blob *const *bottom, blob *top);
+    blob_status (*forward)(nn_layer *, blob *const *bottom, blob *top);
+    blob_status (*backward)(nn_layer *, blob *top, bool propagate_down, blob *const *bottom);
+    /* Free what the type holds beyond the params (NULL: nothing). */
+    void (*destroy)(nn_layer *);
+} nn_layer_ops;
+
+struct nn_layer {
+    const nn_layer_ops *ops;
+    const nn_math *m;
+    blob_dtype dtype;
+    int num_params;
+    blob *params[NN_MAX_PARAMS];
+};
+
+/* A zeroed layer of `size` bytes (the type's struct) with its base filled in. */
+blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops,
+                            nn_mode mode, blob_dtype dtype);
+
+/* Give `ones` n elements, all 1 (kept when it already has them). */
+blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);
+
+#endif

@@ -1,0 +1,93 @@
+/* SoftmaxWithLoss: the mean cross-entropy of a row-wise softmax against class labels. */
+#include "layer_impl.h"
+
+typedef struct {
+    nn_layer base;
+    blob *prob;     /* M x C probabilities of the last forward */
+    blob *row_loss; /* M per-row losses */
+    blob *ones;     /* M ones: the mean is a gemv with it */
+} softmax_loss_layer;
+
+static softmax_loss_layer *sl_of(nn_layer *l) { return (softmax_loss_layer *)l; }
+
+static blob_status softmax_loss_reshape(nn_layer *l, blob *const *bottom, blob *top)
+{
+    softmax_loss_layer *sl = sl_of(l);
+    if (blob_get_dtype(bottom[0]) != l->dtype || blob_get_dtype(bottom[1]) != l->dtype ||
+        blob_num_axes(bottom[0]) != 2 || blob_count(bottom[1]) != blob_shape(bottom[0])[0])
+        return BLOB_ESHAPE;
+    int64_t rows = blob_shape(bottom[0])[0];
+    NN_TRY(blob_reshape_like(sl->prob, bottom[0]));
+    NN_TRY(blob_reshape(sl->row_loss, 1, &rows));
+    NN_TRY(blob_reshape(top, 0, NULL));
+    return nn__reshape_ones(l, sl->ones, rows);
+}
+
+static blob_status softmax_loss_forward(nn_layer *l, blob *const *bottom, blob *top)
+{
+    softmax_loss_layer *sl = sl_of(l);
+    const nn_math *m = l->m;
+    const int64_t *shape = blob_shape(sl->prob);
+    const void *logits, *labels, *ones;
+    void *prob, *row_loss, *loss;
+    NN_TRY(m->data(bottom[0], &logits));
+    NN_TRY(m->data(bottom[1], &labels));
+    NN_TRY(m->data(sl->ones, &ones));
+    NN_TRY(m->mutable_data(sl->prob, &prob));
+    NN_TRY(m->mutable_data(sl->row_loss, &row_loss));
+    NN_TRY(m->mutable_data(top, &loss));
+    NN_TRY(m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob,
+                                   row_loss));
+    /* mean over rows: a 1-column gemv, so nothing waits for the result */
+    return m->gemv(l->dtype, BLOB_TRANS, shape[0], 1, 1.0 / (double)shape[0], row_loss, ones,
+                   0.0, loss);
+}
+
+static blob_status softmax_loss_backward(nn_layer *l, blob *top, bool propagate_down,
+                                         blob *const *bottom)
+{
+    (void)top;
+    if (!propagate_down)
+        return BLOB_OK;
+    softmax_loss_layer *sl = sl_of(l);
+    const nn_math *m = l->m;
+    const int64_t *shape = blob_shape(sl->prob);
+    const void *prob, *labels;
+    void *dlogits;
+    NN_TRY(m->data(sl->prob, &prob));
+    NN_TRY(m->data(bottom[1], &labels));
+    NN_TRY(m->mutable_diff(bottom[0], &dlogits));
+    return m->softmax_loss_backward(l->dtype, shape[0], shape[1], prob, labels,
+                                    1.0 / (double)shape[0], dlogits);
+}
+
+static void softmax_loss_destroy(nn_layer *l)
+{
+    softmax_loss_layer *sl = sl_of(l);
+    blob_free(sl->prob);
+    blob_free(sl->row_loss);
+    blob_free(sl->ones);
+}
+
+static const nn_layer_ops softmax_loss_ops = {softmax_loss_reshape, softmax_loss_forward,
+                                              softmax_loss_backward, softmax_loss_destroy};
+
+blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
+{
+    nn_layer *l;
+    NN_TRY(nn__layer_alloc(&l, sizeof(softmax_loss_layer), &softmax_loss_ops, mode, dtype));
+    softmax_loss_layer *sl = sl_of(l);
+    int64_t zero = 0;
+    blob_status st;
+    if ((st = nn_blob_create(&sl->prob, mode, dtype, 1, &zero)) != BLOB_OK ||
+        (st = nn_blob_create(&sl->row_loss, mode, dtype, 1, &zero)) != BLOB_OK ||
+        (st = nn_blob_create(&sl->ones, mode, dtype, 1, &zero)) != BLOB_OK) {
+        nn_layer_free(l);
+        *out = NULL;
+        return st;
+    }
+    *out = l;
+    return BLOB_OK;
+}
+
+blob *nn_softmax_loss_prob(const nn_layer *l) { return sl_of((nn_layer *)l)->prob; }
