@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The MLP example's trained weights in PyTorch, without a copy.
 
-    make demo                                  # trains, writes build/<cuda|cpu>/demo-out
+    make demo                                  # trains, writes build/<cuda|cpu>/demo-out/mlp
     python3 python/examples/mlp_torch.py       # [--weights DIR] [--data DIR] [--check]
 
 The weights (ip{1,2,3}.{weights,bias}.npy, weights num_output x num_input) are loaded
@@ -30,11 +30,12 @@ DIMS = (784, 256, 128, 10)
 
 
 def default_weights():
+    """Where make demo leaves the MLP's weights: build/<cuda|cpu>/demo-out/mlp."""
     for build in ("cuda", "cpu"):
-        d = ROOT / "build" / build / "demo-out"
-        if (d / "ip1.weights.npy").exists():
-            return d
-    return ROOT / "build" / "cuda" / "demo-out"
+        for d in (ROOT / "build" / build / "demo-out" / "mlp", ROOT / "build" / build / "demo-out"):
+            if (d / "ip1.weights.npy").exists():
+                return d
+    return ROOT / "build" / "cuda" / "demo-out" / "mlp"
 
 
 def read_idx(path, magic, dims):
