@@ -965,6 +965,22 @@ START_TEST(test_million_round_trips)
 }
 END_TEST
 
+/* Device memory of a GPU this process does not have: ENODEV without GPUs, ERANGE past
+ * the last one (the default backend, whatever this machine has). */
+START_TEST(test_import_missing_gpu)
+{
+    int n = blob_device_count();
+    float buf[4];
+    int64_t shape[] = {4};
+    producer p;
+    producer_init(&p, buf, (DLDevice){kDLCUDA, n}, BLOB_FLOAT32, 1, shape);
+    blob *b = (blob *)&b;
+    ck_status(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY), n ? BLOB_ERANGE : BLOB_ENODEV);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(p.deleted, 0);
+}
+END_TEST
+
 /* ---- a real GPU ---- */
 
 /* Device memory both ways with the library on each side: a blob exported on a stream
@@ -1064,6 +1080,7 @@ Suite *dlpack_suite(void)
     TCase *host = tcase_create("host");
     tcase_set_timeout(host, 120);
     tcase_add_test(host, test_million_round_trips);
+    tcase_add_test(host, test_import_missing_gpu);
     suite_add_tcase(s, host);
 
     TCase *gpu = gpu_tcase("gpu");
