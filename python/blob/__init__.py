@@ -253,10 +253,11 @@ class Blob:
         _check(lib.blob_load_npy(self._h, _part_arg(part), str(path).encode()))
 
     def copy(self):
-        """A new blob on the same device with a copy of the data (the diff is zero)."""
+        """A new blob on the same device with copies of the data and the diff."""
         device = lib.blob_device(self._h)
         c = Blob((), self.dtype, device if device >= 0 else "cpu")
         _check(lib.blob_copy_from(c._h, self._h, False, True))
+        _check(lib.blob_copy_from(c._h, self._h, True, False))
         return c
 
     # ---- views ----

@@ -100,9 +100,13 @@ class BlobTest(unittest.TestCase):
     def test_copy(self):
         b = blob.Blob((4,), device="cpu")
         b.data[...] = [1, 2, 3, 4]
+        b.diff[...] = [5, 6, 7, 8]
         c = b.copy()
         b.data[...] = 0
+        b.diff[...] = 0
         np.testing.assert_array_equal(c.data.numpy(), [1, 2, 3, 4])
+        np.testing.assert_array_equal(c.diff.numpy(), [5, 6, 7, 8])
+        np.testing.assert_array_equal(np.from_dlpack(b.diff, copy=True), [0, 0, 0, 0])
 
 
 if __name__ == "__main__":
