@@ -50,6 +50,7 @@ static double event_end(void)
 }
 
 static const bench_clock event_clock = {event_begin, event_end};
+const bench_clock bench_gpu_events = {event_begin, event_end};
 
 static int drain(void *ctx)
 {
@@ -76,11 +77,12 @@ static void append_sizes(char *buf, size_t size, const char *opt, const size_t *
 
 static void run_torch(void)
 {
-    char args[512] = "";
+    char args[2048] = "";
     append_sizes(args, sizeof args, "--alloc", alloc_sizes, COUNT(alloc_sizes));
     append_sizes(args, sizeof args, "--pinned", pinned_sizes, COUNT(pinned_sizes));
     append_sizes(args, sizeof args, "--copy", sync_sizes, COUNT(sync_sizes));
     append_sizes(args, sizeof args, "--axpy", update_sizes, COUNT(update_sizes));
+    bench_conv_torch_args(args, sizeof args);
     torch_load(args);
 }
 

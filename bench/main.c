@@ -69,6 +69,8 @@ int main(int argc, char **argv)
         bench_gpu_update();
     bench_update_host();
     bench_loop(gpu);
+    if (gpu)
+        bench_gpu_conv();
     bench_gpu_close();
     blob_thread_release();
     return report_close();
