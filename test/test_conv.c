@@ -153,7 +153,8 @@ START_TEST(test_output_sizes)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t oh = -1, ow = -1;
         ck_ok(blob_conv_output_size(&cases[i].g, &oh, &ow));
-        ck_assert_msg(oh == cases[i].oh && ow == cases[i].ow, "%s: %lld x %lld, expected %lld x %lld",
+        ck_assert_msg(oh == cases[i].oh && ow == cases[i].ow,
+                      "%s: %lld x %lld, expected %lld x %lld",
                       describe(&cases[i].g, buf), (long long)oh, (long long)ow,
                       (long long)cases[i].oh, (long long)cases[i].ow);
     }
@@ -189,7 +190,8 @@ START_TEST(test_bad_geometry)
         {GEO(1, 5, 5, 3, 3, 0, -1, 1, 1, 1, 1, FLOOR), false, BLOB_EINVAL, "negative pad"},
         {{1, 5, 5, 3, 3, 0, 0, 1, 1, 1, 1, (blob_rounding)2}, false, BLOB_EINVAL, "rounding"},
         {{1, 5, 5, 3, 3, 0, 0, 1, 1, 1, 1, (blob_rounding)-1}, false, BLOB_EINVAL, "rounding"},
-        {GEO(1, 5, 5, 6, 3, 0, 0, 1, 1, 1, 1, FLOOR), false, BLOB_ESHAPE, "height: kernel extent 6"},
+        {GEO(1, 5, 5, 6, 3, 0, 0, 1, 1, 1, 1, FLOOR), false, BLOB_ESHAPE,
+         "height: kernel extent 6"},
         {GEO(1, 5, 5, 3, 8, 1, 1, 1, 1, 1, 1, FLOOR), false, BLOB_ESHAPE, "width: kernel extent 8"},
         {GEO(1, 5, 5, 3, 3, 0, 0, 1, 1, 3, 1, FLOOR), false, BLOB_ESHAPE, "extent 7"},
         {GEO(1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, FLOOR), false, BLOB_ESHAPE, "padded input 0"},
@@ -508,7 +510,8 @@ static void check_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num, 
             xv[i] = NAN;
         }
     void *dy = random_dt(dt, n_y, -1, 1, &dyv);
-    double *ymax = malloc((size_t)n_y * sizeof(double)), *yavg = malloc((size_t)n_y * sizeof(double));
+    double *ymax = malloc((size_t)n_y * sizeof(double));
+    double *yavg = malloc((size_t)n_y * sizeof(double));
     double *dxm = malloc((size_t)n_x * sizeof(double)), *dxa = malloc((size_t)n_x * sizeof(double));
     int64_t *am = malloc((size_t)n_y * sizeof(int64_t));
     ref_pool(g, oh, ow, num, xv, dyv, ymax, am, yavg, dxm, dxa);
@@ -1022,7 +1025,8 @@ START_TEST(test_gpu_beyond_int_max)
         sample(got, im, starts[k], 64);
         for (int64_t i = starts[k]; i < starts[k] + 64; i++) {
             const int64_t h = i / g.width, w = i % g.width;
-            const int64_t th = 3 - (h == 0) - (h == g.height - 1), tw = 3 - (w == 0) - (w == g.width - 1);
+            const int64_t th = 3 - (h == 0) - (h == g.height - 1);
+            const int64_t tw = 3 - (w == 0) - (w == g.width - 1);
             ck_assert_msg(fabs(got[i - starts[k]] - (double)(th * tw) * hx[i]) <= 1e-5,
                           "col2im im[%lld] = %g, expected %lld x %g", (long long)i,
                           got[i - starts[k]], (long long)(th * tw), hx[i]);

@@ -32,7 +32,8 @@ static void NAME(im2col)(const blob_conv_geometry *g, int64_t oh, int64_t ow, in
     }
 }
 
-/* im = col2im(col): each plane zeroed, then every column entry of it added in. */
+/* im = col2im(col): each plane zeroed, then every column entry of it added in, taps in
+ * descending order (the order in which the GPU's gather meets them). */
 static void NAME(col2im)(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
                          const T *col, T *im)
 {
@@ -43,8 +44,8 @@ static void NAME(col2im)(const blob_conv_geometry *g, int64_t oh, int64_t ow, in
         T *dst = im + p * plane;
         for (int64_t k = 0; k < plane; k++)
             dst[k] = 0;
-        for (int64_t i = 0; i < g->kernel_h; i++)
-            for (int64_t j = 0; j < g->kernel_w; j++) {
+        for (int64_t i = g->kernel_h - 1; i >= 0; i--)
+            for (int64_t j = g->kernel_w - 1; j >= 0; j--) {
                 const int64_t off = j * g->dilation_w - g->pad_w;
                 int64_t x0, x1;
                 valid_columns(g, off, ow, &x0, &x1);
