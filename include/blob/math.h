@@ -105,8 +105,8 @@ BLOB__MATH_DECLARE(gpu)
  *                           .stride_h = 1, .stride_w = 1, .dilation_h = 1, .dilation_w = 1};
  *   int64_t oh, ow;
  *   blob_conv_output_size(&g, &oh, &ow);              // 56 x 56
- *   // dcol: (64*3*3) x (num*oh*ow); then out' = W[M x 576] * dcol is M x (num*oh*ow)
- *   blob_gpu_im2col(BLOB_FLOAT32, &g, num, dx, dcol);
+ *   // col: (64*3*3) x (num*oh*ow); then out' = W[M x 576] * col is M x (num*oh*ow)
+ *   blob_gpu_im2col(BLOB_FLOAT32, &g, num, d_images, d_col);
  *
  * An image batch x is num x channels x height x width, row-major (NCHW); an output
  * batch is num x channels x out_h x out_w with out_h, out_w from blob_conv_output_size
@@ -122,10 +122,10 @@ BLOB__MATH_DECLARE(gpu)
  * contiguous block [g, g+1) * channels*kernel_h*kernel_w / G.
  *
  * As above, blob_cpu_* run on the calling thread (over OpenMP threads in builds with
- * OpenMP) and blob_gpu_* are queued on the current stream. The GPU side uses 32-bit
- * index arithmetic when every array has fewer than
- * 2^31 elements and 64-bit beyond. Errors, checked in this order and before anything
- * is written (the GPU side then BLOB_ENODEV without a GPU, BLOB_ECUDA):
+ * OpenMP) and blob_gpu_* are queued on the current stream. Input and output arrays
+ * must not overlap. The GPU side uses 32-bit index arithmetic when every array has fewer
+ * than 2^31 elements and 64-bit beyond. Errors, all checked before anything is written
+ * (the GPU side then BLOB_ENODEV without a GPU, BLOB_ECUDA):
  *   BLOB_EINVAL     bad dtype, NULL geometry, negative channels/height/width/pad/num,
  *                   kernel, stride or dilation below 1, a bad rounding, pooling with a
  *                   dilation other than 1 or a pad not below its kernel, a NULL array
