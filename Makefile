@@ -125,7 +125,7 @@ $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 
 # Benchmarks (bench/README.md); the GPU rows only in CUDA builds.
 BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c bench/dlpack.c \
-             $(if $(filter 1,$(CUDA)),bench/gpu.c,bench/gpu_none.c)
+             $(if $(filter 1,$(CUDA)),bench/gpu.c bench/conv.c,bench/gpu_none.c)
 BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BUILD)/bench/blob_bench
 

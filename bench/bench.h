@@ -62,6 +62,7 @@ typedef enum {
     GOAL_UPDATE,
     GOAL_LOOP_DRIVER,
     GOAL_LOOP_RESERVED,
+    GOAL_IM2COL,
     GOAL_COUNT
 } bench_goal;
 
@@ -126,5 +127,13 @@ void bench_gpu_pinned(void);  /* 2 */
 void bench_gpu_sync(void);    /* 3 */
 void bench_gpu_update(void);  /* 6 */
 void bench_gpu_close(void);
+/* CUDA events on the legacy default stream, where the library and the raw calls run. */
+extern const bench_clock bench_gpu_events;
+
+/* ---- conv.c (CUDA builds; a no-op in gpu_none.c) ---- */
+
+void bench_gpu_conv(void);    /* C */
+/* Append the --conv cases of section C to the PyTorch script's arguments in buf. */
+void bench_conv_torch_args(char *buf, size_t size);
 
 #endif

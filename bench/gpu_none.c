@@ -13,3 +13,4 @@ void bench_gpu_pinned(void) {}
 void bench_gpu_sync(void) {}
 void bench_gpu_update(void) {}
 void bench_gpu_close(void) {}
+void bench_gpu_conv(void) {}

@@ -16,6 +16,7 @@ Suite *npy_suite(void);
 Suite *alloc_suite(void);
 Suite *math_suite(void);
 Suite *dlpack_suite(void);
+Suite *conv_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -25,6 +26,7 @@ static Suite *(*const suites[])(void) = {
     alloc_suite,
     math_suite,
     dlpack_suite,
+    conv_suite,
 };
 
 static int probe_gpu_count(void)
