@@ -138,9 +138,18 @@ BLOB_API blob_status blob_share_diff(blob *b, blob *other);
 typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
 
 /* Write data or diff as a NumPy .npy file (format 1.0, little-endian '<f4' or '<f8', C
- * order, the header numpy writes). The file is written to a temporary name in the same
- * directory (mode 0600), flushed and renamed, so `path` is either the old file or the
- * complete new one. Errors: BLOB_EINVAL, BLOB_EIO, accessor errors. */
+ * order, the header numpy writes). A symbolic link at `path` is followed, as numpy does,
+ * and the file it points to is replaced; anything at the path that is not a regular
+ * file (a directory, FIFO, device) is refused with BLOB_EIO, root or not. The new file
+ * is written in the target's directory (as an unnamed O_TMPFILE file where the file
+ * system has it, so a crash leaves nothing behind; otherwise under a temporary name),
+ * synced, renamed over the target, and the directory synced. It gets the mode of the
+ * file it replaces, or 0666 less the umask when new, as numpy's files. A successful
+ * return means the complete new file is at the path and on stable storage; on failure
+ * the path holds the old file (or nothing, as before) and no temporary file remains,
+ * except a failed sync of the directory (BLOB_EIO, "fsync of the directory"), which
+ * comes after the rename: the new file is then in place but may not survive a power
+ * loss. Errors: BLOB_EINVAL, BLOB_EIO, BLOB_ENOMEM, accessor errors. */
 BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
 
 /* Read a .npy file (format 1.0, 2.0 or 3.0; '<' '>' or '=' byte order; f4 or f8; C
@@ -148,8 +157,13 @@ BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
  * reshaped too) and converting to the blob's dtype. The loaded part gets a new block: a
  * blob that shared the old one keeps the old values. The file is untrusted: every
  * malformed input gives BLOB_EFORMAT (BLOB_EIO for read errors), nothing is allocated
- * beyond what the file's size justifies, and the blob is left untouched.
- * Errors: BLOB_EINVAL, BLOB_EFORMAT, BLOB_EIO, BLOB_ENOMEM, BLOB_EDEVMEM. */
+ * beyond what the file's size justifies, and on any failure the blob is left untouched.
+ * A path that is not a regular file (a FIFO, device, directory) gives BLOB_EIO at once,
+ * without being opened. The shape must fit in memory as the file's elements, dims of 0
+ * or not, as numpy requires (BLOB_EFORMAT otherwise); a shape that does so but not as
+ * the blob's wider elements (a count-0 f4 file with huge other dims, into an f64 blob)
+ * gives BLOB_EOVERFLOW, as blob_reshape would.
+ * Errors: BLOB_EINVAL, BLOB_EFORMAT, BLOB_EIO, BLOB_EOVERFLOW, BLOB_ENOMEM, BLOB_EDEVMEM. */
 BLOB_API blob_status blob_load_npy(blob *b, blob_part part, const char *path);
 
 #ifdef __cplusplus
