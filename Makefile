@@ -1,4 +1,5 @@
-# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install
+# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install |
+#          make fuzz [FUZZ_SECONDS=60]
 #
 # CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
 # /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
@@ -184,6 +185,47 @@ examples-check: examples
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
+
+# Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target, its seeds are in
+# test/fuzz/corpus/NAME/ and its dictionary, if any, is test/fuzz/NAME.dict; a new target
+# is one such file and directory. `make fuzz` builds every target with clang (FUZZ_CC)
+# under AddressSanitizer and UBSan against a CUDA=0 library built for it in build/fuzz,
+# then runs each for FUZZ_SECONDS: first its seeds, then new inputs. Inputs that found
+# new coverage go to build/fuzz/corpus/NAME, failing inputs to build/fuzz/NAME-crash-*
+# (rerun one with build/fuzz/fuzz_NAME FILE). FUZZ_ARGS adds libFuzzer options. A target
+# that needs sources or libraries beyond libblob names them here:
+fuzz_idx_SRC := examples/mlp/fmnist.c
+fuzz_idx_LIBS := -lz
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_NAMES := $(patsubst test/fuzz/fuzz_%.c,%,$(wildcard test/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+# One malloc above this fails the input: no reader may trust a size it has not read.
+FUZZ_MALLOC_LIMIT_MB ?= 128
+
+.PHONY: fuzz fuzz-build
+fuzz-build:
+	$(Q)sh tools/deps.sh fuzz
+	$(Q)$(MAKE) --no-print-directory CUDA=0 CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) \
+	    EXTRA_CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" EXTRA_LDFLAGS= $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(FUZZ_BUILD)/libblob.a
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -Iinclude $(FUZZ_SAN) -fsanitize=fuzzer \
+	    -o $@ $< $(fuzz_$*_SRC) $(FUZZ_BUILD)/libblob.a $(fuzz_$*_LIBS) $(LDLIBS_BASE)
+
+fuzz: fuzz-build
+	$(Q)for t in $(FUZZ_NAMES); do \
+	    echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
+	    $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -malloc_limit_mb=$(FUZZ_MALLOC_LIMIT_MB) -print_final_stats=1 \
+	        -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	        $$(test -f test/fuzz/$$t.dict && echo -dict=test/fuzz/$$t.dict) $(FUZZ_ARGS) \
+	        $(FUZZ_BUILD)/corpus/$$t test/fuzz/corpus/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf build
