@@ -69,7 +69,9 @@ SHARED := $(BUILD)/libblob.so.$(VERSION)
 STATIC := $(BUILD)/libblob.a
 
 TEST_SRC := $(wildcard test/*.c)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# ... and the calls of the NULL-argument test, generated from the public headers.
+NULL_ARGS_C := $(BUILD)/test/null_args.c
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(NULL_ARGS_C:.c=.o)
 TEST_BIN := $(BUILD)/test/blob_tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
@@ -104,6 +106,15 @@ $(BUILD)/test/%.o: test/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
+
+$(NULL_ARGS_C): test/null_args.py $(wildcard include/blob/*.h)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)python3 test/null_args.py "$(CC)" > $@.tmp && mv $@.tmp $@
+
+$(NULL_ARGS_C:.c=.o): $(NULL_ARGS_C)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -Itest -Wno-missing-prototypes -MMD -MP -c $< -o $@
 
 # Tests link the static archive: they reach the internal backend table.
 $(TEST_BIN): $(TEST_OBJ) $(STATIC)

@@ -13,6 +13,7 @@ Suite *blob_suite(void);
 Suite *npy_suite(void);
 Suite *alloc_suite(void);
 Suite *math_suite(void);
+Suite *null_args_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -21,6 +22,7 @@ static Suite *(*const suites[])(void) = {
     npy_suite,
     alloc_suite,
     math_suite,
+    null_args_suite,
 };
 
 int main(void)

@@ -64,7 +64,12 @@ BLOB_API blob_status blob_reshape_like(blob *b, const blob *other);
  * left alone. No-op when nothing is spare. */
 BLOB_API blob_status blob_shrink_to_fit(blob *b);
 
-/* Queries. */
+/* Not a dtype: what blob_get_dtype returns for NULL (blob_dtype_size gives 0 for it). */
+#define BLOB_DTYPE_NONE ((blob_dtype)-1)
+
+/* Queries. For a NULL blob each records a detail (blob_last_error) and returns a
+ * neutral value: BLOB_DTYPE_NONE, BLOB_HOST_ONLY for the device, 0 for the counts,
+ * NULL for the shape and the blocks. */
 BLOB_API blob_dtype blob_get_dtype(const blob *b);
 BLOB_API int blob_device(const blob *b);
 BLOB_API int blob_num_axes(const blob *b);
@@ -89,7 +94,8 @@ BLOB_API blob_status blob_legacy_shape(const blob *b, int64_t *num, int64_t *cha
  * indices are 0). Every index must satisfy 0 <= i < dim: BLOB_ERANGE otherwise. */
 BLOB_API blob_status blob_offset(const blob *b, int n, const int64_t *indices, int64_t *out);
 
-/* The blocks (borrowed references; valid until the next reshape, share or free). */
+/* The blocks (borrowed references; valid until the next reshape, share or free); NULL,
+ * with a detail, for a NULL blob. */
 BLOB_API blob_syncedmem *blob_data_mem(const blob *b);
 BLOB_API blob_syncedmem *blob_diff_mem(const blob *b);
 
