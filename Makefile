@@ -152,6 +152,10 @@ check: deps
 install-check: lib
 	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
 
+# blob.pc names a directory under PREFIX relative to ${prefix}, so that
+# pkg-config --define-prefix finds an install moved elsewhere.
+pc_dir = $(if $(filter $(PREFIX),$(1)),$${prefix},$(if $(filter $(PREFIX)/%,$(1)),$${prefix}/$(patsubst $(PREFIX)/%,%,$(1)),$(1)))
+
 install: lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
 	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
@@ -159,7 +163,8 @@ install: lib
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_dir,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_dir,$(INCLUDEDIR))|' \
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
