@@ -107,17 +107,17 @@ def norm(t):
     return re.sub(r"(?<=[^*])\*", " *", t)
 
 
-def split_params(text):
+def split_params(func, text):
     text = text.strip()
     if text in ("", "void"):
         return []
     if "(" in text:
-        fail("function pointer parameter not supported: " + text)
+        fail("%s: declare function pointer parameters with a typedef: %s" % (func, text))
     out = []
     for p in text.split(","):
         m = re.match(r"^(.*?)(\w+)\s*(\[\s*\])?$", p.strip())
         if not m or not m.group(1).strip():
-            fail("cannot parse parameter '%s'" % p.strip())
+            fail("%s: cannot parse parameter '%s' (each needs a name)" % (func, p.strip()))
         t = m.group(1) + (" *" if m.group(3) else "")
         out.append((norm(t), m.group(2)))
     return out
@@ -135,7 +135,7 @@ def declarations(cc):
         m = re.match(r"^\s*(.*?)\b(blob_\w+)\s*\((.*)\)\s*$", decl, re.S)
         if not m:
             fail("cannot parse declaration '%s'" % " ".join(decl.split()))
-        funcs.append((norm(m.group(1)), m.group(2), split_params(m.group(3))))
+        funcs.append((norm(m.group(1)), m.group(2), split_params(m.group(2), m.group(3))))
     if not funcs:
         fail("no BLOB_API function found")
     return funcs
