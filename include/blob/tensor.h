@@ -32,7 +32,11 @@
 extern "C" {
 #endif
 
-typedef enum { BLOB_FLOAT32 = 0, BLOB_FLOAT64 = 1 } blob_dtype;
+typedef enum {
+    BLOB_DTYPE_NONE = -1, /* not a dtype: blob_get_dtype(NULL); blob_dtype_size gives 0 */
+    BLOB_FLOAT32 = 0,
+    BLOB_FLOAT64 = 1
+} blob_dtype;
 
 #define BLOB_MAX_AXES 32
 /* Enough for any shape string, terminator included. */
@@ -63,9 +67,6 @@ BLOB_API blob_status blob_reshape_like(blob *b, const blob *other);
  * exactly count elements holding the same values. Blocks shared with other blobs are
  * left alone. No-op when nothing is spare. */
 BLOB_API blob_status blob_shrink_to_fit(blob *b);
-
-/* Not a dtype: what blob_get_dtype returns for NULL (blob_dtype_size gives 0 for it). */
-#define BLOB_DTYPE_NONE ((blob_dtype)-1)
 
 /* Queries. For a NULL blob each records a detail (blob_last_error) and returns a
  * neutral value: BLOB_DTYPE_NONE, BLOB_HOST_ONLY for the device, 0 for the counts,

@@ -13,6 +13,8 @@ size_t blob_dtype_size(blob_dtype dtype)
         return sizeof(float);
     case BLOB_FLOAT64:
         return sizeof(double);
+    case BLOB_DTYPE_NONE:
+        break;
     }
     return 0;
 }
