@@ -1,4 +1,5 @@
-# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install
+# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install |
+#          make fuzz [FUZZ_SECONDS=60]
 #
 # CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
 # /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
@@ -73,7 +74,9 @@ SHARED := $(BUILD)/libblob.so.$(VERSION)
 STATIC := $(BUILD)/libblob.a
 
 TEST_SRC := $(wildcard test/*.c)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# ... and the calls of the NULL-argument test, generated from the public headers.
+NULL_ARGS_C := $(BUILD)/test/null_args.c
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(NULL_ARGS_C:.c=.o)
 TEST_BIN := $(BUILD)/test/blob_tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
@@ -118,6 +121,15 @@ $(BUILD)/test/%.o: test/%.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
 
+$(NULL_ARGS_C): test/null_args.py $(wildcard include/blob/*.h)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)python3 test/null_args.py "$(CC)" > $@.tmp && mv $@.tmp $@
+
+$(NULL_ARGS_C:.c=.o): $(NULL_ARGS_C)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -Itest -Wno-missing-prototypes -MMD -MP -c $< -o $@
+
 # Tests link the static archive: they reach the internal backend table.
 $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
@@ -156,6 +168,10 @@ check: deps
 install-check: lib
 	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
 
+# blob.pc names a directory under PREFIX relative to ${prefix}, so that
+# pkg-config --define-prefix finds an install moved elsewhere.
+pc_dir = $(if $(filter $(PREFIX),$(1)),$${prefix},$(if $(filter $(PREFIX)/%,$(1)),$${prefix}/$(patsubst $(PREFIX)/%,%,$(1)),$(1)))
+
 install: lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
 	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
@@ -163,7 +179,8 @@ install: lib
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_dir,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_dir,$(INCLUDEDIR))|' \
 	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
 	    -e 's|@DLPACK_CFLAGS@|$(DLPACK_CFLAGS)|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
@@ -210,6 +227,46 @@ python-check: lib
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/tests/run.py
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/examples/mlp_torch.py \
 	    --weights $(BUILD)/check-out --check
+# Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target, its seeds are in
+# test/fuzz/corpus/NAME/ and its dictionary, if any, is test/fuzz/NAME.dict; a new target
+# is one such file and directory. `make fuzz` builds every target with clang (FUZZ_CC)
+# under AddressSanitizer and UBSan against a CUDA=0 library built for it in build/fuzz,
+# then runs each for FUZZ_SECONDS: first its seeds, then new inputs. Inputs that found
+# new coverage go to build/fuzz/corpus/NAME, failing inputs to build/fuzz/NAME-crash-*
+# (rerun one with build/fuzz/fuzz_NAME FILE). FUZZ_ARGS adds libFuzzer options. A target
+# that needs sources or libraries beyond libblob names them here:
+fuzz_idx_SRC := examples/data/fmnist.c
+fuzz_idx_LIBS := -lz
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_NAMES := $(patsubst test/fuzz/fuzz_%.c,%,$(wildcard test/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+# One malloc above this fails the input: no reader may trust a size it has not read.
+FUZZ_MALLOC_LIMIT_MB ?= 128
+
+.PHONY: fuzz fuzz-build
+fuzz-build:
+	$(Q)sh tools/deps.sh fuzz
+	$(Q)$(MAKE) --no-print-directory CUDA=0 CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) \
+	    EXTRA_CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" EXTRA_LDFLAGS= $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(FUZZ_BUILD)/libblob.a
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -Iinclude $(FUZZ_SAN) -fsanitize=fuzzer \
+	    -o $@ $< $(fuzz_$*_SRC) $(FUZZ_BUILD)/libblob.a $(fuzz_$*_LIBS) $(LDLIBS_BASE)
+
+fuzz: fuzz-build
+	$(Q)for t in $(FUZZ_NAMES); do \
+	    echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
+	    $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -malloc_limit_mb=$(FUZZ_MALLOC_LIMIT_MB) -print_final_stats=1 \
+	        -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	        $$(test -f test/fuzz/$$t.dict && echo -dict=test/fuzz/$$t.dict) $(FUZZ_ARGS) \
+	        $(FUZZ_BUILD)/corpus/$$t test/fuzz/corpus/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf build
