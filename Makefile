@@ -58,11 +58,41 @@ KERNEL_SRC :=
 KERNEL_C_SRC := src/kernels/none.c
 endif
 
+# NCCL, for communicators of several ranks (include/blob/comm.h): used by CUDA builds when
+# nccl.h and libnccl.so are found in NCCL_HOME, the toolkit or the system. NCCL=0 leaves
+# it out; NCCL_CFLAGS and NCCL_LIBS replace what is found. Without it comm.h still works
+# for one rank. A build with and one without NCCL need distinct BUILD_TAGs.
+ifeq ($(CUDA),1)
+NCCL_HEADER := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) \
+               $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+NCCL_LIBFILE := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib64/libnccl.so \
+                $(NCCL_HOME)/lib/libnccl.so) $(CUDA_LIBDIR)/libnccl.so /usr/local/lib/libnccl.so \
+                /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib64/libnccl.so /usr/lib/libnccl.so))
+NCCL ?= $(if $(and $(NCCL_HEADER),$(NCCL_LIBFILE)),1,0)
+else
+override NCCL := 0
+endif
+ifeq ($(NCCL),1)
+NCCL_INCDIR := $(patsubst %/,%,$(dir $(NCCL_HEADER)))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(NCCL_LIBFILE)))
+# -isystem: nccl.h is not written for -Wstrict-prototypes
+NCCL_CFLAGS ?= $(if $(filter-out /usr/include,$(NCCL_INCDIR)),-isystem $(NCCL_INCDIR))
+NCCL_LIBS ?= $(if $(filter-out $(CUDA_LIBDIR) /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib,$(NCCL_LIBDIR)),\
+             -L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) -lnccl
+CCL_SRC := src/comm/ccl_nccl.c
+else
+NCCL_CFLAGS :=
+NCCL_LIBS :=
+CCL_SRC := src/comm/ccl_none.c
+endif
+comma := ,
+
 LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wildcard src/core/*.c)) \
              $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \
-             $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(KERNEL_C_SRC)
+             $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(KERNEL_C_SRC) \
+             $(filter-out src/comm/ccl_%.c,$(wildcard src/comm/*.c)) $(CCL_SRC)
 LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
-LIB_LIBS := $(CUDA_LIBS) $(LDLIBS_BASE)
+LIB_LIBS := $(NCCL_LIBS) $(CUDA_LIBS) $(LDLIBS_BASE)
 
 SHARED := $(BUILD)/libblob.so.$(VERSION)
 STATIC := $(BUILD)/libblob.a
@@ -83,6 +113,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/src/comm/ccl_nccl.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -148,7 +180,7 @@ install: lib
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(NCCL_LIBS) $(CUDA_LIBS) -lpthread -lm|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
 uninstall:

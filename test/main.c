@@ -15,6 +15,7 @@ Suite *blob_suite(void);
 Suite *npy_suite(void);
 Suite *alloc_suite(void);
 Suite *math_suite(void);
+Suite *comm_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -23,6 +24,7 @@ static Suite *(*const suites[])(void) = {
     npy_suite,
     alloc_suite,
     math_suite,
+    comm_suite,
 };
 
 static int probe_gpu_count(void)
