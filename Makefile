@@ -14,6 +14,7 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BINDIR ?= $(PREFIX)/bin
 
 VERSION := 0.1.0
 SOVERSION := 0
@@ -105,7 +106,7 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 
 .PHONY: all lib check test deps install uninstall clean bench demo install-check examples examples-check
 
-all: lib
+all: lib launcher
 
 lib: $(SHARED) $(STATIC)
 
@@ -141,6 +142,29 @@ $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(TEST_OBJ) $(STATIC) $(CHECK_LIBS) $(LIB_LIBS)
 
+# The launcher of ranks (docs/distributed.md), installed as blob-launch.
+LAUNCH_BIN := $(BUILD)/tools/blob-launch
+.PHONY: launcher
+launcher: $(LAUNCH_BIN)
+
+$(LAUNCH_BIN): tools/launch.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $< -lm
+
+# The launcher's tests, and the multi-process communicator tests on two GPUs (skipped
+# with a count on fewer): test/comm/run.sh with its probe.
+COMM_PROBE := $(BUILD)/test/comm_probe
+.PHONY: check-comm
+check-comm: $(LAUNCH_BIN) $(COMM_PROBE)
+	$(Q)sh test/comm/run.sh $(BUILD)
+
+$(COMM_PROBE): test/comm/comm_probe.c $(STATIC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) \
+	    -o $@ $< $(STATIC) $(LIB_LIBS)
+
 # Benchmarks (bench/README.md); the GPU rows only in CUDA builds.
 BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c \
              $(if $(filter 1,$(CUDA)),bench/gpu.c,bench/gpu_none.c)
@@ -166,14 +190,17 @@ test: $(TEST_BIN)
 # install into a temporary prefix and build a consumer with pkg-config.
 check: deps
 	$(Q)$(MAKE) --no-print-directory test
+	$(Q)$(MAKE) --no-print-directory check-comm
 	$(Q)$(MAKE) --no-print-directory install-check
 	$(Q)$(MAKE) --no-print-directory examples-check
 
 install-check: lib
 	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
 
-install: lib
+install: lib launcher
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(LAUNCH_BIN) $(DESTDIR)$(BINDIR)/blob-launch
 	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
@@ -186,7 +213,7 @@ install: lib
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libblob.so $(DESTDIR)$(LIBDIR)/libblob.a \
-	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
+	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc $(DESTDIR)$(BINDIR)/blob-launch
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
 
 # The examples, built the way a user builds them: libblob installed into a private
