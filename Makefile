@@ -175,6 +175,23 @@ $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(BENCH_OBJ) $(STATIC) $(LIB_LIBS)
 
+# All-reduce bus bandwidth through blob_comm beside raw NCCL and torch.distributed, on
+# all local GPUs (two at least; NCCL builds). Arguments in BENCH_COMM_ARGS.
+BENCH_COMM_BIN := $(BUILD)/bench/blob_bench_comm
+.PHONY: bench-comm
+ifeq ($(NCCL),1)
+bench-comm: $(BENCH_COMM_BIN) $(LAUNCH_BIN)
+	$(Q)$(BENCH_COMM_BIN) --launcher $(LAUNCH_BIN) $(BENCH_COMM_ARGS)
+else
+bench-comm:
+	@echo "bench-comm: skipped: this build has no NCCL"
+endif
+
+$(BUILD)/bench/comm.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
+$(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o $(STATIC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIB_LIBS)
+
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
 	$(Q)$(EXAMPLES_BIN)/mlp_step
@@ -247,4 +264,4 @@ examples-check: examples
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(BUILD)/bench/comm.d
