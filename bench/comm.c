@@ -1,6 +1,6 @@
 /* blob_bench_comm: all-reduce bus bandwidth through blob_comm, beside a raw
  * ncclAllReduce on one buffer in the same run and torch.distributed (one process per
- * GPU, started by blob-launch), from 4 KiB to 256 MiB. See bench/README.md.
+ * GPU, started by blob-launch), from 4 KiB to 256 MiB. See docs/distributed.md.
  *   blob_bench_comm [--ranks N] [--launcher PATH] [--no-torch]
  * Ranks are threads of this process, one per GPU (GPUs 0..N-1; N defaults to all). */
 #include <pthread.h>

@@ -302,20 +302,20 @@ static blob_status check_locked(blob_comm *c, const char *func)
         give_event(c, op->event);
         done++;
     }
-    c->num_ops -= done;
-    memmove(c->ops, c->ops + done, c->num_ops * sizeof *c->ops);
+    if (done) {
+        c->num_ops -= done;
+        memmove(c->ops, c->ops + done, c->num_ops * sizeof *c->ops);
+    }
     return st;
 }
 
-blob_status blob__comm_order(void *waiter, void *stream)
+blob_status blob__comm_order(blob_comm *c, void *waiter, void *stream)
 {
-    void *event;
-    BLOB_TRY(blob__be->event_create(&event));
-    blob_status st = blob__be->event_record(event, stream);
-    if (st == BLOB_OK)
-        st = blob__be->stream_wait_event(waiter, event);
-    blob__be->event_destroy(event);
-    return st;
+    if (!c->order_event)
+        BLOB_TRY(blob__be->event_create(&c->order_event));
+    /* a wait takes the event as recorded at the call: it may be recorded again at once */
+    BLOB_TRY(blob__be->event_record(c->order_event, stream));
+    return blob__be->stream_wait_event(waiter, c->order_event);
 }
 
 blob_status blob__comm_usable(blob_comm *c, const char *func)
@@ -411,6 +411,7 @@ static void comm_release(blob_comm *c)
         blob__be->event_destroy(c->ops[i].event);
     for (size_t i = 0; i < c->num_spare; i++)
         blob__be->event_destroy(c->spare_events[i]);
+    blob__be->event_destroy(c->order_event);
     blob__obj_free(c->ops);
     blob__obj_free(c->spare_events);
     if (c->stream)

@@ -23,6 +23,7 @@ struct blob_comm {
     size_t bucket_bytes;
     const blob__ccl *ccl;
     void *stream;  /* the communicator's stream; NULL for 1 rank */
+    void *order_event; /* orders it and the caller's stream (the owner's thread only) */
     uint64_t seq;  /* collectives started: names them in messages */
     int lists;     /* lists created, to name them */
 
@@ -125,9 +126,9 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
 /* mu held: watch the work just queued on c->stream, named what, until it completes. */
 blob_status blob__comm_track(blob_comm *c, const char *func, const char *what);
 
-/* A new event of the backend, recorded on `stream`, that `waiter` waits for; freed
- * after. For ordering the caller's stream and the communicator's both ways. */
-blob_status blob__comm_order(void *waiter, void *stream);
+/* Make `waiter` wait (on the device) for the work queued on `stream` so far, by c's
+ * ordering event: the caller's stream and the communicator's, either way. */
+blob_status blob__comm_order(blob_comm *c, void *waiter, void *stream);
 
 /* Gather bytes of host memory at in from every rank into out (size * bytes, rank r's
  * at r * bytes) and wait for it. A failure brings c down. */

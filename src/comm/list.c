@@ -336,7 +336,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
         return BLOB_OK;
     BLOB_TRY(blob__comm_usable(c, __func__));
     void *caller = blob_get_stream();
-    st = blob__comm_order(c->stream, caller);
+    st = blob__comm_order(c, c->stream, caller);
     blob_set_stream(c->stream);
     for (int i = 0; i < l->n && st == BLOB_OK; i++)
         st = device_side(l, i, false, c->rank != root, &l->dev[i]);
@@ -373,7 +373,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     if (st == BLOB_OK)
         st = blob__comm_track(c, __func__, what);
     pthread_mutex_unlock(&c->mu);
-    if (st == BLOB_OK && blob__comm_order(caller, c->stream) != BLOB_OK)
+    if (st == BLOB_OK && blob__comm_order(c, caller, c->stream) != BLOB_OK)
         st = blob__comm_poison(c, __func__, BLOB_ECUDA, what);
     return st;
 }
@@ -454,9 +454,12 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
     blob_comm *c = l->c;
     BLOB_TRY(blob__comm_usable(c, func));
     blob_status st = check_counts(l, first, n);
+    bool fresh = false;
+    for (int i = first; i < first + n; i++)
+        fresh |= !l->ready[i];
     void *caller = blob_get_stream();
-    if (st == BLOB_OK)
-        st = blob__comm_order(c->stream, caller);
+    if (st == BLOB_OK && fresh) /* after what the caller queued so far */
+        st = blob__comm_order(c, c->stream, caller);
     blob_set_stream(c->stream);
     for (int i = first; i < first + n && st == BLOB_OK; i++)
         if (!l->ready[i]) {
@@ -530,7 +533,7 @@ blob_status blob_comm_reduce_end(blob_comm_list *l)
     if (c->size == 1)
         return check_counts(l, 0, l->n);
     BLOB_TRY(hand_over(l, 0, l->n, __func__));
-    if (blob__comm_order(blob_get_stream(), c->stream) != BLOB_OK)
+    if (blob__comm_order(c, blob_get_stream(), c->stream) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");
     return blob_comm_status(c);
 }
