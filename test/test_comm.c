@@ -258,13 +258,19 @@ static void fake_ccl_setup(void)
     blob__ccl_install(&fake_ccl);
 }
 
-static void fake_ccl_teardown(void)
+/* Forget the worlds (their communicators are freed). */
+static void fake_worlds_reset(void)
 {
-    blob__ccl_install(NULL);
     for (int i = 0; i < fake_num_worlds; i++)
         for (int r = 0; r < 4; r++)
             free(fake_worlds[i].ranks[r]);
     fake_num_worlds = 0;
+}
+
+static void fake_ccl_teardown(void)
+{
+    blob__ccl_install(NULL);
+    fake_worlds_reset();
     fake_teardown();
     ck_assert_uint_eq(fake_get_stats().violations, 0);
 }
@@ -1102,6 +1108,7 @@ typedef struct {
     int skew_rank, skew_blob;  /* that rank registers one more element there (-1: none) */
     bool skip;                 /* rank 1 registers, then makes no collective */
     bool broken;               /* the transport fails after registration */
+    uint64_t fail_at;          /* then the fail_at-th allocation fails (0: none) */
     int reduces_early;         /* all-reduce calls when rank 0 handed over its last layer */
 } reduce_case;
 
@@ -1172,6 +1179,12 @@ static void rank_reduce(team *t, int r)
     if (st != BLOB_OK) {
         report(t, r, st, blob__comm_now());
         goto done;
+    }
+    if (rc->fail_at) {
+        pthread_barrier_wait(&t->barrier);
+        if (r == 0)
+            fake_fail_alloc_at(rc->fail_at, false);
+        pthread_barrier_wait(&t->barrier);
     }
     blob_comm_list *l = NULL;
     double t0 = blob__comm_now();
@@ -1434,6 +1447,42 @@ START_TEST(test_fake_transport_error)
 }
 END_TEST
 
+/* Any allocation of registration and reduction may fail, on either rank: every rank
+ * returns by the deadline, with an error or the right sums, and nothing leaks. */
+START_TEST(test_fake_alloc_failures)
+{
+    int failed_runs = 0;
+    for (uint64_t k = 1; k < 200; k++) {
+        reduce_case rc;
+        test_seed(k);
+        reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
+        rc.op = BLOB_COMM_SUM;
+        rc.fail_at = k;
+        team t = {0};
+        run_team(&t, 2, 0.3, 40 * 4, rank_reduce, &rc);
+        fake_fail_alloc_at(0, false);
+        fake_worlds_reset();
+        bool ok = t.st[0] == BLOB_OK && t.st[1] == BLOB_OK;
+        for (int r = 0; r < 2; r++) {
+            blob_status st = t.st[r];
+            ck_assert_msg(st == BLOB_OK || st == BLOB_ENOMEM || st == BLOB_EDEVMEM ||
+                              st == BLOB_ECUDA || st == BLOB_ETIMEDOUT || st == BLOB_ECOMM,
+                          "k=%llu rank %d: %s", (unsigned long long)k, r, t.msg[r]);
+            ck_assert_msg(t.seconds[r] < 2.0, "k=%llu rank %d took %.2f s",
+                          (unsigned long long)k, r, t.seconds[r]);
+        }
+        if (ok)
+            check_reduced(&t, &rc);
+        reduce_case_free(&rc);
+        if (ok && fake_get_stats().failed_allocs == 0)
+            break; /* k is past the last allocation */
+        failed_runs += !ok;
+        fake_reset_counts();
+    }
+    ck_assert_int_gt(failed_runs, 3);
+}
+END_TEST
+
 /* Not all ranks arrive at creation: an error by the deadline, not a hang. */
 typedef struct {
     blob_comm_id id;
@@ -1691,6 +1740,7 @@ Suite *comm_suite(void)
     tcase_add_test(tc, test_fake_bad_registration);
     tcase_add_test(tc, test_fake_missing_peer);
     tcase_add_test(tc, test_fake_transport_error);
+    tcase_add_test(tc, test_fake_alloc_failures);
     tcase_add_test(tc, test_fake_world_too_large);
     tcase_add_test(tc, test_fake_file_rendezvous);
     suite_add_tcase(s, tc);
