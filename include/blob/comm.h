@@ -107,7 +107,8 @@ typedef struct {
      * it); NCCL_COMM_ID=host:port in the environment (NCCL's own: rank 0 listens there). */
     bool has_id;
     blob_comm_id id;
-    const char *id_file; /* not copied: must live until blob_comm_create returns */
+    const char *id_file; /* not copied: must live until blob_comm_create returns; one
+                            file serves one creation */
     /* Deadline of every wait, in seconds; 0: BLOB_COMM_TIMEOUT from the environment if
      * set, else BLOB_COMM_DEFAULT_TIMEOUT_S. It also bounds the wait for the other ranks
      * at creation, so it must exceed the longest gap between the ranks' arrivals at a

@@ -2,7 +2,9 @@
  * blob_comm_id_read_file from a file. Invariants: every input gives BLOB_OK or
  * BLOB_EFORMAT, the file gives the same answer as the bytes, a refused record leaves the
  * outputs untouched, and an accepted one encodes back to the same bytes. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create */
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
