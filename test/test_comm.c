@@ -292,6 +292,7 @@ struct team {
     int n;
     blob_comm *comms[MAX_RANKS];
     rank_fn fn;
+    rank_fn after; /* run once the communicator is freed, if set */
     void *arg;
     pthread_barrier_t barrier;
     blob_status st[MAX_RANKS];  /* the status a scenario reports */
@@ -327,6 +328,8 @@ static void *rank_main(void *p)
     pthread_barrier_wait(&t->barrier); /* no rank leaves while another still needs it */
     blob_comm_free(t->comms[a->r]);
     t->comms[a->r] = NULL;
+    if (t->after)
+        t->after(t, a->r);
     blob_set_stream(NULL);
     blob_stream_destroy(stream);
     blob_thread_release();
@@ -1483,6 +1486,58 @@ START_TEST(test_fake_alloc_failures)
 }
 END_TEST
 
+/* Blobs reduced by a communicator outlive it: read, updated and freed after it. */
+typedef struct {
+    blob *b[MAX_RANKS];
+    blob_status st[MAX_RANKS];
+} outlive_case;
+
+static void rank_outlive(team *t, int r)
+{
+    outlive_case *oc = t->arg;
+    oc->b[r] = make_blob(BLOB_FLOAT32, blob_comm_device(t->comms[r]), 10);
+    float *p;
+    blob_status st = blob_mutable_cpu_diff(oc->b[r], (void **)&p);
+    for (int i = 0; i < 10 && st == BLOB_OK; i++)
+        p[i] = (float)(r + i);
+    blob_comm_list *l = NULL;
+    if (st == BLOB_OK)
+        st = blob_comm_list_create(&l, t->comms[r], &oc->b[r], 1);
+    if (st == BLOB_OK)
+        st = blob_comm_all_reduce(l, BLOB_COMM_SUM);
+    report(t, r, st, blob__comm_now());
+    blob_comm_list_free(l);
+}
+
+static void rank_outlive_after(team *t, int r)
+{
+    outlive_case *oc = t->arg;
+    const float *p = NULL;
+    blob_status st = blob_cpu_diff(oc->b[r], (const void **)&p);
+    for (int i = 0; i < 10 && st == BLOB_OK; i++)
+        if (p[i] != (float)(1 + 2 * i))
+            st = BLOB_ESHAPE;
+    oc->st[r] = st;
+    blob_free(oc->b[r]);
+}
+
+static void blobs_outlive(void)
+{
+    outlive_case oc = {0};
+    team t = {.after = rank_outlive_after};
+    run_team(&t, 2, 5, 0, rank_outlive, &oc);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(t.st[r] == BLOB_OK, "rank %d: %s", r, t.msg[r]);
+        ck_assert_msg(oc.st[r] == BLOB_OK, "rank %d after: %s", r, blob_status_name(oc.st[r]));
+    }
+}
+
+START_TEST(test_fake_blobs_outlive)
+{
+    blobs_outlive();
+}
+END_TEST
+
 /* Not all ranks arrive at creation: an error by the deadline, not a hang. */
 typedef struct {
     blob_comm_id id;
@@ -1693,6 +1748,12 @@ START_TEST(test_gpu_missing_peer)
 }
 END_TEST
 
+START_TEST(test_gpu_blobs_outlive)
+{
+    blobs_outlive();
+}
+END_TEST
+
 START_TEST(test_gpu_world_too_large)
 {
     world_too_large(3, 5);
@@ -1741,6 +1802,7 @@ Suite *comm_suite(void)
     tcase_add_test(tc, test_fake_missing_peer);
     tcase_add_test(tc, test_fake_transport_error);
     tcase_add_test(tc, test_fake_alloc_failures);
+    tcase_add_test(tc, test_fake_blobs_outlive);
     tcase_add_test(tc, test_fake_world_too_large);
     tcase_add_test(tc, test_fake_file_rendezvous);
     suite_add_tcase(s, tc);
@@ -1752,6 +1814,7 @@ Suite *comm_suite(void)
     req_add_test(tc, test_gpu_mismatch);
     req_add_test(tc, test_gpu_missing_peer);
     req_add_test(tc, test_gpu_world_too_large);
+    req_add_test(tc, test_gpu_blobs_outlive);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -414,8 +414,7 @@ static void comm_release(blob_comm *c)
     blob__be->event_destroy(c->order_event);
     blob__obj_free(c->ops);
     blob__obj_free(c->spare_events);
-    if (c->stream)
-        blob__be->stream_destroy(c->stream);
+    blob_stream_destroy(c->stream); /* back to the pool: blocks may still name it */
     pthread_cond_destroy(&c->wake);
     pthread_mutex_destroy(&c->mu);
     blob__obj_free(c);
@@ -471,7 +470,7 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
     bool wrote = false;
     blob_status st = meet(o, c->ccl, c->timeout_s, &id, &wrote);
     if (st == BLOB_OK)
-        st = blob__be->stream_create(&c->stream);
+        st = blob_stream_create(&c->stream);
     if (st == BLOB_OK)
         st = c->ccl->init(&c->handle, &id, c->size, c->rank);
     if (st == BLOB_OK) {
@@ -570,7 +569,7 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
     for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++) {
         st = blob_device_set(devices[i]);
         if (st == BLOB_OK)
-            st = blob__be->stream_create(&comms[i]->stream);
+            st = blob_stream_create(&comms[i]->stream);
     }
     for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++) {
         pthread_mutex_lock(&comms[i]->mu);

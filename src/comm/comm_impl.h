@@ -22,7 +22,8 @@ struct blob_comm {
     int rank, size, device;
     size_t bucket_bytes;
     const blob__ccl *ccl;
-    void *stream;  /* the communicator's stream; NULL for 1 rank */
+    void *stream;  /* the communicator's stream (blob_stream_create's, so that blocks
+                      used on it may outlive the communicator); NULL for 1 rank */
     void *order_event; /* orders it and the caller's stream (the owner's thread only) */
     uint64_t seq;  /* collectives started: names them in messages */
     int lists;     /* lists created, to name them */
