@@ -16,6 +16,7 @@ PYTHON ?= python3
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BINDIR ?= $(PREFIX)/bin
 
 VERSION := 0.1.0
 SOVERSION := 0
@@ -63,12 +64,41 @@ KERNEL_SRC :=
 KERNEL_C_SRC := src/kernels/none.c
 endif
 
+# NCCL, for communicators of several ranks (include/blob/comm.h): used by CUDA builds when
+# nccl.h and libnccl.so are found in NCCL_HOME, the toolkit or the system. NCCL=0 leaves
+# it out; NCCL_CFLAGS and NCCL_LIBS replace what is found. Without it comm.h still works
+# for one rank. A build with and one without NCCL need distinct BUILD_TAGs.
+ifeq ($(CUDA),1)
+NCCL_HEADER := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) \
+               $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+NCCL_LIBFILE := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib64/libnccl.so \
+                $(NCCL_HOME)/lib/libnccl.so) $(CUDA_LIBDIR)/libnccl.so /usr/local/lib/libnccl.so \
+                /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib64/libnccl.so /usr/lib/libnccl.so))
+NCCL ?= $(if $(and $(NCCL_HEADER),$(NCCL_LIBFILE)),1,0)
+else
+override NCCL := 0
+endif
+ifeq ($(NCCL),1)
+NCCL_INCDIR := $(patsubst %/,%,$(dir $(NCCL_HEADER)))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(NCCL_LIBFILE)))
+# -isystem: nccl.h is not written for -Wstrict-prototypes
+NCCL_CFLAGS ?= $(if $(filter-out /usr/include,$(NCCL_INCDIR)),-isystem $(NCCL_INCDIR))
+NCCL_LIBS ?= $(if $(filter-out $(CUDA_LIBDIR) /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib,$(NCCL_LIBDIR)),\
+             -L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) -lnccl
+CCL_SRC := src/comm/ccl_nccl.c
+else
+NCCL_CFLAGS :=
+NCCL_LIBS :=
+CCL_SRC := src/comm/ccl_none.c
+endif
+comma := ,
+
 LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wildcard src/core/*.c)) \
              $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \
              $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(wildcard src/interop/*.c) \
-             $(KERNEL_C_SRC)
+             $(KERNEL_C_SRC) $(filter-out src/comm/ccl_%.c,$(wildcard src/comm/*.c)) $(CCL_SRC)
 LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
-LIB_LIBS := $(CUDA_LIBS) $(LDLIBS_BASE)
+LIB_LIBS := $(NCCL_LIBS) $(CUDA_LIBS) $(LDLIBS_BASE)
 
 SHARED := $(BUILD)/libblob.so.$(VERSION)
 STATIC := $(BUILD)/libblob.a
@@ -84,7 +114,7 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 .PHONY: all lib check test deps install uninstall clean bench demo install-check examples examples-check \
         dlpack-header python-check
 
-all: lib
+all: lib launcher
 
 lib: $(SHARED) $(STATIC)
 
@@ -100,6 +130,7 @@ dlpack-header:
 	    { echo "libblob needs DLPack's header <dlpack/dlpack.h>: make deps (Debian's" \
 	        "libdlpack-dev), or point DLPACK_CFLAGS at it (DLPACK_CFLAGS=-I/its/include)" >&2; \
 	      exit 1; }
+$(BUILD)/src/comm/ccl_nccl.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -135,6 +166,29 @@ $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(TEST_OBJ) $(STATIC) $(CHECK_LIBS) $(LIB_LIBS)
 
+# The launcher of ranks (docs/distributed.md), installed as blob-launch.
+LAUNCH_BIN := $(BUILD)/tools/blob-launch
+.PHONY: launcher
+launcher: $(LAUNCH_BIN)
+
+$(LAUNCH_BIN): tools/launch.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $< -lm
+
+# The launcher's tests, and the multi-process communicator tests on two GPUs (skipped
+# with a count on fewer): test/comm/run.sh with its probe.
+COMM_PROBE := $(BUILD)/test/comm_probe
+.PHONY: check-comm
+check-comm: $(LAUNCH_BIN) $(COMM_PROBE)
+	$(Q)sh test/comm/run.sh $(BUILD)
+
+$(COMM_PROBE): test/comm/comm_probe.c $(STATIC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) \
+	    -o $@ $< $(STATIC) $(LIB_LIBS)
+
 # Benchmarks (bench/README.md); the GPU rows only in CUDA builds.
 BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c bench/dlpack.c \
              $(if $(filter 1,$(CUDA)),bench/gpu.c bench/conv.c,bench/gpu_none.c)
@@ -144,6 +198,23 @@ BENCH_BIN := $(BUILD)/bench/blob_bench
 $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(BENCH_OBJ) $(STATIC) $(LIB_LIBS)
+
+# All-reduce bus bandwidth through blob_comm beside raw NCCL and torch.distributed, on
+# all local GPUs (two at least; NCCL builds). Arguments in BENCH_COMM_ARGS.
+BENCH_COMM_BIN := $(BUILD)/bench/blob_bench_comm
+.PHONY: bench-comm
+ifeq ($(NCCL),1)
+bench-comm: $(BENCH_COMM_BIN) $(LAUNCH_BIN)
+	$(Q)$(BENCH_COMM_BIN) --launcher $(LAUNCH_BIN) $(BENCH_COMM_ARGS)
+else
+bench-comm:
+	@echo "bench-comm: skipped: this build has no NCCL"
+endif
+
+$(BUILD)/bench/comm.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
+$(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o $(STATIC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIB_LIBS)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
@@ -161,6 +232,7 @@ test: $(TEST_BIN)
 # install into a temporary prefix and build a consumer with pkg-config.
 check: deps
 	$(Q)$(MAKE) --no-print-directory test
+	$(Q)$(MAKE) --no-print-directory check-comm
 	$(Q)$(MAKE) --no-print-directory install-check
 	$(Q)$(MAKE) --no-print-directory examples-check
 	$(Q)$(MAKE) --no-print-directory python-check
@@ -172,8 +244,10 @@ install-check: lib
 # pkg-config --define-prefix finds an install moved elsewhere.
 pc_dir = $(if $(filter $(PREFIX),$(1)),$${prefix},$(if $(filter $(PREFIX)/%,$(1)),$${prefix}/$(patsubst $(PREFIX)/%,%,$(1)),$(1)))
 
-install: lib
+install: lib launcher
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(LAUNCH_BIN) $(DESTDIR)$(BINDIR)/blob-launch
 	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
@@ -181,14 +255,14 @@ install: lib
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_dir,$(LIBDIR))|' \
 	    -e 's|@INCLUDEDIR@|$(call pc_dir,$(INCLUDEDIR))|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(NCCL_LIBS) $(CUDA_LIBS) -lpthread -lm|' \
 	    -e 's|@DLPACK_CFLAGS@|$(DLPACK_CFLAGS)|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libblob.so $(DESTDIR)$(LIBDIR)/libblob.a \
-	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
+	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc $(DESTDIR)$(BINDIR)/blob-launch
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
 
 # The examples, built the way a user builds them: libblob installed into a private
@@ -271,4 +345,4 @@ fuzz: fuzz-build
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(BUILD)/bench/comm.d

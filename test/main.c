@@ -16,6 +16,7 @@ Suite *math_suite(void);
 Suite *dlpack_suite(void);
 Suite *conv_suite(void);
 Suite *null_args_suite(void);
+Suite *comm_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -27,6 +28,7 @@ static Suite *(*const suites[])(void) = {
     dlpack_suite,
     conv_suite,
     null_args_suite,
+    comm_suite,
 };
 
 int main(void)

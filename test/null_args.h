@@ -7,6 +7,7 @@
 
 #include "blob/blob.h"
 #include "blob/dlpack.h"
+#include "blob/comm.h"
 
 /* Valid arguments, made afresh for each call (test_null_args.c). */
 typedef struct {
@@ -32,6 +33,14 @@ typedef struct {
     DLManagedTensor *out_tensor;
     blob_conv_geometry geom; /* 1 channel, 4x4, 2x2 kernel: fits host and dev */
     int32_t argmax[64];
+    blob_comm_options comm_opts; /* zero: one rank */
+    blob_comm *comm;             /* a 1-rank communicator */
+    blob *blobs[2];              /* {b, b2} */
+    blob_comm_list *list;        /* of blobs */
+    int devices[2];              /* {0, 1} */
+    blob_comm_id comm_id;
+    blob_comm *out_comm;
+    blob_comm_list *out_list;
 } null_fixture;
 extern null_fixture fx;
 

@@ -85,6 +85,13 @@ static void fixture_setup(void)
     fx.geom = (blob_conv_geometry){.channels = 1, .height = 4, .width = 4, .kernel_h = 2,
                                    .kernel_w = 2, .stride_h = 1, .stride_w = 1,
                                    .dilation_h = 1, .dilation_w = 1};
+    fx.comm_opts = (blob_comm_options){0};
+    ck_ok(blob_comm_create(&fx.comm, &fx.comm_opts));
+    fx.blobs[0] = fx.b;
+    fx.blobs[1] = fx.b2;
+    ck_ok(blob_comm_list_create(&fx.list, fx.comm, fx.blobs, 2));
+    fx.devices[0] = 0;
+    fx.devices[1] = 1;
     fx.dev = fx.host;
     if (test_real_gpu)
         ck_ok(blob_place_alloc(blob_place_device(0), 512, NULL, &fx.dev));
@@ -92,6 +99,12 @@ static void fixture_setup(void)
 
 static void fixture_teardown(void)
 {
+    blob_comm_list_free(fx.out_list);
+    blob_comm_list_free(fx.list);
+    blob_comm_free(fx.out_comm);
+    blob_comm_free(fx.comm);
+    fx.out_list = NULL;
+    fx.out_comm = NULL;
     blob_free(fx.b);
     blob_free(fx.b2);
     blob_syncedmem_free(fx.mem);
