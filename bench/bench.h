@@ -63,6 +63,7 @@ typedef enum {
     GOAL_LOOP_DRIVER,
     GOAL_LOOP_RESERVED,
     GOAL_OPTIM,
+    GOAL_IM2COL,
     GOAL_COUNT
 } bench_goal;
 
@@ -101,6 +102,10 @@ void bench_reshape(void);            /* 5 */
 void bench_update_host(void);        /* 6, host side */
 void bench_loop(bool gpu);           /* 7 */
 
+/* ---- dlpack.c ---- */
+
+void bench_dlpack(bool gpu);         /* D: DLPack round trips */
+
 /* A float32 blob b of n elements for the update rows (6 and 6h): data and diff are its
  * buffers on the side measured; c0 and c1 are scratch of the GPU rows. */
 typedef struct {
@@ -123,9 +128,14 @@ void bench_gpu_pinned(void);  /* 2 */
 void bench_gpu_sync(void);    /* 3 */
 void bench_gpu_update(void);  /* 6 */
 void bench_gpu_close(void);
+/* CUDA events on the legacy default stream, where the library and the raw calls run. */
+extern const bench_clock bench_gpu_events;
 
-/* CUDA events on the legacy default stream (gpu.c). */
-extern const bench_clock bench_events;
+/* ---- conv.c (CUDA builds; a no-op in gpu_none.c) ---- */
+
+void bench_gpu_conv(void);    /* C */
+/* Append the --conv cases of section C to the PyTorch script's arguments in buf. */
+void bench_conv_torch_args(char *buf, size_t size);
 
 /* ---- fused.c (CUDA builds) or gpu_none.c: the training step's building blocks ---- */
 

@@ -57,7 +57,7 @@ void bench_fused_torch_args(char *buf, size_t size)
 static double time_us(int (*run)(void *, int), void *ctx, int batch, int reps)
 {
     bench_op op = {run, NULL, ctx};
-    return bench_time(&op, batch, reps, &bench_events) / 1e3;
+    return bench_time(&op, batch, reps, &bench_gpu_events) / 1e3;
 }
 
 /* ---- 8: the optimizer step ---- */

@@ -49,8 +49,7 @@ static double event_end(void)
     return (double)ms * 1e6;
 }
 
-static const bench_clock event_clock = {event_begin, event_end};
-const bench_clock bench_events = {event_begin, event_end};
+const bench_clock bench_gpu_events = {event_begin, event_end};
 
 static int drain(void *ctx)
 {
@@ -77,11 +76,12 @@ static void append_sizes(char *buf, size_t size, const char *opt, const size_t *
 
 static void run_torch(void)
 {
-    char args[1024] = "";
+    char args[2048] = "";
     append_sizes(args, sizeof args, "--alloc", alloc_sizes, COUNT(alloc_sizes));
     append_sizes(args, sizeof args, "--pinned", pinned_sizes, COUNT(pinned_sizes));
     append_sizes(args, sizeof args, "--copy", sync_sizes, COUNT(sync_sizes));
     append_sizes(args, sizeof args, "--axpy", update_sizes, COUNT(update_sizes));
+    bench_conv_torch_args(args, sizeof args);
     bench_fused_torch_args(args, sizeof args);
     torch_load(args);
 }
@@ -531,20 +531,21 @@ static int update_setup(bench_update_ctx *u)
 static int update_row(int64_t n, double *v)
 {
     bench_update_ctx u = {.n = n};
+    const bench_clock *events = &bench_gpu_events;
     int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n < 200 ? (1 << 22) / n : 200);
     int reps = n >= (1 << 26) ? 9 : 15;
     int rc = update_setup(&u);
     /* blob, saxpy, saxpy, blob: each the mean of its two medians, so neither gains from
      * running second (clocks, caches) */
     double b1 = NAN, s1 = NAN, s2 = NAN, b2 = NAN;
-    if (rc == 0 && (isnan(b1 = time_us(bench_update_run, NULL, &u, batch, reps, &event_clock)) ||
-                    isnan(s1 = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)) ||
-                    isnan(s2 = time_us(update_saxpy_run, NULL, &u, batch, reps, &event_clock)) ||
-                    isnan(b2 = time_us(bench_update_run, NULL, &u, batch, reps, &event_clock))))
+    if (rc == 0 && (isnan(b1 = time_us(bench_update_run, NULL, &u, batch, reps, events)) ||
+                    isnan(s1 = time_us(update_saxpy_run, NULL, &u, batch, reps, events)) ||
+                    isnan(s2 = time_us(update_saxpy_run, NULL, &u, batch, reps, events)) ||
+                    isnan(b2 = time_us(bench_update_run, NULL, &u, batch, reps, events))))
         rc = -1;
     v[0] = (b1 + b2) / 2;
     v[1] = (s1 + s2) / 2;
-    if (rc == 0 && isnan(v[3] = time_us(update_copy_run, NULL, &u, batch, reps, &event_clock)))
+    if (rc == 0 && isnan(v[3] = time_us(update_copy_run, NULL, &u, batch, reps, events)))
         rc = -1;
     if (rc == 0) {
         v[2] = v[0] / v[1];

@@ -76,6 +76,9 @@ int main(int argc, char **argv)
     }
     bench_update_host();
     bench_loop(gpu);
+    bench_dlpack(gpu);
+    if (gpu)
+        bench_gpu_conv();
     bench_gpu_close();
     blob_thread_release();
     return report_close();

@@ -16,6 +16,7 @@ static const char *const goal_text[GOAL_COUNT] = {
     [GOAL_LOOP_DRIVER] = "7: no driver allocs or frees after warm-up",
     [GOAL_LOOP_RESERVED] = "7: reserved / peak in use <= 1.25",
     [GOAL_OPTIM] = "8: optimizer step >= 90% of D2D copy bandwidth, no slower than PyTorch fused",
+    [GOAL_IM2COL] = "C: im2col 256x64x56x56 k3 >= 70% of D2D copy bandwidth",
 };
 
 #define MAX_META 32
@@ -269,7 +270,7 @@ void torch_load(const char *args)
         report_meta("torch", "not run (%s not found)", script);
         return;
     }
-    char cmd[2048];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "timeout 120 %s %s %s 2>&1", python, script, args);
     fflush(stdout);
     FILE *p = popen(cmd, "r");

@@ -81,6 +81,9 @@ def main():
     ap.add_argument("--pinned", type=size_list, default=[], help="pinned alloc sizes, bytes")
     ap.add_argument("--copy", type=size_list, default=[], help="H<->D copy sizes, bytes")
     ap.add_argument("--axpy", type=size_list, default=[], help="add_ sizes, float32 elements")
+    ap.add_argument("--conv", action="append", default=[],
+                    help="OP:N,C,SIZE,KERNEL,PAD,STRIDE (repeatable; figures keyed by OP and "
+                         "the option's index)")
     ap.add_argument("--optim", type=size_list, default=[], help="optimizer parameters, floats")
     ap.add_argument("--linear", type=shape_list, default=[], help="BxIxO relu(linear) shapes")
     args = ap.parse_args()
@@ -138,6 +141,18 @@ def main():
         del x, y
         torch.cuda.empty_cache()
 
+    for index, case in enumerate(args.conv):
+        try:
+            op, dims = case.split(":")
+            fn, nbytes = conv_op(torch, dev, op, *map(int, dims.split(",")))
+        except Exception as e:
+            error(f"conv {case}", e)
+            continue
+        batch = 3 if nbytes > 1e9 else 10 if nbytes > 1e8 else 200
+        measure(op, index, lambda: event_ns(torch, fn, batch, 7 if nbytes > 1e9 else 11))
+        del fn
+        torch.cuda.empty_cache()
+
     for n in args.optim:
         big = n > 16 << 20
         batch, reps = (3, 7) if big else (10, 9)
@@ -177,6 +192,32 @@ def main():
         torch.set_float32_matmul_precision("highest")
         del x, w, bias
     return 0
+
+
+def conv_op(torch, dev, op, num, channels, size, kernel, pad, stride):
+    """A thunk running one of blob_bench's section C operations on float32 NCHW data,
+    and the bytes of its input and output (blob_bench sizes its timed batches by them)."""
+    F = torch.nn.functional
+    aten = torch.ops.aten
+    x = torch.rand(num, channels, size, size, device=dev) * 2 - 1
+    k, p, s = [kernel] * 2, [pad] * 2, [stride] * 2
+    if op in ("im2col", "col2im"):
+        cols = F.unfold(x, k, padding=p, stride=s)
+        nbytes = (x.numel() + cols.numel()) * 4
+        if op == "im2col":
+            return (lambda: F.unfold(x, k, padding=p, stride=s)), nbytes
+        return (lambda: F.fold(cols, (size, size), k, padding=p, stride=s)), nbytes
+    y, idx = F.max_pool2d(x, k, s, p, return_indices=True)
+    dy = torch.rand_like(y)
+    nbytes = (x.numel() + y.numel()) * 4
+    thunks = {
+        "max_fwd": lambda: F.max_pool2d(x, k, s, p, return_indices=True),
+        "max_bwd": lambda: aten.max_pool2d_with_indices_backward(dy, x, k, s, p, [1, 1],
+                                                                 False, idx),
+        "avg_fwd": lambda: F.avg_pool2d(x, k, s, p, count_include_pad=True),
+        "avg_bwd": lambda: aten.avg_pool2d_backward(dy, x, k, s, p, False, True, None),
+    }
+    return thunks[op], nbytes
 
 
 if __name__ == "__main__":

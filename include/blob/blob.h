@@ -14,6 +14,7 @@
 #include "blob/tensor.h"
 #include "blob/math.h"
 #include "blob/optim.h"
+#include "blob/comm.h"
 
 #define BLOB_VERSION_MAJOR 0
 #define BLOB_VERSION_MINOR 1

@@ -67,6 +67,8 @@ BLOB_API void blob_syncedmem_retain(blob_syncedmem *mem);
  * (borrowed memory is never freed). NULL is a no-op. */
 BLOB_API void blob_syncedmem_free(blob_syncedmem *mem);
 
+/* Queries. For a NULL block each records a detail (blob_last_error) and returns a
+ * neutral value: size 0, head BLOB_UNINITIALIZED, device BLOB_HOST_ONLY, false. */
 BLOB_API size_t blob_syncedmem_size(const blob_syncedmem *mem);
 BLOB_API blob_head blob_syncedmem_head(const blob_syncedmem *mem);
 /* The GPU the block is bound to, or BLOB_HOST_ONLY. */
@@ -95,6 +97,24 @@ BLOB_API blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *mem, void *
  * BLOB_ENODEV and BLOB_EDEVICE for set_gpu_data. */
 BLOB_API blob_status blob_syncedmem_set_cpu_data(blob_syncedmem *mem, void *data, size_t bytes);
 BLOB_API blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *mem, void *data, size_t bytes);
+
+/* Gives borrowed memory back to its owner; ctx is the pointer given with it. */
+typedef void (*blob_release_fn)(void *ctx);
+
+/* Borrow as set_cpu_data (set_gpu_data) does, and call release(ctx) exactly once when
+ * the block lets go of the memory: when its last reference is dropped, or when a later
+ * set_* replaces that side (even by the same pointer). Before a borrowed device side is
+ * released, the host waits for the device work queued on the block, so the owner may
+ * reuse the memory at once. release may be NULL (plain borrowing). release must not
+ * use this block; it may use the library otherwise.
+ * On failure release is not called and the memory stays the caller's.
+ * Errors: as blob_syncedmem_set_cpu_data (set_gpu_data). */
+BLOB_API blob_status blob_syncedmem_set_cpu_data_release(blob_syncedmem *mem, void *data,
+                                                         size_t bytes, blob_release_fn release,
+                                                         void *ctx);
+BLOB_API blob_status blob_syncedmem_set_gpu_data_release(blob_syncedmem *mem, void *data,
+                                                         size_t bytes, blob_release_fn release,
+                                                         void *ctx);
 
 /* Queue the host-to-device copy on `stream` and return at once; the head becomes SYNCED.
  * Only from AT_CPU (or SYNCED, a no-op); BLOB_ESTATE otherwise. Until the copy completes

@@ -184,7 +184,11 @@ blob_status blob_optim_state_steps(blob_optim_state *state, int64_t *out)
 
 blob *blob_optim_state_history(const blob_optim_state *state, int param, int which)
 {
-    if (!state || param < 0 || param >= state->n || which < 0 || which > 1)
+    if (!state) {
+        BLOB_FAIL(BLOB_EINVAL, "state is NULL");
+        return NULL;
+    }
+    if (param < 0 || param >= state->n || which < 0 || which > 1)
         return NULL;
     return state->hist[which][param];
 }

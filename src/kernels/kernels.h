@@ -52,6 +52,26 @@ blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_
                                           int64_t classes, const void *prob, const void *labels,
                                           double scale, void *dlogits);
 
+/* Convolution and pooling (blob/math.h) over num > 0 images of a validated geometry g
+ * whose output plane, out_h x out_w, is not empty. */
+blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
+                           int64_t out_h, int64_t out_w, int64_t num, const void *im, void *col);
+blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
+                           int64_t out_h, int64_t out_w, int64_t num, const void *col, void *im);
+blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
+                                     int64_t out_h, int64_t out_w, int64_t num, const void *x,
+                                     void *y, int32_t *argmax);
+blob_status blob__k_max_pool_backward(void *stream, blob_dtype dtype,
+                                      const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
+                                      int64_t num, const void *dy, const int32_t *argmax,
+                                      void *dx);
+blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
+                                     int64_t out_h, int64_t out_w, int64_t num, const void *x,
+                                     void *y);
+blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
+                                      const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
+                                      int64_t num, const void *dy, void *dx);
+
 /* ==== GEMM in a math mode, GEMM with epilogues, optimizer steps (blob/math.h) ==== */
 
 /* Row-major float32 C = alpha * op(A) * op(B) + beta * C on tensor cores with mode

@@ -25,8 +25,10 @@ blob_optim blob_optim_default(blob_optim_kind kind, double lr)
 
 int blob_optim_history_count(const blob_optim *opt)
 {
-    if (!opt)
+    if (!opt) {
+        BLOB_FAIL(BLOB_EINVAL, "opt is NULL");
         return -1;
+    }
     switch (opt->kind) {
     case BLOB_OPTIM_SGD:
         return opt->momentum != 0;

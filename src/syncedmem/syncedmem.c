@@ -19,6 +19,9 @@ struct blob_syncedmem {
     bool own_dev;
     bool host_pinned;   /* owned host side came from the pinned place */
     bool pending;       /* an async copy may be in flight: host users wait for `event` */
+    bool dev_work;      /* device work on the block has been queued (see use_on) */
+    blob_release_fn host_release, dev_release; /* give a borrowed side back, or NULL */
+    void *host_release_ctx, *dev_release_ctx;
     void *stream;       /* the stream of the latest device work on the block */
     void *event;        /* orders streams and marks async copies; made on first need */
     atomic_int refs;
@@ -61,21 +64,55 @@ void blob_syncedmem_retain(blob_syncedmem *m)
         atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
 }
 
+/* Let go of the host side: free it if owned, give it back if borrowed with a release.
+ * Callers have waited for the async copies touching it (settle). */
 static void free_host(blob_syncedmem *m)
 {
+    blob_release_fn release = m->host_release;
+    void *ctx = m->host_release_ctx;
     if (m->own_host)
         blob_place_free(m->host_pinned ? blob_place_pinned() : blob_place_host(), m->host);
     m->host = NULL;
     m->own_host = false;
     m->host_pinned = false;
+    m->host_release = NULL;
+    m->host_release_ctx = NULL;
+    if (release)
+        release(ctx);
 }
 
+/* Wait on the host for the device work queued on the block: its latest stream was
+ * ordered after the earlier ones. The block's GPU is made current for the wait (the
+ * legacy default stream is per device), whichever is current. */
+static void wait_device_work(const blob_syncedmem *m)
+{
+    int cur = -1;
+    bool switched = blob__be->get_device(&cur) == BLOB_OK && cur != m->device &&
+                    blob__be->set_device(m->device) == BLOB_OK;
+    if (blob__be->stream_synchronize(m->stream) != BLOB_OK)
+        (void)blob__be->device_synchronize();
+    if (switched)
+        (void)blob__be->set_device(cur);
+}
+
+/* The same for the device side. An owned side goes back to the allocator, which keeps it
+ * until the streams that used it are done; a borrowed one goes back to an owner that
+ * knows nothing of those streams, so the host waits for the block's device work first. */
 static void free_dev(blob_syncedmem *m)
 {
+    blob_release_fn release = m->dev_release;
+    void *ctx = m->dev_release_ctx;
     if (m->own_dev)
         blob_place_free(blob_place_device(m->device), m->dev);
+    else if (release && m->dev_work)
+        wait_device_work(m);
     m->dev = NULL;
     m->own_dev = false;
+    m->dev_work = false;
+    m->dev_release = NULL;
+    m->dev_release_ctx = NULL;
+    if (release)
+        release(ctx);
 }
 
 /* Wait for the in-flight async copy, if any. */
@@ -100,11 +137,22 @@ void blob_syncedmem_free(blob_syncedmem *m)
     blob__obj_free(m);
 }
 
-size_t blob_syncedmem_size(const blob_syncedmem *m) { return m->size; }
-blob_head blob_syncedmem_head(const blob_syncedmem *m) { return m->head; }
-int blob_syncedmem_device(const blob_syncedmem *m) { return m->device; }
-bool blob_syncedmem_host_pinned(const blob_syncedmem *m) { return m->host && m->host_pinned; }
-bool blob_syncedmem_pending(const blob_syncedmem *m) { return m->pending; }
+/* A query: for NULL, the detail is recorded and the neutral value returned. */
+#define BLOB__QUERY(type, name, neutral, expr)                                 \
+    type blob_syncedmem_##name(const blob_syncedmem *m)                        \
+    {                                                                          \
+        if (!m) {                                                              \
+            blob__fail(BLOB_EINVAL, "blob_syncedmem_" #name, "block is NULL"); \
+            return neutral;                                                    \
+        }                                                                      \
+        return expr;                                                           \
+    }
+BLOB__QUERY(size_t, size, 0, m->size)
+BLOB__QUERY(blob_head, head, BLOB_UNINITIALIZED, m->head)
+BLOB__QUERY(int, device, BLOB_HOST_ONLY, m->device)
+BLOB__QUERY(bool, host_pinned, false, m->host && m->host_pinned)
+BLOB__QUERY(bool, pending, false, m->pending)
+#undef BLOB__QUERY
 
 bool blob__syncedmem_shared(const blob_syncedmem *m)
 {
@@ -142,6 +190,7 @@ static blob_status alloc_dev(blob_syncedmem *m, void *stream)
  * tell the allocator that the device side is used there too. */
 static blob_status use_on(blob_syncedmem *m, void *stream)
 {
+    m->dev_work = true;
     if (stream == m->stream)
         return BLOB_OK;
     if (m->dev) {
@@ -306,25 +355,41 @@ static blob_status check_borrow(const blob_syncedmem *m, const void *data, size_
     return BLOB_OK;
 }
 
-blob_status blob_syncedmem_set_cpu_data(blob_syncedmem *m, void *data, size_t bytes)
+blob_status blob_syncedmem_set_cpu_data_release(blob_syncedmem *m, void *data, size_t bytes,
+                                                blob_release_fn release, void *ctx)
 {
     BLOB_TRY(check_borrow(m, data, bytes));
     BLOB_TRY(settle(m));
     free_host(m);
     m->host = data;
+    m->host_release = release;
+    m->host_release_ctx = ctx;
     m->head = BLOB_HEAD_AT_CPU;
     return BLOB_OK;
 }
 
-blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *m, void *data, size_t bytes)
+blob_status blob_syncedmem_set_gpu_data_release(blob_syncedmem *m, void *data, size_t bytes,
+                                                blob_release_fn release, void *ctx)
 {
     BLOB_TRY(check_borrow(m, data, bytes));
     BLOB_TRY(check_gpu(m));
     BLOB_TRY(settle(m));
     free_dev(m);
     m->dev = data;
+    m->dev_release = release;
+    m->dev_release_ctx = ctx;
     m->head = BLOB_HEAD_AT_GPU;
     return BLOB_OK;
+}
+
+blob_status blob_syncedmem_set_cpu_data(blob_syncedmem *m, void *data, size_t bytes)
+{
+    return blob_syncedmem_set_cpu_data_release(m, data, bytes, NULL, NULL);
+}
+
+blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *m, void *data, size_t bytes)
+{
+    return blob_syncedmem_set_gpu_data_release(m, data, bytes, NULL, NULL);
 }
 
 /* Queue a copy between the sides on `stream` and mark the block pending on its event. */

@@ -1,0 +1,258 @@
+/* DLPack export and import over the public blob and syncedmem API. */
+#include <stdint.h>
+#include <string.h>
+
+#include "blob/dlpack.h"
+#include "blob/device.h"
+#include "../core/core.h"
+
+/* An exported tensor: the DLPack struct first (the consumer holds a pointer to it), the
+ * reference it keeps on the block, and its shape and strides. */
+typedef struct {
+    DLManagedTensor tensor;
+    blob_syncedmem *mem;
+    int64_t dims[]; /* shape, then strides: ndim of each */
+} exported;
+
+static void exported_delete(DLManagedTensor *t)
+{
+    exported *e = t->manager_ctx;
+    blob_syncedmem_free(e->mem);
+    blob__obj_free(e);
+}
+
+/* Make `device` current until restore_device(*prev); *prev < 0 when nothing changed. */
+static blob_status enter_device(int device, int *prev)
+{
+    *prev = -1;
+    if (device < 0)
+        return BLOB_OK;
+    int cur;
+    BLOB_TRY(blob__current_device(&cur));
+    if (cur == device)
+        return BLOB_OK;
+    BLOB_TRY(blob_device_set(device));
+    *prev = cur;
+    return BLOB_OK;
+}
+
+static void restore_device(int prev)
+{
+    if (prev >= 0)
+        (void)blob_device_set(prev);
+}
+
+/* Bring the side up to date (on `stream` for the device side) and return its pointer. */
+static blob_status access_side(blob_syncedmem *mem, bool gpu, bool writable, void *stream,
+                               void **ptr)
+{
+    if (!gpu)
+        return writable ? blob_syncedmem_mutable_cpu_data(mem, ptr)
+                        : blob_syncedmem_cpu_data(mem, (const void **)ptr);
+    void *thread_stream = blob_get_stream();
+    blob_set_stream(stream);
+    blob_status st = writable ? blob_syncedmem_mutable_gpu_data(mem, ptr)
+                              : blob_syncedmem_gpu_data(mem, (const void **)ptr);
+    blob_set_stream(thread_stream);
+    return st;
+}
+
+blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
+                           void *stream, DLManagedTensor **out)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!b)
+        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+    if (part != BLOB_PART_DATA && part != BLOB_PART_DIFF)
+        return BLOB_FAIL(BLOB_EINVAL, "bad part %d", (int)part);
+    if (side != BLOB_DLPACK_HOST && side != BLOB_DLPACK_DEVICE)
+        return BLOB_FAIL(BLOB_EINVAL, "bad side %d", (int)side);
+    if (flags & ~(unsigned)(BLOB_DLPACK_WRITABLE | BLOB_DLPACK_CUDA_HOST | BLOB_DLPACK_UNORDERED))
+        return BLOB_FAIL(BLOB_EINVAL, "unknown flags 0x%x", flags);
+    bool gpu = side == BLOB_DLPACK_DEVICE;
+    int device = blob_device(b);
+    if (gpu && device < 0)
+        return BLOB_FAIL(BLOB_ENODEV, "blob is host-only: it has no device side");
+    if (flags & BLOB_DLPACK_UNORDERED)
+        stream = blob_get_stream();
+
+    int ndim = blob_num_axes(b);
+    exported *e = blob__obj_alloc(sizeof *e + 2 * (size_t)ndim * sizeof(int64_t));
+    if (!e)
+        return BLOB_ENOMEM;
+    blob_syncedmem *mem = part == BLOB_PART_DATA ? blob_data_mem(b) : blob_diff_mem(b);
+    void *ptr = NULL;
+    int prev;
+    blob_status st = enter_device(device, &prev);
+    if (st == BLOB_OK) {
+        st = access_side(mem, gpu, flags & BLOB_DLPACK_WRITABLE, stream, &ptr);
+        restore_device(prev);
+    }
+    if (st != BLOB_OK) {
+        blob__obj_free(e);
+        return st;
+    }
+
+    blob_syncedmem_retain(mem);
+    e->mem = mem;
+    int64_t *shape = e->dims, *strides = e->dims + ndim, stride = 1;
+    memcpy(shape, blob_shape(b), (size_t)ndim * sizeof(int64_t));
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = stride;
+        stride *= shape[i] ? shape[i] : 1; /* bounded by the count: no overflow */
+    }
+    DLTensor *t = &e->tensor.dl_tensor;
+    t->data = ptr;
+    if (gpu)
+        t->device = (DLDevice){kDLCUDA, device};
+    else if ((flags & BLOB_DLPACK_CUDA_HOST) && blob_syncedmem_host_pinned(mem))
+        t->device = (DLDevice){kDLCUDAHost, 0};
+    else
+        t->device = (DLDevice){kDLCPU, 0};
+    t->ndim = ndim;
+    t->dtype = (DLDataType){kDLFloat, blob_get_dtype(b) == BLOB_FLOAT32 ? 32 : 64, 1};
+    t->shape = shape;
+    t->strides = strides;
+    t->byte_offset = 0;
+    e->tensor.manager_ctx = e;
+    e->tensor.deleter = exported_delete;
+    *out = &e->tensor;
+    return BLOB_OK;
+}
+
+static void release_tensor(void *ctx)
+{
+    blob_dlpack_delete(ctx);
+}
+
+void blob_dlpack_delete(DLManagedTensor *t)
+{
+    if (t && t->deleter)
+        t->deleter(t);
+}
+
+/* The import's helpers report their failures under its name. */
+#define IMPORT_FAIL(status, ...) blob__fail((status), "blob_from_dlpack", __VA_ARGS__)
+
+static blob_status dtype_of(DLDataType d, blob_dtype *out)
+{
+    if (d.code == kDLFloat && d.lanes == 1 && (d.bits == 32 || d.bits == 64)) {
+        *out = d.bits == 32 ? BLOB_FLOAT32 : BLOB_FLOAT64;
+        return BLOB_OK;
+    }
+    return IMPORT_FAIL(BLOB_EINVAL, "dtype code %u, %u bits, %u lanes: only float32 and float64 "
+                     "with 1 lane", (unsigned)d.code, (unsigned)d.bits, (unsigned)d.lanes);
+}
+
+/* The dims are >= 0 and the strides (if given) describe a C-contiguous tensor; *empty
+ * says whether a dim is 0. */
+static blob_status check_layout(const DLTensor *t, bool *empty)
+{
+    *empty = false;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0)
+            return IMPORT_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i,
+                             (long long)t->shape[i]);
+        *empty |= t->shape[i] == 0;
+    }
+    if (!t->strides || *empty)
+        return BLOB_OK;
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect)
+            return IMPORT_FAIL(BLOB_EINVAL, "not C-contiguous: axis %d has stride %lld, "
+                             "compact row-major needs %lld", i, (long long)t->strides[i],
+                             (long long)expect);
+        if (__builtin_mul_overflow(expect, t->shape[i], &expect))
+            return IMPORT_FAIL(BLOB_EOVERFLOW, "element count overflows at axis %d", i);
+    }
+    return BLOB_OK;
+}
+
+/* Where the tensor lives: *gpu for kDLCUDA (on *device), else host memory. */
+static blob_status place_of(DLDevice d, bool *gpu, int *device)
+{
+    switch ((int)d.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost:
+        if (d.device_id != 0)
+            return IMPORT_FAIL(BLOB_EINVAL, "host memory with device_id %d (must be 0)",
+                             d.device_id);
+        *gpu = false;
+        return BLOB_OK;
+    case kDLCUDA: {
+        int n = blob_device_count();
+        if (n == 0)
+            return IMPORT_FAIL(BLOB_ENODEV, "tensor on CUDA device %d, but no GPU is usable",
+                             d.device_id);
+        if (d.device_id < 0 || d.device_id >= n)
+            return IMPORT_FAIL(BLOB_ERANGE, "tensor on CUDA device %d, %d present", d.device_id,
+                             n);
+        *gpu = true;
+        *device = d.device_id;
+        return BLOB_OK;
+    }
+    }
+    return IMPORT_FAIL(BLOB_EINVAL, "device type %d: only kDLCPU, kDLCUDAHost and kDLCUDA",
+                     (int)d.device_type);
+}
+
+blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_device)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!tensor)
+        return BLOB_FAIL(BLOB_EINVAL, "tensor is NULL");
+    const DLTensor *t = &tensor->dl_tensor;
+    blob_dtype dtype = BLOB_FLOAT32;
+    BLOB_TRY(dtype_of(t->dtype, &dtype));
+    size_t elem = blob_dtype_size(dtype);
+    if (t->ndim < 0 || t->ndim > BLOB_MAX_AXES)
+        return BLOB_FAIL(BLOB_EINVAL, "ndim %d, at most %d allowed", t->ndim, BLOB_MAX_AXES);
+    if (t->ndim > 0 && !t->shape)
+        return BLOB_FAIL(BLOB_EINVAL, "shape is NULL");
+    bool gpu = false;
+    int device = host_device;
+    BLOB_TRY(place_of(t->device, &gpu, &device));
+    if (t->byte_offset % elem)
+        return BLOB_FAIL(BLOB_EINVAL, "byte_offset %llu is not a multiple of the element "
+                         "size %zu", (unsigned long long)t->byte_offset, elem);
+    uintptr_t addr = (uintptr_t)t->data;
+    if (t->byte_offset > UINTPTR_MAX - addr)
+        return BLOB_FAIL(BLOB_EINVAL, "byte_offset %llu overflows the address",
+                         (unsigned long long)t->byte_offset);
+    addr += (uintptr_t)t->byte_offset;
+    if (addr % elem)
+        return BLOB_FAIL(BLOB_EINVAL, "data + byte_offset is not aligned to %zu bytes", elem);
+    bool empty;
+    BLOB_TRY(check_layout(t, &empty));
+    if (!t->data && !empty)
+        return BLOB_FAIL(BLOB_EINVAL, "data is NULL");
+
+    blob *b;
+    BLOB_TRY(blob_create(&b, dtype, device, t->ndim, t->shape));
+    size_t bytes = (size_t)blob_count(b) * elem;
+    void *data = t->data ? (char *)t->data + t->byte_offset : NULL;
+    blob_status st;
+    if (gpu) {
+        int prev;
+        st = enter_device(device, &prev);
+        if (st == BLOB_OK) {
+            st = blob_syncedmem_set_gpu_data_release(blob_data_mem(b), data, bytes,
+                                                     release_tensor, tensor);
+            restore_device(prev);
+        }
+    } else {
+        st = blob_syncedmem_set_cpu_data_release(blob_data_mem(b), data, bytes, release_tensor,
+                                                 tensor);
+    }
+    if (st != BLOB_OK) {
+        blob_free(b);
+        return st;
+    }
+    *out = b;
+    return BLOB_OK;
+}
