@@ -54,7 +54,8 @@ int main(int argc, char **argv)
     blob_blas_info blas;
     if (blob_blas_get_info(&blas) == BLOB_OK)
         report_meta("blas", "%s", blas.summary);
-    report_meta("math", "%s (BLOB_MATH_MODE)", blob_math_mode_name(blob_get_math_mode()));
+    report_meta("math", "%s (the float32 GPU GEMMs; BLOB_MATH_MODE=tf32 or bf16 changes it)",
+                blob_math_mode_name(blob_get_math_mode()));
     bool gpu = bench_gpu_open(with_torch);
 
     char path[256];

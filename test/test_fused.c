@@ -248,12 +248,14 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
     free(P), free(S), free(eb), free(ebs);
 }
 
-/* Every epilogue (ReLUs with and without mask) over shapes with odd sizes, empty ones
- * and the MLP's, and every transpose combination. */
+/* Every epilogue (ReLUs with and without mask) over shapes with odd sizes, empty ones,
+ * the MLP's, and ones whose host loops take several threads; every transpose. */
 static void check_all(blob_dtype dt, bool gpu, blob_math_mode mode)
 {
-    static const int64_t shapes[][3] = {{1, 1, 1},   {5, 7, 3},   {17, 130, 19}, {33, 2, 40},
-                                        {64, 256, 300}, {3, 129, 0}, {0, 5, 3},  {4, 0, 3}};
+    static const int64_t shapes[][3] = {{1, 1, 1},    {5, 7, 3},       {17, 130, 19},
+                                        {33, 2, 40},  {64, 256, 300},  {3, 129, 0},
+                                        {0, 5, 3},    {4, 0, 3},       {300, 520, 3},
+                                        {2, 3, 70000}};
     test_seed(777 + (uint64_t)dt * 10 + (uint64_t)mode);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
