@@ -287,12 +287,14 @@ demo:
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
-# Layer gradient checks, CPU/GPU agreement, and one short epoch on a 2000-image slice
-# that must reach 60% test accuracy.
-examples-check: examples
+# Layer gradient checks, CPU/GPU agreement, one short epoch on a 2000-image slice that
+# must reach 60% test accuracy, and data-parallel training (examples/check/dp_check.sh:
+# the 1-rank path everywhere; 2 ranks against one GPU, and a rank killed, on two GPUs).
+examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
+	$(Q)sh examples/check/dp_check.sh $(EXAMPLES_BIN) $(LAUNCH_BIN) $(BUILD)/dp-check-out
 
 # The Python module's tests against this build's library, then the DLPack example on
 # the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are
