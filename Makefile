@@ -1,5 +1,5 @@
-# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install |
-#          make fuzz [FUZZ_SECONDS=60]
+# libblob: make [CUDA=0] [V=1] | make check | make bench | make bench-comm | make bench-dp |
+#          make demo | make install | make fuzz [FUZZ_SECONDS=60]
 #
 # CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
 # /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
@@ -215,6 +215,13 @@ $(BUILD)/bench/comm.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
 $(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIB_LIBS)
+
+# Data-parallel training speedup on all local GPUs (two at least; skipped otherwise):
+# the examples' nets with a thread and with a process per GPU, beside PyTorch DDP
+# (bench/dp_step.c, bench/ddp_torch.py). Arguments in BENCH_DP_ARGS.
+.PHONY: bench-dp
+bench-dp: examples $(LAUNCH_BIN)
+	$(Q)$(EXAMPLES_BIN)/dp_step --launcher $(CURDIR)/$(LAUNCH_BIN) $(BENCH_DP_ARGS)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
