@@ -485,7 +485,7 @@ static void threads_case(const dataset *d, const net *names, blob_dtype dt, size
         if (all) {
             compare(what, names, &jobs[0].res, &ref, tol);
             identical("... rank 1's weights are rank 0's", names, &jobs[1].res, &jobs[0].res);
-            close_loss("...", jobs[0].mean_loss, ref.loss, dt == BLOB_FLOAT64 ? 1e-12 : 1e-5);
+            close_loss("...", jobs[0].mean_loss, ref.loss, dt == BLOB_FLOAT64 ? 1e-10 : tol);
         }
     }
     for (int i = 0; i < N; i++)
@@ -560,7 +560,7 @@ static blob_status rank_case(blob_comm *c, const dataset *d, const net *names, b
             same &= hashes[r] == hashes[0];
         say(same, "... every rank's weights are rank 0's (hashes %.0f, %.0f%s)", hashes[0],
             hashes[1], ranks > 2 ? ", ..." : "");
-        close_loss("...", loss, ref.loss, dt == BLOB_FLOAT64 ? 1e-12 : 1e-5);
+        close_loss("...", loss, ref.loss, dt == BLOB_FLOAT64 ? 1e-10 : tol);
     }
     free(ref.w);
     free(mine.w);
