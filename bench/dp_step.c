@@ -162,7 +162,7 @@ static void *thread_main(void *arg)
 static double time_threads(const dp_case *c, int n, int steps, int repeats, char *why,
                            size_t why_size)
 {
-    int devices[MAX_GPUS];
+    int devices[MAX_GPUS] = {0};
     blob_comm *comms[MAX_GPUS];
     rank_ctx ranks[MAX_GPUS];
     pthread_t threads[MAX_GPUS];
@@ -199,7 +199,7 @@ static double time_threads(const dp_case *c, int n, int steps, int repeats, char
 static double time_processes(const char *launcher, const dp_case *c, int n, int steps,
                              int repeats, char *why, size_t why_size)
 {
-    char self[4096], cmd[8192], line[1024], last[512] = "no output";
+    char self[4096], cmd[8192], line[1024], last[400] = "no output";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
         snprintf(why, why_size, "cannot find this program (/proc/self/exe)");
@@ -218,7 +218,7 @@ static double time_processes(const char *launcher, const dp_case *c, int n, int 
     while (fgets(line, sizeof line, p)) {
         line[strcspn(line, "\n")] = '\0';
         if (sscanf(line, "ms_per_step %lf", &ms) != 1 && *line)
-            snprintf(last, sizeof last, "%.500s", line);
+            snprintf(last, sizeof last, "%.399s", line);
     }
     int status = pclose(p);
     if (status != 0 || isnan(ms)) {

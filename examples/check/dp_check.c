@@ -419,7 +419,7 @@ static void *rank_main(void *arg)
 /* Run the ranks' jobs on threads over a fresh communicator on GPUs 0..n-1. */
 static blob_status run_threads(rank_job *jobs, int n, size_t bucket_bytes)
 {
-    int devices[MAX_RANKS];
+    int devices[MAX_RANKS] = {0};
     blob_comm *comms[MAX_RANKS];
     pthread_t threads[MAX_RANKS];
     for (int i = 0; i < n; i++)

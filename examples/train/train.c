@@ -579,7 +579,7 @@ static void *rank_thread(void *arg)
  * sets are shared, read only). */
 static int run_threads(const trainer *t, int n)
 {
-    int devices[MAX_GPUS];
+    int devices[MAX_GPUS] = {0};
     blob_comm *comms[MAX_GPUS];
     for (int i = 0; i < n; i++)
         devices[i] = i;
