@@ -502,9 +502,13 @@ static int run(trainer *t)
 {
     const options *o = &t->o;
     const world *w = &t->world;
-    if (!(t->curves = malloc(3 * (size_t)o->epochs * sizeof *t->curves)) ||
-        !(t->order = malloc((size_t)t->used * sizeof *t->order)))
+    t->curves = malloc(3 * (size_t)o->epochs * sizeof *t->curves);
+    t->order = malloc((size_t)t->used * sizeof *t->order);
+    if (!t->curves || !t->order) {
+        free(t->curves);
+        free(t->order);
         return rank_failed(w, "out of memory");
+    }
     if (w->rank == 0)
         print_header(t);
 
