@@ -26,7 +26,7 @@
  * batch size) changes each step by about 1e-7, and 50 steps of momentum SGD amplify
  * that by a factor that depends on the data, so 1e-5 is no reliable bound for it; a
  * missing or wrong reduction shows as 1e-2 or more either way. The ranks' weights must
- * also be identical bit for bit, and the mean of their last losses equal the
+ * also be identical bit for bit, and the mean of their last losses agree with the
  * reference's last loss.
  *
  * Prints one line per check ("ok" or "FAIL", naming the blob and element that differ
