@@ -1,5 +1,5 @@
-# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install |
-#          make fuzz [FUZZ_SECONDS=60]
+# libblob: make [CUDA=0] [V=1] | make check | make bench | make bench-comm | make bench-dp |
+#          make demo | make install | make fuzz [FUZZ_SECONDS=60]
 #
 # CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
 # /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
@@ -216,6 +216,13 @@ $(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIB_LIBS)
 
+# Data-parallel training speedup on all local GPUs (two at least; skipped otherwise):
+# the examples' nets with a thread and with a process per GPU, beside PyTorch DDP
+# (bench/dp_step.c, bench/ddp_torch.py). Arguments in BENCH_DP_ARGS.
+.PHONY: bench-dp
+bench-dp: examples $(LAUNCH_BIN)
+	$(Q)$(EXAMPLES_BIN)/dp_step --launcher $(CURDIR)/$(LAUNCH_BIN) $(BENCH_DP_ARGS)
+
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
 	$(Q)$(EXAMPLES_BIN)/mlp_step
@@ -287,12 +294,14 @@ demo:
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
-# Layer gradient checks, CPU/GPU agreement, and one short epoch on a 2000-image slice
-# that must reach 60% test accuracy.
-examples-check: examples
+# Layer gradient checks, CPU/GPU agreement, one short epoch on a 2000-image slice that
+# must reach 60% test accuracy, and data-parallel training (examples/check/dp_check.sh:
+# the 1-rank path everywhere; 2 ranks against one GPU, and a rank killed, on two GPUs).
+examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
+	$(Q)sh examples/check/dp_check.sh $(EXAMPLES_BIN) $(LAUNCH_BIN) $(BUILD)/dp-check-out
 
 # The Python module's tests against this build's library, then the DLPack example on
 # the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are
