@@ -135,7 +135,7 @@ $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
-	$(Q)$(EXAMPLES_BIN)/mlp_step
+	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --batch 64 --batch 256
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.

@@ -96,6 +96,10 @@ blob_status net_forward(net *n, blob *x, blob *labels);
  * one, are dropped and captured again. Call it between steps (after net_output). */
 void net_set_lr(net *n, double lr);
 
+/* The CUDA graph that ran the last training step, or NULL if it ran eagerly. It stays
+ * the net's (valid until net_set_lr or net_free). */
+const blob_graph *net_graph(const net *n);
+
 /* Mean loss of the last step or forward; waits for it. */
 blob_status net_loss(net *n, double *loss);
 
