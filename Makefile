@@ -135,7 +135,7 @@ $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
-	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --batch 64 --batch 256
+	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --net lenet --batch 64 --batch 256
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.
@@ -196,12 +196,14 @@ demo:
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
-# Layer gradient checks, CPU/GPU agreement, and one short epoch on a 2000-image slice
-# that must reach 60% test accuracy.
+# Layer gradient checks, CPU/GPU agreement, and short runs on a 2000-image slice: one
+# epoch of the MLP and two of LeNet, each of which must reach 60% test accuracy.
 examples-check: examples
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
+	$(Q)$(EXAMPLES_BIN)/train --net lenet --limit 2000 --epochs 2 --min-accuracy 0.6 \
+	    --out $(BUILD)/check-out-lenet
 
 # The Python module's tests against this build's library, then the DLPack example on
 # the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are

@@ -8,8 +8,9 @@ computes it too).
 The nets (--net) are those of examples/nets, with the same widths:
   mlp, mlp1024, mlp4096  inner products with ReLU between them, on flattened images;
   lenet                  Caffe's LeNet with ReLU after the convolutions too: conv 5x5
-                         (20) -> ReLU -> max pool 2x2/2 -> conv 5x5 (50) -> ReLU -> max
-                         pool 2x2/2 -> inner product (500) -> ReLU -> inner product (10).
+                         (20) -> max pool 2x2/2 -> ReLU -> conv 5x5 (50) -> max pool
+                         2x2/2 -> ReLU -> inner product (500) -> ReLU -> inner product
+                         (10) (ReLU after pooling, as examples/nets/lenet.c has it).
 A step is zero_grad, forward, cross-entropy, backward, SGD with momentum 0.9 and weight
 decay 5e-4, and loss.item(). cuDNN picks its algorithms (cudnn.benchmark) during the
 warm-up.
@@ -45,11 +46,11 @@ def mlp(*widths):
 
 
 def lenet(conv1, conv2, hidden):
-    """LeNet for 1x28x28 images with ReLU after the convolutions."""
+    """LeNet for 1x28x28 images with ReLU after the convolutions (and their pooling)."""
     nn = torch.nn
     return nn.Sequential(
-        nn.Conv2d(1, conv1, 5), nn.ReLU(), nn.MaxPool2d(2, 2),
-        nn.Conv2d(conv1, conv2, 5), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(1, conv1, 5), nn.MaxPool2d(2, 2), nn.ReLU(),
+        nn.Conv2d(conv1, conv2, 5), nn.MaxPool2d(2, 2), nn.ReLU(),
         nn.Flatten(), nn.Linear(conv2 * 4 * 4, hidden), nn.ReLU(),
         nn.Linear(hidden, 10)), (1, 28, 28)
 

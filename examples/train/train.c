@@ -153,20 +153,34 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Double-buffered input: x (rows x 1 x 28 x 28 floats in [0, 1]) and labels. */
+/* Double-buffered input: x (rows x the net's input shape, 1 x 28 x 28 floats in [0, 1])
+ * and labels. */
 typedef struct {
     blob *x[2], *labels[2];
+    int axes;          /* of x: rows, then the net's input shape */
+    int64_t shape[4];
     int next;          /* the buffer the next fill goes into */
     void *copy_stream; /* GPU mode: where pushes are queued */
 } feeder;
 
-static blob_status feeder_init(feeder *f, nn_mode mode, int64_t batch, void *copy_stream)
+static blob_status feeder_init(feeder *f, const net_def *def, nn_mode mode, int64_t batch,
+                               void *copy_stream)
 {
-    int64_t shape[4] = {batch, 1, FMNIST_SIDE, FMNIST_SIDE};
+    int64_t pixels = 1;
+    if (def->input_axes < 1 || def->input_axes > 3)
+        return BLOB_ESHAPE;
+    f->axes = def->input_axes + 1;
+    f->shape[0] = batch;
+    for (int i = 0; i < def->input_axes; i++) {
+        f->shape[i + 1] = def->input_shape[i];
+        pixels *= def->input_shape[i];
+    }
+    if (pixels != FMNIST_PIXELS)
+        return BLOB_ESHAPE; /* the net takes no Fashion-MNIST image */
     f->copy_stream = copy_stream;
     for (int k = 0; k < 2; k++) {
-        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, 4, shape));
-        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, shape));
+        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, f->axes, f->shape));
+        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, &batch));
     }
     return BLOB_OK;
 }
@@ -188,9 +202,9 @@ static blob_status feed(feeder *f, const fmnist_set *set, const int32_t *order, 
     *k = f->next;
     f->next ^= 1;
     blob *x = f->x[*k], *y = f->labels[*k];
-    int64_t shape[4] = {rows, 1, FMNIST_SIDE, FMNIST_SIDE};
     float *px, *py;
-    NN_TRY(blob_reshape(x, 4, shape));
+    f->shape[0] = rows;
+    NN_TRY(blob_reshape(x, f->axes, f->shape));
     NN_TRY(blob_reshape(y, 1, &rows));
     NN_TRY(blob_mutable_cpu_data(x, (void **)&px));
     NN_TRY(blob_mutable_cpu_data(y, (void **)&py));
@@ -418,7 +432,7 @@ static int run(trainer *t)
     if (st == BLOB_OK)
         st = net_create(&t->net, &cfg);
     if (st == BLOB_OK)
-        st = feeder_init(&t->feed, t->mode, o->batch, copy);
+        st = feeder_init(&t->feed, o->net, t->mode, o->batch, copy);
     if (st == BLOB_OK)
         st = train(t, used, &accuracy);
     int rc = 1;
