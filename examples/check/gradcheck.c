@@ -158,7 +158,7 @@ static blob_status make_softmax_loss(nn_layer **l, nn_mode mode)
 static blob_status make_conv(nn_layer **l, nn_mode mode)
 {
     nn_conv_param p = {.channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3,
-                       .pad_h = 1, .pad_w = 1, .max_col_bytes = 1 << 20};
+                       .pad_h = 1, .pad_w = 1};
     return nn_conv_create(l, mode, dt, &p, 11);
 }
 
@@ -167,7 +167,7 @@ static blob_status make_conv_groups(nn_layer **l, nn_mode mode)
 {
     nn_conv_param p = {.channels = 4, .num_output = 6, .kernel_h = 3, .kernel_w = 2,
                        .pad_h = 1, .stride_h = 2, .dilation_w = 2, .groups = 2,
-                       .filler = NN_FILL_XAVIER, .max_col_bytes = 1 << 20};
+                       .filler = NN_FILL_XAVIER};
     return nn_conv_create(l, mode, dt, &p, 12);
 }
 
@@ -176,15 +176,16 @@ static blob_status make_conv_groups(nn_layer **l, nn_mode mode)
 static blob_status make_conv_chunked(nn_layer **l, nn_mode mode)
 {
     nn_conv_param p = {.channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3,
-                       .pad_h = 1, .pad_w = 1, .stride_h = 2, .max_col_bytes = 2 * 27 * 15 * 8};
+                       .pad_h = 1, .pad_w = 1, .stride_h = 2,
+                       .max_col_bytes = 2 * 27 * 15 * 8};
     return nn_conv_create(l, mode, dt, &p, 13);
 }
 
-/* one image per chunk on both sides, as the host's default */
+/* one image per chunk: its product goes to top directly */
 static blob_status make_conv_per_image(nn_layer **l, nn_mode mode)
 {
     nn_conv_param p = {.channels = 2, .num_output = 3, .kernel_h = 2, .kernel_w = 3,
-                       .pad_w = 1, .groups = 1, .max_col_bytes = 1};
+                       .pad_w = 1, .max_col_bytes = 1};
     return nn_conv_create(l, mode, dt, &p, 14);
 }
 

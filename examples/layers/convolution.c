@@ -190,7 +190,7 @@ static void conv_destroy(nn_layer *l)
 static const nn_layer_ops conv_ops = {conv_reshape, conv_forward, conv_backward, conv_destroy};
 
 /* p with its defaults filled in, if it is valid. */
-static bool conv_param(const nn_conv_param *in, nn_mode mode, nn_conv_param *p)
+static bool conv_param(const nn_conv_param *in, nn_conv_param *p)
 {
     *p = *in;
     int64_t *defaults_one[] = {&p->stride_h, &p->stride_w, &p->dilation_h, &p->dilation_w,
@@ -199,7 +199,7 @@ static bool conv_param(const nn_conv_param *in, nn_mode mode, nn_conv_param *p)
         if (*defaults_one[i] == 0)
             *defaults_one[i] = 1;
     if (!p->max_col_bytes)
-        p->max_col_bytes = mode == NN_GPU ? NN_CONV_GPU_COL_BYTES : NN_CONV_CPU_COL_BYTES;
+        p->max_col_bytes = NN_CONV_MAX_COL_BYTES;
     return p->channels >= 1 && p->num_output >= 1 && p->kernel_h >= 1 && p->kernel_w >= 1 &&
            p->pad_h >= 0 && p->pad_w >= 0 && p->stride_h >= 1 && p->stride_w >= 1 &&
            p->dilation_h >= 1 && p->dilation_w >= 1 && p->groups >= 1 &&
@@ -212,7 +212,7 @@ blob_status nn_conv_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
 {
     *out = NULL;
     nn_conv_param p;
-    if (!conv_param(param, mode, &p))
+    if (!conv_param(param, &p))
         return BLOB_EINVAL;
     nn_layer *l;
     NN_TRY(nn__layer_alloc(&l, sizeof(conv_layer), &conv_ops, mode, dtype));

@@ -110,22 +110,20 @@ blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, int64_t
  * correlation of bottom (N x channels x H x W) with weights (num_output x channels /
  * groups x kernel_h x kernel_w), plus a bias per output channel. Output channels of group
  * g see input channels of group g only. Zero fields of stride and dilation mean 1, of
- * groups 1, of max_col_bytes NN_CONV_GPU_COL_BYTES or NN_CONV_CPU_COL_BYTES by mode. */
+ * groups 1, of max_col_bytes NN_CONV_MAX_COL_BYTES. */
 typedef struct {
     int64_t channels, num_output;
     int64_t kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
     int64_t groups;
     nn_filler filler; /* of the weights; the bias starts at 0 */
     /* Bound on the column buffer: as many images as fit in it go through im2col and one
-     * GEMM per group at a time (at least one image, however large). */
+     * GEMM per group at a time (at least one image, however large). A batch in one chunk
+     * is fastest on the GPU, and on the host where the BLAS runs on several threads (a
+     * GEMM per image is a little faster on one thread). */
     size_t max_col_bytes;
 } nn_conv_param;
 
-/* On the GPU a batch is one chunk unless it is huge; on the host one image is (Caffe's
- * way, and the fastest there: its columns stay in cache, and one image's product is in
- * NCHW order already, so it needs no reorder). */
-#define NN_CONV_GPU_COL_BYTES ((size_t)256 << 20)
-#define NN_CONV_CPU_COL_BYTES ((size_t)1)
+#define NN_CONV_MAX_COL_BYTES ((size_t)256 << 20)
 
 /* The weights come from `seed`. Errors: BLOB_EINVAL for a size below 1 (a pad below 0),
  * channels or num_output not divisible by groups. A bottom whose channels differ, or
