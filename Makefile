@@ -225,7 +225,7 @@ bench-dp: examples $(LAUNCH_BIN)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
-	$(Q)$(EXAMPLES_BIN)/mlp_step
+	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --net lenet --batch 64 --batch 256
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.
@@ -294,13 +294,16 @@ demo:
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
-# Layer gradient checks, CPU/GPU agreement, one short epoch on a 2000-image slice that
-# must reach 60% test accuracy, and data-parallel training (examples/check/dp_check.sh:
-# the 1-rank path everywhere; 2 ranks against one GPU, and a rank killed, on two GPUs).
+# Layer gradient checks, CPU/GPU agreement, short runs on a 2000-image slice (one epoch
+# of the MLP and two of LeNet, each of which must reach 60% test accuracy), and
+# data-parallel training (examples/check/dp_check.sh: the 1-rank path everywhere; 2 ranks
+# against one GPU, and a rank killed, on two GPUs).
 examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
+	$(Q)$(EXAMPLES_BIN)/train --net lenet --limit 2000 --epochs 2 --min-accuracy 0.6 \
+	    --out $(BUILD)/check-out-lenet
 	$(Q)sh examples/check/dp_check.sh $(EXAMPLES_BIN) $(LAUNCH_BIN) $(BUILD)/dp-check-out
 
 # The Python module's tests against this build's library, then the DLPack example on

@@ -1,9 +1,10 @@
 /*
- * gradcheck - check the layers and the MLP's training step.
+ * gradcheck - check the layers and the training steps of the nets.
  *
  *  1. Every layer's backward against central differences of its forward, in double
- *     precision, on the CPU and on the GPU.
- *  2. Six SGD steps of the 784-256-128-10 MLP in single precision on the CPU, on the GPU
+ *     precision, on the CPU and on the GPU: one row of `rows` per layer and setting.
+ *  2. Bad layer arguments and bottom shapes are refused with BLOB_EINVAL / BLOB_ESHAPE.
+ *  3. Six SGD steps of the MLP and of LeNet in single precision on the CPU, on the GPU
  *     eagerly and on the GPU with CUDA graphs: the losses and the final weights agree.
  *
  * GPU parts are skipped, saying so, when no GPU is present. Exits 1 on any failure.
@@ -131,39 +132,204 @@ static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
     return BLOB_OK;
 }
 
+/* The layers of check 1: one row each, all in double precision. */
+
+typedef struct {
+    const char *name;
+    blob_status (*create)(nn_layer **out, nn_mode mode);
+    int axes;
+    int64_t shape[4]; /* of bottom[0] */
+    bool labels;      /* a loss layer: bottom[1] holds class labels */
+} layer_row;
+
+static const blob_dtype dt = BLOB_FLOAT64;
+
+static blob_status make_ip(nn_layer **l, nn_mode mode)
+{
+    return nn_ip_create(l, mode, dt, 6, 5, 7);
+}
+static blob_status make_relu(nn_layer **l, nn_mode mode) { return nn_relu_create(l, mode, dt); }
+static blob_status make_softmax_loss(nn_layer **l, nn_mode mode)
+{
+    return nn_softmax_loss_create(l, mode, dt);
+}
+
+/* 3x3, pad 1: one chunk of the whole batch */
+static blob_status make_conv(nn_layer **l, nn_mode mode)
+{
+    nn_conv_param p = {.channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3,
+                       .pad_h = 1, .pad_w = 1};
+    return nn_conv_create(l, mode, dt, &p, 11);
+}
+
+/* two groups, a 3x2 kernel, stride 2x1, dilation 1x2, Xavier weights */
+static blob_status make_conv_groups(nn_layer **l, nn_mode mode)
+{
+    nn_conv_param p = {.channels = 4, .num_output = 6, .kernel_h = 3, .kernel_w = 2,
+                       .pad_h = 1, .stride_h = 2, .dilation_w = 2, .groups = 2,
+                       .filler = NN_FILL_XAVIER};
+    return nn_conv_create(l, mode, dt, &p, 12);
+}
+
+/* a column buffer of two images (27 rows x 15 columns of doubles each): 3 images go in
+ * chunks of 2 and 1, so both the reorder of a chunk and the direct path of one image run */
+static blob_status make_conv_chunked(nn_layer **l, nn_mode mode)
+{
+    nn_conv_param p = {.channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3,
+                       .pad_h = 1, .pad_w = 1, .stride_h = 2,
+                       .max_col_bytes = 2 * 27 * 15 * 8};
+    return nn_conv_create(l, mode, dt, &p, 13);
+}
+
+/* one image per chunk: its product goes to top directly */
+static blob_status make_conv_per_image(nn_layer **l, nn_mode mode)
+{
+    nn_conv_param p = {.channels = 2, .num_output = 3, .kernel_h = 2, .kernel_w = 3,
+                       .pad_w = 1, .max_col_bytes = 1};
+    return nn_conv_create(l, mode, dt, &p, 14);
+}
+
+static blob_status make_max_pool(nn_layer **l, nn_mode mode)
+{
+    nn_pool_param p = {.method = NN_POOL_MAX, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
+                       .stride_w = 2};
+    return nn_pool_create(l, mode, dt, &p);
+}
+
+/* overlapping windows, padding, rounded up: some windows are partial */
+static blob_status make_max_pool_overlap(nn_layer **l, nn_mode mode)
+{
+    nn_pool_param p = {.method = NN_POOL_MAX, .kernel_h = 3, .kernel_w = 3, .pad_h = 1,
+                       .pad_w = 1, .stride_h = 2, .stride_w = 2, .rounding = BLOB_ROUND_CEIL};
+    return nn_pool_create(l, mode, dt, &p);
+}
+
+static blob_status make_ave_pool(nn_layer **l, nn_mode mode)
+{
+    nn_pool_param p = {.method = NN_POOL_AVE, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
+                       .stride_w = 2};
+    return nn_pool_create(l, mode, dt, &p);
+}
+
+static blob_status make_ave_pool_overlap(nn_layer **l, nn_mode mode)
+{
+    nn_pool_param p = {.method = NN_POOL_AVE, .kernel_h = 3, .kernel_w = 3, .pad_h = 1,
+                       .pad_w = 1, .stride_h = 2, .stride_w = 2, .rounding = BLOB_ROUND_CEIL};
+    return nn_pool_create(l, mode, dt, &p);
+}
+
+static const layer_row rows[] = {
+    {"InnerProduct", make_ip, 2, {4, 6}, false},
+    {"ReLU", make_relu, 2, {4, 6}, false},
+    {"SoftmaxWithLoss", make_softmax_loss, 2, {4, 6}, true},
+    {"Convolution", make_conv, 4, {2, 3, 6, 5}, false},
+    {"Conv groups", make_conv_groups, 4, {2, 4, 7, 6}, false},
+    {"Conv chunked", make_conv_chunked, 4, {3, 3, 6, 5}, false},
+    {"Conv per image", make_conv_per_image, 4, {3, 2, 5, 4}, false},
+    {"MaxPool 2/2", make_max_pool, 4, {2, 3, 6, 6}, false},
+    {"MaxPool 3/2 pad", make_max_pool_overlap, 4, {2, 2, 7, 7}, false},
+    {"AvePool 2/2", make_ave_pool, 4, {2, 3, 6, 6}, false},
+    {"AvePool 3/2 pad", make_ave_pool_overlap, 4, {2, 2, 7, 7}, false},
+};
+#define NUM_ROWS ((int)(sizeof rows / sizeof rows[0]))
+
 static void check_layers(nn_mode mode)
 {
-    enum { ROWS = 4, IN = 6, OUT = 5 };
-    const blob_dtype dt = BLOB_FLOAT64;
-    int64_t in_shape[2] = {ROWS, IN}, rows = ROWS;
     uint64_t rng = 42;
-    layer_case cases[3] = {{.name = "InnerProduct"}, {.name = "ReLU"},
-                           {.name = "SoftmaxWithLoss"}};
-    blob_status st;
-    if ((st = nn_ip_create(&cases[0].layer, mode, dt, IN, OUT, 7)) != BLOB_OK ||
-        (st = nn_relu_create(&cases[1].layer, mode, dt)) != BLOB_OK ||
-        (st = nn_softmax_loss_create(&cases[2].layer, mode, dt)) != BLOB_OK ||
-        (st = nn_blob_create(&cases[2].bottom[1], mode, dt, 1, &rows)) != BLOB_OK)
-        report(st, "creating the layers");
-    for (int i = 0; st == BLOB_OK && i < 3; i++) {
-        if ((st = nn_blob_create(&cases[i].bottom[0], mode, dt, 2, in_shape)) != BLOB_OK ||
-            (st = nn_blob_create(&cases[i].top, mode, dt, 0, NULL)) != BLOB_OK ||
-            (st = check_layer(&cases[i], mode, &rng)) != BLOB_OK)
-            report(st, cases[i].name);
-    }
-    for (int i = 0; i < 3; i++) {
-        nn_layer_free(cases[i].layer);
-        blob_free(cases[i].bottom[0]);
-        blob_free(cases[i].bottom[1]);
-        blob_free(cases[i].top);
-        free(cases[i].weights);
+    for (int i = 0; i < NUM_ROWS; i++) {
+        const layer_row *r = &rows[i];
+        layer_case c = {.name = r->name};
+        blob_status st;
+        if ((st = r->create(&c.layer, mode)) != BLOB_OK ||
+            (st = nn_blob_create(&c.bottom[0], mode, dt, r->axes, r->shape)) != BLOB_OK ||
+            (r->labels &&
+             (st = nn_blob_create(&c.bottom[1], mode, dt, 1, r->shape)) != BLOB_OK) ||
+            (st = nn_blob_create(&c.top, mode, dt, 0, NULL)) != BLOB_OK ||
+            (st = check_layer(&c, mode, &rng)) != BLOB_OK)
+            report(st, r->name);
+        nn_layer_free(c.layer);
+        blob_free(c.bottom[0]);
+        blob_free(c.bottom[1]);
+        blob_free(c.top);
+        free(c.weights);
     }
 }
 
-/* ---- 2. training steps: CPU, GPU eager and GPU graph agree ---- */
+/* ---- 2. bad layer arguments and shapes are refused ---- */
 
-enum { BATCH = 64, STEPS = 6 };
-static const int64_t dims[] = {784, 256, 128, 10};
+static void expect(blob_status got, blob_status want, const char *what, int *bad)
+{
+    if (got == want)
+        return;
+    printf("  %s: %s, expected %s\n", what, blob_strerror(got), blob_strerror(want));
+    ++*bad;
+}
+
+/* Reshape a fresh layer made by create (BLOB_OK expected) to a bottom of shape. */
+static blob_status reshape_to(nn_layer *l, int axes, const int64_t *shape)
+{
+    blob *x = NULL, *top = NULL;
+    blob_status st = nn_blob_create(&x, NN_CPU, dt, axes, shape);
+    if (st == BLOB_OK)
+        st = nn_blob_create(&top, NN_CPU, dt, 0, NULL);
+    if (st == BLOB_OK)
+        st = nn_layer_reshape(l, &x, top);
+    blob_free(x);
+    blob_free(top);
+    return st;
+}
+
+static void check_refusals(void)
+{
+    int bad = 0;
+    nn_layer *l = NULL;
+    nn_conv_param conv = {.channels = 4, .num_output = 6, .kernel_h = 3, .kernel_w = 3};
+    nn_conv_param p = conv;
+    p.groups = 4; /* 6 outputs in 4 groups */
+    expect(nn_conv_create(&l, NN_CPU, dt, &p, 1), BLOB_EINVAL, "conv, groups not dividing", &bad);
+    p = conv;
+    p.stride_h = -1;
+    expect(nn_conv_create(&l, NN_CPU, dt, &p, 1), BLOB_EINVAL, "conv, negative stride", &bad);
+    p = conv;
+    p.kernel_w = 0;
+    expect(nn_conv_create(&l, NN_CPU, dt, &p, 1), BLOB_EINVAL, "conv, kernel 0", &bad);
+    if (l) {
+        printf("  a refused layer was made\n");
+        bad++;
+    }
+    expect(nn_conv_create(&l, NN_CPU, dt, &conv, 1), BLOB_OK, "conv", &bad);
+    if (l) {
+        const int64_t wrong_channels[4] = {2, 3, 8, 8}, too_small[4] = {2, 4, 2, 8},
+                      flat[2] = {2, 256};
+        expect(reshape_to(l, 4, wrong_channels), BLOB_ESHAPE, "conv, 3 channels for 4", &bad);
+        expect(reshape_to(l, 4, too_small), BLOB_ESHAPE, "conv, 3x3 kernel on 2x8", &bad);
+        expect(reshape_to(l, 2, flat), BLOB_ESHAPE, "conv, a 2-D bottom", &bad);
+        nn_layer_free(l);
+        l = NULL;
+    }
+    nn_pool_param pool = {.method = NN_POOL_MAX, .kernel_h = 2, .kernel_w = 2, .pad_h = 2};
+    expect(nn_pool_create(&l, NN_CPU, dt, &pool), BLOB_EINVAL, "pool, pad 2 for kernel 2", &bad);
+    pool.pad_h = 0;
+    pool.method = (nn_pool_method)7;
+    expect(nn_pool_create(&l, NN_CPU, dt, &pool), BLOB_EINVAL, "pool, bad method", &bad);
+    pool.method = NN_POOL_AVE;
+    pool.kernel_h = 5;
+    expect(nn_pool_create(&l, NN_CPU, dt, &pool), BLOB_OK, "pool", &bad);
+    if (l) {
+        const int64_t short_plane[4] = {1, 1, 4, 8};
+        expect(reshape_to(l, 4, short_plane), BLOB_ESHAPE, "pool, 5x2 window on 4x8", &bad);
+        nn_layer_free(l);
+    }
+    printf("refusals: bad layer arguments and shapes  %s\n", bad ? "FAILED" : "ok");
+    if (bad)
+        failed++;
+    else
+        passed++;
+}
+
+/* ---- 3. training steps: CPU, GPU eager and GPU graph agree ---- */
+
+enum { BATCH = 64, STEPS = 6, CLASSES = 10 };
 
 typedef struct {
     double loss[STEPS];
@@ -193,14 +359,16 @@ static blob_status read_params(net *n, run_result *r)
 /* Train STEPS steps alternating between two fixed random batches (so a graph run
  * captures one graph per batch), reading the parameters on the host halfway as a
  * checkpoint would, and collect the losses and final parameters. */
-static blob_status run_steps(nn_mode mode, bool graph, run_result *r)
+static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, run_result *r)
 {
     void *stream = NULL;
     net *n = NULL;
     blob *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
-    int64_t xshape[2] = {BATCH, dims[0]}, batch = BATCH;
+    int64_t xshape[4] = {BATCH}, batch = BATCH;
+    for (int i = 0; i < def->input_axes; i++)
+        xshape[i + 1] = def->input_shape[i];
     uint64_t rng = 9;
-    net_config cfg = {.def = net_def_find("mlp"), .mode = mode, .dtype = BLOB_FLOAT32,
+    net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32,
                       .batch = BATCH, .seed = 3, .lr = 0.05, .momentum = 0.9,
                       .weight_decay = 1e-3, .graph = graph};
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
@@ -209,13 +377,14 @@ static blob_status run_steps(nn_mode mode, bool graph, run_result *r)
         st = net_create(&n, &cfg);
     for (int k = 0; st == BLOB_OK && k < 2; k++) {
         float *labels;
-        if ((st = nn_blob_create(&x[k], mode, BLOB_FLOAT32, 2, xshape)) != BLOB_OK ||
+        if ((st = nn_blob_create(&x[k], mode, BLOB_FLOAT32, def->input_axes + 1, xshape)) !=
+                BLOB_OK ||
             (st = nn_blob_create(&y[k], mode, BLOB_FLOAT32, 1, &batch)) != BLOB_OK ||
             (st = nn_fill_uniform(x[k], 0, 1, &rng)) != BLOB_OK ||
             (st = blob_mutable_cpu_data(y[k], (void **)&labels)) != BLOB_OK)
             break;
         for (int i = 0; i < BATCH; i++)
-            labels[i] = (float)(int)(nn_uniform(&rng) * 10);
+            labels[i] = (float)(int)(nn_uniform(&rng) * CLASSES);
     }
     int64_t correct;
     for (int s = 0; st == BLOB_OK && s < STEPS; s++) {
@@ -238,7 +407,8 @@ static blob_status run_steps(nn_mode mode, bool graph, run_result *r)
     return st;
 }
 
-static void compare(const char *what, const run_result *ref, const run_result *r)
+static void compare(const char *net_name, const char *what, const run_result *ref,
+                    const run_result *r)
 {
     double loss_err = 0, param_err = 0, scale = 0;
     for (int s = 0; s < STEPS; s++)
@@ -249,32 +419,45 @@ static void compare(const char *what, const run_result *ref, const run_result *r
     }
     param_err /= scale;
     bool ok = loss_err <= AGREE_TOL && param_err <= AGREE_TOL;
-    printf("agreement %-22s %d steps: loss %.6f vs %.6f, max loss error %.1e, max weight "
-           "error %.1e  %s\n", what, STEPS, r->loss[STEPS - 1], ref->loss[STEPS - 1], loss_err,
-           param_err, ok ? "ok" : "FAILED");
+    printf("agreement %-6s %-17s %d steps: loss %.6f vs %.6f, max loss error %.1e, max "
+           "weight error %.1e  %s\n", net_name, what, STEPS, r->loss[STEPS - 1],
+           ref->loss[STEPS - 1], loss_err, param_err, ok ? "ok" : "FAILED");
     if (ok)
         passed++;
     else
         failed++;
 }
 
-static void check_training(bool gpu)
+static void check_training(const char *net_name, bool gpu)
 {
+    const net_def *def = net_def_find(net_name);
     run_result cpu = {0}, eager = {0}, graph = {0};
+    char what[64];
     blob_status st;
-    if ((st = run_steps(NN_CPU, false, &cpu)) != BLOB_OK)
-        report(st, "training on the CPU");
+    if (!def) {
+        snprintf(what, sizeof what, "no net called %s", net_name);
+        report(BLOB_EINVAL, what);
+        return;
+    }
+    if ((st = run_steps(def, NN_CPU, false, &cpu)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s on the CPU", net_name);
+        report(st, what);
+    }
     else if (!gpu) {
-        printf("agreement CPU vs GPU: skipped (no GPU)\n");
+        printf("agreement %-6s CPU vs GPU: skipped (no GPU)\n", net_name);
         skipped += 2;
     }
-    else if ((st = run_steps(NN_GPU, false, &eager)) != BLOB_OK)
-        report(st, "training on the GPU");
-    else if ((st = run_steps(NN_GPU, true, &graph)) != BLOB_OK)
-        report(st, "training on the GPU with graphs");
+    else if ((st = run_steps(def, NN_GPU, false, &eager)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s on the GPU", net_name);
+        report(st, what);
+    }
+    else if ((st = run_steps(def, NN_GPU, true, &graph)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s on the GPU with graphs", net_name);
+        report(st, what);
+    }
     else {
-        compare("CPU vs GPU eager", &cpu, &eager);
-        compare("CPU vs GPU graph", &cpu, &graph);
+        compare(net_name, "CPU vs GPU eager", &cpu, &eager);
+        compare(net_name, "CPU vs GPU graph", &cpu, &graph);
     }
     free(cpu.params);
     free(eager.params);
@@ -288,11 +471,13 @@ int main(void)
     if (gpu)
         check_layers(NN_GPU);
     else {
-        printf("gradcheck GPU: skipped (no GPU; libblob %s CUDA)\n",
+        printf("gradcheck GPU: %d layers skipped (no GPU; libblob %s CUDA)\n", NUM_ROWS,
                blob_built_with_cuda() ? "built with" : "built without");
-        skipped += 3;
+        skipped += NUM_ROWS;
     }
-    check_training(gpu);
+    check_refusals();
+    check_training("mlp", gpu);
+    check_training("lenet", gpu);
     blob_thread_release();
     printf("gradcheck: %d passed, %d failed, %d skipped", passed, failed, skipped);
     printf(skipped ? " (they need a GPU; 0 found)\n" : "\n");

@@ -12,6 +12,11 @@
         .relu_backward = blob_##side##_relu_backward,                                        \
         .softmax_loss_forward = blob_##side##_softmax_loss_forward,                          \
         .softmax_loss_backward = blob_##side##_softmax_loss_backward,                        \
+        .im2col = blob_##side##_im2col, .col2im = blob_##side##_col2im,                      \
+        .max_pool_forward = blob_##side##_max_pool_forward,                                  \
+        .max_pool_backward = blob_##side##_max_pool_backward,                                \
+        .avg_pool_forward = blob_##side##_avg_pool_forward,                                  \
+        .avg_pool_backward = blob_##side##_avg_pool_backward,                                \
         .data = blob_##side##_data, .mutable_data = blob_mutable_##side##_data,              \
         .diff = blob_##side##_diff, .mutable_diff = blob_mutable_##side##_diff,              \
     }
@@ -58,6 +63,26 @@ blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state)
     for (int64_t i = 0; i < blob_count(b); i++)
         nn_store(p, blob_get_dtype(b), i, lo + (hi - lo) * nn_uniform(state));
     return BLOB_OK;
+}
+
+blob_status nn_fill_gaussian(blob *b, double sd, uint64_t *state)
+{
+    void *p;
+    NN_TRY(blob_mutable_cpu_data(b, &p));
+    for (int64_t i = 0; i < blob_count(b); i++) { /* Box-Muller, one value per pair */
+        double u = 1.0 - nn_uniform(state), v = nn_uniform(state);
+        nn_store(p, blob_get_dtype(b), i, sd * sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+    }
+    return BLOB_OK;
+}
+
+blob_status nn__fill(blob *b, nn_filler filler, int64_t fan_in, uint64_t seed)
+{
+    if (filler == NN_FILL_XAVIER) {
+        double limit = sqrt(3.0 / (double)fan_in);
+        return nn_fill_uniform(b, -limit, limit, &seed);
+    }
+    return nn_fill_gaussian(b, sqrt(2.0 / (double)fan_in), &seed);
 }
 
 blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops,

@@ -34,6 +34,9 @@ struct nn_layer {
 blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops,
                             nn_mode mode, blob_dtype dtype);
 
+/* Fill weights b as filler says for fan_in inputs per output, from seed. */
+blob_status nn__fill(blob *b, nn_filler filler, int64_t fan_in, uint64_t seed);
+
 /* Give `ones` n elements, all 1 (kept when it already has them). */
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);
 

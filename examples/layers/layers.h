@@ -52,6 +52,18 @@ typedef struct {
                                         const void *, void *, void *);
     blob_status (*softmax_loss_backward)(blob_dtype, int64_t, int64_t, const void *,
                                          const void *, double, void *);
+    blob_status (*im2col)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
+                          void *);
+    blob_status (*col2im)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
+                          void *);
+    blob_status (*max_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t,
+                                    const void *, void *, int32_t *);
+    blob_status (*max_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t,
+                                     const void *, const int32_t *, void *);
+    blob_status (*avg_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t,
+                                    const void *, void *);
+    blob_status (*avg_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t,
+                                     const void *, void *);
     blob_status (*data)(blob *, const void **);
     blob_status (*mutable_data)(blob *, void **);
     blob_status (*diff)(blob *, const void **);
@@ -77,6 +89,15 @@ double nn_uniform(uint64_t *state);
 /* Fill b's data with uniform values in [lo, hi) on the host. */
 blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state);
 
+/* Fill b's data with normal values of mean 0 and standard deviation sd on the host. */
+blob_status nn_fill_gaussian(blob *b, double sd, uint64_t *state);
+
+/* How a layer's weights start, as Caffe's fillers, with fan_in the inputs of one output
+ * (num_input, or channels / groups x kernel_h x kernel_w):
+ *   NN_FILL_HE      Caffe's "msra": normal, standard deviation sqrt(2 / fan_in);
+ *   NN_FILL_XAVIER  Caffe's "xavier": uniform in +-sqrt(3 / fan_in). */
+typedef enum { NN_FILL_HE = 0, NN_FILL_XAVIER = 1 } nn_filler;
+
 typedef struct nn_layer nn_layer;
 
 /* InnerProduct: top (M x num_output) = bottom (M x num_input) W^T + b, with W
@@ -84,6 +105,53 @@ typedef struct nn_layer nn_layer;
  * a gemm with a ones vector, as in Caffe. */
 blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, int64_t num_input,
                          int64_t num_output, uint64_t seed);
+
+/* Convolution of NCHW images, Caffe's: top (N x num_output x out_h x out_w) = the
+ * correlation of bottom (N x channels x H x W) with weights (num_output x channels /
+ * groups x kernel_h x kernel_w), plus a bias per output channel. Output channels of group
+ * g see input channels of group g only. Zero fields of stride and dilation mean 1, of
+ * groups 1, of max_col_bytes NN_CONV_MAX_COL_BYTES. */
+typedef struct {
+    int64_t channels, num_output;
+    int64_t kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+    int64_t groups;
+    nn_filler filler; /* of the weights; the bias starts at 0 */
+    /* Bound on the column buffer: as many images as fit in it go through im2col and one
+     * GEMM per group at a time (at least one image, however large). A batch in one chunk
+     * is fastest on the GPU, and on the host where the BLAS runs on several threads (a
+     * GEMM per image is a little faster on one thread). */
+    size_t max_col_bytes;
+} nn_conv_param;
+
+#define NN_CONV_MAX_COL_BYTES ((size_t)256 << 20)
+
+/* The weights come from `seed`. Errors: BLOB_EINVAL for a size below 1 (a pad below 0),
+ * channels or num_output not divisible by groups. A bottom whose channels differ, or
+ * whose padded plane is smaller than the dilated kernel, is refused by reshape
+ * (BLOB_ESHAPE). Forward runs, per chunk of images, im2col, one GEMM per group and one
+ * for the bias, and (chunks of several images) a reorder of the channel-major product
+ * into NCHW (an im2col/col2im with a 1x1 kernel); backward reuses forward's columns when
+ * the batch was one chunk, so the bottom must not change between the two (as in a net). */
+blob_status nn_conv_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
+                           const nn_conv_param *p, uint64_t seed);
+
+/* Pooling of NCHW images over windows of each plane, Caffe's: the maximum (with the
+ * cell chosen remembered for backward) or the average (Caffe's divisor, see
+ * blob_avg_pool_forward). Zero fields of stride mean 1. Caffe rounds the output size up
+ * (BLOB_ROUND_CEIL); the channels come from the bottom. */
+typedef enum { NN_POOL_MAX = 0, NN_POOL_AVE = 1 } nn_pool_method;
+
+typedef struct {
+    nn_pool_method method;
+    int64_t kernel_h, kernel_w, pad_h, pad_w, stride_h, stride_w;
+    blob_rounding rounding;
+} nn_pool_param;
+
+/* Errors: BLOB_EINVAL for a bad method, a kernel below 1, a pad below 0 or not below its
+ * kernel; reshape refuses (BLOB_ESHAPE) a bottom that is not 4-D or whose plane is empty
+ * or smaller than the window. */
+blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
+                           const nn_pool_param *p);
 
 /* ReLU: top = max(bottom, 0), elementwise. */
 blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype);
@@ -104,7 +172,8 @@ blob_status nn_layer_forward(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
                               blob *const *bottom);
 
-/* Learnable parameters: InnerProduct has weights (0) and bias (1), the others none. */
+/* Learnable parameters: InnerProduct and Convolution have weights (0) and bias (1), the
+ * others none. */
 int nn_layer_num_params(const nn_layer *layer);
 blob *nn_layer_param(const nn_layer *layer, int i);
 

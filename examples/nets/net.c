@@ -25,6 +25,7 @@ struct net {
     blob_comm_list *comm_params;  /* data parallel: params registered with cfg.comm */
     bool warm;                    /* a full-batch step ran, so all memory exists */
     int num_graphs;
+    blob_graph *last_graph;       /* of the last training step, NULL if eager */
     struct { /* a graph bakes in device pointers: keyed by them, not by the blobs */
         const void *x, *labels;
         int64_t rows;
@@ -161,6 +162,7 @@ static void drop_graphs(net *n)
     for (int i = 0; i < n->num_graphs; i++)
         blob_graph_free(n->graphs[i].graph);
     n->num_graphs = 0;
+    n->last_graph = NULL;
 }
 
 void net_free(net *n)
@@ -330,6 +332,7 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
         NN_TRY(blob_gpu_data(labels, &dlabels));
         NN_TRY(graph_for(n, x, labels, dx, dlabels, &g));
     }
+    n->last_graph = g;
     if (g)
         NN_TRY(blob_graph_launch(g, blob_get_stream()));
     else
@@ -354,6 +357,8 @@ void net_set_lr(net *n, double lr)
         drop_graphs(n);
     n->cfg.lr = lr;
 }
+
+const blob_graph *net_graph(const net *n) { return n->last_graph; }
 
 blob_status net_loss(net *n, double *loss)
 {

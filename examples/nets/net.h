@@ -43,9 +43,10 @@ typedef struct {
     int64_t input_shape[3];
     /* Add the layers in order with net_add, the loss layer last; weights from seed. */
     blob_status (*build)(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed);
-    /* Training defaults of the trainer for this net. */
+    /* Training defaults of the trainer for this net (batch 0: the trainer's default). */
     int epochs, lr_step;
     double lr;
+    int64_t batch;
 } net_def;
 
 #define NET_DEFINE(def)                                                       \
@@ -122,6 +123,10 @@ blob_status net_forward(net *n, blob *x, blob *labels);
 /* Use a new learning rate from the next step on; captured graphs, which hold the old
  * one, are dropped and captured again. Call it between steps (after net_output). */
 void net_set_lr(net *n, double lr);
+
+/* The CUDA graph that ran the last training step, or NULL if it ran eagerly. It stays
+ * the net's (valid until net_set_lr or net_free). */
+const blob_graph *net_graph(const net *n);
 
 /* Mean loss of the last step or forward; waits for it. */
 blob_status net_loss(net *n, double *loss);

@@ -48,13 +48,15 @@ typedef struct {
     uint64_t seed;
 } options;
 
-/* Epochs, learning rate and its step come from the net's definition unless given. */
+/* Epochs, batch size, learning rate and its step come from the net's definition unless
+ * given (a batch size of 0 there means DEFAULT_BATCH). */
 static const options defaults = {
-    .out_dir = "demo-out", .batch = 64, .lr_gamma = 0.1, .momentum = 0.9,
-    .weight_decay = 5e-4, .seed = 1, .lr_step = -1,
+    .out_dir = "demo-out", .lr_gamma = 0.1, .momentum = 0.9, .weight_decay = 5e-4,
+    .seed = 1, .lr_step = -1,
 };
 #define DEFAULT_NET "mlp"
 #define MAX_GPUS 64
+#define DEFAULT_BATCH 64
 
 static void usage(FILE *f)
 {
@@ -63,8 +65,9 @@ static void usage(FILE *f)
             "  --net NAME          the net to train (default " DEFAULT_NET "):\n");
     for (int i = 0; net_def_at(i); i++) {
         const net_def *d = net_def_at(i);
-        fprintf(f, "                        %-8s %s: %d epochs, lr %g (x0.1 every %d)\n",
-                d->name, d->title, d->epochs, d->lr, d->lr_step);
+        long long batch = d->batch ? d->batch : DEFAULT_BATCH;
+        fprintf(f, "      %-8s %s: %d epochs, batch %lld, lr %g (x0.1 every %d)\n", d->name,
+                d->title, d->epochs, batch, d->lr, d->lr_step);
     }
     fprintf(f,
             "  --data DIR          Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR,\n"
@@ -76,7 +79,7 @@ static void usage(FILE *f)
             "                      images per GPU (blob-launch --nproc N train ... runs a\n"
             "                      process per GPU instead)\n"
             "  --epochs N          default: the net's\n"
-            "  --batch N           default %lld\n"
+            "  --batch N           default: the net's\n"
             "  --lr X              learning rate, > 0, default: the net's\n"
             "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
             "                      default: the net's\n"
@@ -88,7 +91,7 @@ static void usage(FILE *f)
             "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
             "                      is below X\n"
             "X is a finite number, N a whole number >= 1 (--lr-step and --seed: >= 0).\n",
-            defaults.out_dir, (long long)defaults.batch, defaults.lr_gamma, defaults.momentum,
+            defaults.out_dir, defaults.lr_gamma, defaults.momentum,
             defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
@@ -163,6 +166,8 @@ static options parse_options(int argc, char **argv)
         o.lr = o.net->lr;
     if (o.lr_step < 0)
         o.lr_step = o.net->lr_step;
+    if (!o.batch)
+        o.batch = o.net->batch ? o.net->batch : DEFAULT_BATCH;
     return o;
 }
 
@@ -173,20 +178,34 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Double-buffered input: x (rows x 1 x 28 x 28 floats in [0, 1]) and labels. */
+/* Double-buffered input: x (rows x the net's input shape, 1 x 28 x 28 floats in [0, 1])
+ * and labels. */
 typedef struct {
     blob *x[2], *labels[2];
+    int axes;          /* of x: rows, then the net's input shape */
+    int64_t shape[4];
     int next;          /* the buffer the next fill goes into */
     void *copy_stream; /* GPU mode: where pushes are queued */
 } feeder;
 
-static blob_status feeder_init(feeder *f, nn_mode mode, int64_t batch, void *copy_stream)
+static blob_status feeder_init(feeder *f, const net_def *def, nn_mode mode, int64_t batch,
+                               void *copy_stream)
 {
-    int64_t shape[4] = {batch, 1, FMNIST_SIDE, FMNIST_SIDE};
+    int64_t pixels = 1;
+    if (def->input_axes < 1 || def->input_axes > 3)
+        return BLOB_ESHAPE;
+    f->axes = def->input_axes + 1;
+    f->shape[0] = batch;
+    for (int i = 0; i < def->input_axes; i++) {
+        f->shape[i + 1] = def->input_shape[i];
+        pixels *= def->input_shape[i];
+    }
+    if (pixels != FMNIST_PIXELS)
+        return BLOB_ESHAPE; /* the net takes no Fashion-MNIST image */
     f->copy_stream = copy_stream;
     for (int k = 0; k < 2; k++) {
-        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, 4, shape));
-        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, shape));
+        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, f->axes, f->shape));
+        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, &batch));
     }
     return BLOB_OK;
 }
@@ -208,9 +227,9 @@ static blob_status feed(feeder *f, const fmnist_set *set, const int32_t *order, 
     *k = f->next;
     f->next ^= 1;
     blob *x = f->x[*k], *y = f->labels[*k];
-    int64_t shape[4] = {rows, 1, FMNIST_SIDE, FMNIST_SIDE};
     float *px, *py;
-    NN_TRY(blob_reshape(x, 4, shape));
+    f->shape[0] = rows;
+    NN_TRY(blob_reshape(x, f->axes, f->shape));
     NN_TRY(blob_reshape(y, 1, &rows));
     NN_TRY(blob_mutable_cpu_data(x, (void **)&px));
     NN_TRY(blob_mutable_cpu_data(y, (void **)&py));
@@ -527,7 +546,7 @@ static int run(trainer *t)
     if (st == BLOB_OK)
         st = net_create(&t->net, &cfg);
     if (st == BLOB_OK)
-        st = feeder_init(&t->feed, t->mode, o->batch, copy);
+        st = feeder_init(&t->feed, o->net, t->mode, o->batch, copy);
     if (st == BLOB_OK)
         st = train(t, &accuracy);
     int rc = 1;

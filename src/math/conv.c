@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "blob/device.h"
 #include "blob/math.h"
@@ -192,7 +193,7 @@ typedef struct {
     int64_t h0, h1, w0, w1, divisor;
 } window;
 
-static window pool_window(const blob_conv_geometry *g, int64_t py, int64_t px)
+static inline window pool_window(const blob_conv_geometry *g, int64_t py, int64_t px)
 {
     int64_t h0 = py * g->stride_h - g->pad_h, w0 = px * g->stride_w - g->pad_w;
     int64_t h1 = h0 + g->kernel_h, w1 = w0 + g->kernel_w;
@@ -203,30 +204,23 @@ static window pool_window(const blob_conv_geometry *g, int64_t py, int64_t px)
     return w;
 }
 
-/* The windows [lo, hi) of an axis of `out` that hold cell i. */
-typedef struct {
-    int64_t lo, hi;
-} range;
-
-static range covering(int64_t i, int64_t pad, int64_t kernel, int64_t stride, int64_t out)
-{
-    const int64_t p = i + pad, hi = p / stride + 1;
-    range r = {p < kernel ? 0 : (p - kernel) / stride + 1, hi < out ? hi : out};
-    return r;
-}
-
-/* Whether v replaces the running maximum m: larger, or the first NaN. */
-#define MAX_BEATS(v, m) ((v) > (m) || ((v) != (v) && (m) == (m)))
+/* Whether v replaces the running maximum m: larger, or the first NaN (bitwise operators:
+ * no short-circuit branches). */
+#define MAX_BEATS(v, m) (((v) > (m)) | (((v) != (v)) & ((m) == (m))))
 
 #define T float
+#define U uint32_t
 #define NAME(f) f##_f32
 #include "conv_loops.h"
 #undef T
+#undef U
 #undef NAME
 #define T double
+#define U uint64_t
 #define NAME(f) f##_f64
 #include "conv_loops.h"
 #undef T
+#undef U
 #undef NAME
 
 /* Call the float or double instance of a host loop, by dtype. */

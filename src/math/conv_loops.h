@@ -1,7 +1,8 @@
 /* The host loops of conv.c for one element type: conv.c includes this file once per type,
- * with T the type and NAME(f) naming f's instance. Each loop runs over OpenMP threads in
- * pieces that write disjoint memory. Shapes are validated; sizes are those of
- * blob/math.h (oh x ow the output plane, planes = num * channels). */
+ * with T the type, U the unsigned integer of its size and NAME(f) naming f's instance.
+ * Each loop runs over OpenMP threads in pieces that write disjoint memory. Shapes are
+ * validated; sizes are those of blob/math.h (oh x ow the output plane, planes = num *
+ * channels). */
 
 /* col = im2col(im): one row of col per (c, i, j), written in column order. */
 static void NAME(im2col)(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
@@ -62,6 +63,21 @@ static void NAME(col2im)(const blob_conv_geometry *g, int64_t oh, int64_t ow, in
     }
 }
 
+/* take ? value : old, without a branch (whose outcome on random data is a coin toss). */
+static inline T NAME(select)(bool take, T value, T old)
+{
+    U v, o;
+    memcpy(&v, &value, sizeof v);
+    memcpy(&o, &old, sizeof o);
+    const U mask = (U)0 - (U)take;
+    o = (v & mask) | (o & ~mask);
+    memcpy(&old, &o, sizeof old);
+    return old;
+}
+
+/* Row by row of outputs: y and argmax start at each window's first cell, then every
+ * window of the row meets its cells in row-major order, one window offset (i, j) at a
+ * time, so that the windows of a row are independent work. */
 static void NAME(max_pool_forward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
                                    int64_t num, const T *x, T *y, int32_t *argmax)
 {
@@ -69,40 +85,61 @@ static void NAME(max_pool_forward)(const blob_conv_geometry *g, int64_t oh, int6
     PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *src = x + p * plane;
-        for (int64_t py = 0; py < oh; py++)
+        for (int64_t py = 0; py < oh; py++) {
+            T *ym = y + (p * oh + py) * ow;
+            int32_t *am = argmax + (p * oh + py) * ow;
             for (int64_t px = 0; px < ow; px++) {
-                window w = pool_window(g, py, px);
-                int64_t best = w.h0 * g->width + w.w0;
-                for (int64_t h = w.h0; h < w.h1; h++)
-                    for (int64_t v = w.w0; v < w.w1; v++)
-                        if (MAX_BEATS(src[h * g->width + v], src[best]))
-                            best = h * g->width + v;
-                const int64_t o = (p * oh + py) * ow + px;
-                y[o] = src[best];
-                argmax[o] = (int32_t)best;
+                const window w = pool_window(g, py, px);
+                am[px] = (int32_t)(w.h0 * g->width + w.w0);
+                ym[px] = src[am[px]];
             }
+            for (int64_t i = 0; i < g->kernel_h; i++) {
+                const int64_t h = py * g->stride_h - g->pad_h + i;
+                if (h < 0 || h >= g->height)
+                    continue;
+                for (int64_t j = 0; j < g->kernel_w; j++) {
+                    const int64_t off = j - g->pad_w;
+                    int64_t x0, x1;
+                    valid_columns(g, off, ow, &x0, &x1);
+                    const T *row = src + h * g->width + off;
+                    for (int64_t px = x0; px < x1; px++) {
+                        const T value = row[px * g->stride_w];
+                        const bool beats = MAX_BEATS(value, ym[px]);
+                        const int32_t take = -(int32_t)beats;
+                        const int32_t cell = (int32_t)(h * g->width + px * g->stride_w + off);
+                        am[px] = (cell & take) | (am[px] & ~take);
+                        ym[px] = NAME(select)(beats, value, ym[px]);
+                    }
+                }
+            }
+        }
     }
 }
 
-/* Gathered per input cell over the windows that hold it, in the order of the GPU. */
+/* Each plane zeroed, then every window's gradient added to the cell its argmax names
+ * (when that cell is in the window), windows in row-major order: each cell sums its
+ * windows in the order in which the GPU's per-cell gather meets them. */
 static void NAME(max_pool_backward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
                                     int64_t num, const T *dy, const int32_t *argmax, T *dx)
 {
     const int64_t plane = g->height * g->width;
+    const int32_t width = (int32_t)g->width; /* plane <= INT32_MAX: checked */
     PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *d = dy + p * oh * ow;
         const int32_t *a = argmax + p * oh * ow;
-        for (int64_t h = 0; h < g->height; h++)
-            for (int64_t v = 0; v < g->width; v++) {
-                range ry = covering(h, g->pad_h, g->kernel_h, g->stride_h, oh);
-                range rx = covering(v, g->pad_w, g->kernel_w, g->stride_w, ow);
-                T sum = 0;
-                for (int64_t py = ry.lo; py < ry.hi; py++)
-                    for (int64_t px = rx.lo; px < rx.hi; px++)
-                        if (a[py * ow + px] == h * g->width + v)
-                            sum += d[py * ow + px];
-                dx[p * plane + h * g->width + v] = sum;
+        T *dst = dx + p * plane;
+        for (int64_t k = 0; k < plane; k++)
+            dst[k] = 0;
+        for (int64_t py = 0; py < oh; py++)
+            for (int64_t px = 0; px < ow; px++) {
+                const window w = pool_window(g, py, px);
+                const int32_t cell = a[py * ow + px];
+                if (cell < 0)
+                    continue;
+                const int64_t h = cell / width, v = cell % width;
+                if (h >= w.h0 && h < w.h1 && v >= w.w0 && v < w.w1)
+                    dst[cell] += d[py * ow + px];
             }
     }
 }
@@ -126,6 +163,8 @@ static void NAME(avg_pool_forward)(const blob_conv_geometry *g, int64_t oh, int6
     }
 }
 
+/* As max_pool_backward: each window's share added to its cells, windows in row-major
+ * order, the order of the GPU's gather. */
 static void NAME(avg_pool_backward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
                                     int64_t num, const T *dy, T *dx)
 {
@@ -133,15 +172,16 @@ static void NAME(avg_pool_backward)(const blob_conv_geometry *g, int64_t oh, int
     PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *d = dy + p * oh * ow;
-        for (int64_t h = 0; h < g->height; h++)
-            for (int64_t v = 0; v < g->width; v++) {
-                range ry = covering(h, g->pad_h, g->kernel_h, g->stride_h, oh);
-                range rx = covering(v, g->pad_w, g->kernel_w, g->stride_w, ow);
-                T sum = 0;
-                for (int64_t py = ry.lo; py < ry.hi; py++)
-                    for (int64_t px = rx.lo; px < rx.hi; px++)
-                        sum += d[py * ow + px] / (T)pool_window(g, py, px).divisor;
-                dx[p * plane + h * g->width + v] = sum;
+        T *dst = dx + p * plane;
+        for (int64_t k = 0; k < plane; k++)
+            dst[k] = 0;
+        for (int64_t py = 0; py < oh; py++)
+            for (int64_t px = 0; px < ow; px++) {
+                const window w = pool_window(g, py, px);
+                const T share = d[py * ow + px] / (T)w.divisor;
+                for (int64_t h = w.h0; h < w.h1; h++)
+                    for (int64_t v = w.w0; v < w.w1; v++)
+                        dst[h * g->width + v] += share;
             }
     }
 }

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Time one training step of a LeNet for 1x28x28 images in PyTorch, eagerly and as a
-whole-step CUDA graph, the way bench/mlp_torch.py times the MLP: warm up, synchronize,
+"""Time one training step of a net of examples/nets in PyTorch, eagerly and as a
+whole-step CUDA graph, the way bench/net_step.c times libblob: warm up, synchronize,
 wall clock over N steps alternating between two resident batches, synchronize; the
-median of R repeats (for an even R the mean of the two middle ones).
+median of R repeats (for an even R the mean of the two middle ones, as net_step.c
+computes it too).
 
-The net is Caffe's LeNet with ReLU after the convolutions too: conv 5x5 (20) -> ReLU ->
-max pool 2x2/2 -> conv 5x5 (50) -> ReLU -> max pool 2x2/2 -> inner product (500) ->
-ReLU -> inner product (10); the widths are options. A step is zero_grad, forward,
-cross-entropy, backward, SGD with momentum 0.9 and weight decay 5e-4, and loss.item().
-cuDNN picks its algorithms (cudnn.benchmark) during the warm-up.
+The nets (--net) are those of examples/nets, with the same widths:
+  mlp, mlp1024, mlp4096  inner products with ReLU between them, on flattened images;
+  lenet                  Caffe's LeNet with ReLU after the convolutions too: conv 5x5
+                         (20) -> max pool 2x2/2 -> ReLU -> conv 5x5 (50) -> max pool
+                         2x2/2 -> ReLU -> inner product (500) -> ReLU -> inner product
+                         (10) (ReLU after pooling, as examples/nets/lenet.c has it).
+A step is zero_grad, forward, cross-entropy, backward, SGD with momentum 0.9 and weight
+decay 5e-4, and loss.item(). cuDNN picks its algorithms (cudnn.benchmark) during the
+warm-up.
 
 The graph is PyTorch's "whole-network capture" (torch.cuda.graphs): a few warm-up steps
 on a side stream (they create the momentum buffers, which then stay in place), then
@@ -18,9 +23,10 @@ SGD's state is its momentum buffers, updated in place, and its learning rate a P
 number: the captured step needs no capturable flag. A graph step copies the batch into
 the static tensors, replays the graph and reads the loss.
 
-Prints "device NAME (torch VERSION, ...)", then per batch
-"batch B eager_us E graph_us G" (graph_us is "-" on the CPU), and with --kernels the
-CUDA kernels one eager step launches: "batch B kernels K"."""
+Prints "device NAME (torch VERSION, ...)", "net NAME params P" (the learnable values,
+which net_step compares with libblob's net), then per batch
+"batch B eager_us E graph_us G" (graph_us is "-" on the CPU or with --no-graph), and
+with --kernels the CUDA kernels one eager step launches: "batch B kernels K"."""
 import argparse
 import statistics
 import time
@@ -29,25 +35,47 @@ import warnings
 import torch
 
 
+def mlp(*widths):
+    """Inner products of the given widths with ReLU between them; input: widths[0]."""
+    layers = []
+    for i in range(len(widths) - 1):
+        if i:
+            layers.append(torch.nn.ReLU())
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+    return torch.nn.Sequential(*layers), (widths[0],)
+
+
 def lenet(conv1, conv2, hidden):
+    """LeNet for 1x28x28 images with ReLU after the convolutions (and their pooling)."""
     nn = torch.nn
     return nn.Sequential(
-        nn.Conv2d(1, conv1, 5), nn.ReLU(), nn.MaxPool2d(2, 2),
-        nn.Conv2d(conv1, conv2, 5), nn.ReLU(), nn.MaxPool2d(2, 2),
-        nn.Flatten(), nn.Linear(conv2 * 4 * 4, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+        nn.Conv2d(1, conv1, 5), nn.MaxPool2d(2, 2), nn.ReLU(),
+        nn.Conv2d(conv1, conv2, 5), nn.MaxPool2d(2, 2), nn.ReLU(),
+        nn.Flatten(), nn.Linear(conv2 * 4 * 4, hidden), nn.ReLU(),
+        nn.Linear(hidden, 10)), (1, 28, 28)
+
+
+# The nets of examples/nets (mlp.c, lenet.c): a model and the shape of one input.
+NETS = {
+    "mlp": lambda: mlp(784, 256, 128, 10),
+    "mlp1024": lambda: mlp(784, 1024, 1024, 1024, 10),
+    "mlp4096": lambda: mlp(784, 4096, 4096, 4096, 10),
+    "lenet": lambda: lenet(20, 50, 500),
+}
 
 
 class Bench:
     """A fresh net, its optimizer and two resident batches."""
 
-    def __init__(self, a, batch, device):
+    def __init__(self, net, batch, device):
         torch.manual_seed(1)
         self.device = device
-        self.model = lenet(a.conv1, a.conv2, a.hidden).to(device)
+        model, shape = NETS[net]()
+        self.model = model.to(device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9,
                                    weight_decay=5e-4)
         self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.xs = [torch.rand(batch, 1, 28, 28, device=device) for _ in range(2)]
+        self.xs = [torch.rand(batch, *shape, device=device) for _ in range(2)]
         self.ys = [torch.randint(0, 10, (batch,), device=device) for _ in range(2)]
 
     def sync(self):
@@ -117,14 +145,12 @@ class Bench:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--net", default="mlp", choices=sorted(NETS))
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--batch", type=int, action="append", help="repeatable; default 64 and 256")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--conv1", type=int, default=20, help="channels of the first convolution")
-    p.add_argument("--conv2", type=int, default=50, help="channels of the second convolution")
-    p.add_argument("--hidden", type=int, default=500, help="width of the hidden inner product")
     p.add_argument("--no-graph", action="store_true", help="time the eager step only")
     p.add_argument("--no-tf32", action="store_true",
                    help="keep cuDNN's convolutions in full float32 (PyTorch allows TF32 there)")
@@ -132,26 +158,28 @@ def main():
     a = p.parse_args()
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        p.exit(1, "lenet_torch.py: torch has no CUDA device\n")
+        p.exit(1, "net_torch.py: torch has no CUDA device\n")
     torch.backends.cudnn.benchmark = True
     if a.no_tf32:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device {name} (torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"LeNet {a.conv1}-{a.conv2}-{a.hidden}, cuDNN TF32 "
-          f"{'on' if torch.backends.cudnn.allow_tf32 else 'off'})", flush=True)
+          f"cuDNN TF32 {'on' if torch.backends.cudnn.allow_tf32 else 'off'})", flush=True)
+    params = sum(t.numel() for t in NETS[a.net]()[0].parameters())
+    print(f"net {a.net} params {params}", flush=True)
     for batch in a.batch or [64, 256]:
-        b = Bench(a, batch, device)
+        b = Bench(a.net, batch, device)
         eager = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
         graph = "-"
         if device.type == "cuda" and not a.no_graph:
-            b = Bench(a, batch, device)
+            b = Bench(a.net, batch, device)
             b.capture(a.warmup)
             graph = f"{b.time(b.graph_step, a.steps, a.repeats, a.warmup):.1f}"
         print(f"batch {batch} eager_us {eager:.1f} graph_us {graph}", flush=True)
         if a.kernels and device.type == "cuda":
-            print(f"batch {batch} kernels {Bench(a, batch, device).count_kernels()}", flush=True)
+            print(f"batch {batch} kernels {Bench(a.net, batch, device).count_kernels()}",
+                  flush=True)
 
 
 if __name__ == "__main__":
