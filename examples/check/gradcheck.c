@@ -2,10 +2,14 @@
  * gradcheck - check the layers and the training steps of the nets.
  *
  *  1. Every layer's backward against central differences of its forward, in double
- *     precision, on the CPU and on the GPU: one row of `rows` per layer and setting.
+ *     precision, on the CPU and on the GPU: one row of `rows` per layer and setting,
+ *     the InnerProduct in its fused and plain kinds, with and without its ReLU, and a
+ *     pair whose ReLU backward the upper layer's GEMM takes (DRELU_BGRAD).
  *  2. Bad layer arguments and bottom shapes are refused with BLOB_EINVAL / BLOB_ESHAPE.
- *  3. Six SGD steps of the MLP and of LeNet in single precision on the CPU, on the GPU
- *     eagerly and on the GPU with CUDA graphs: the losses and the final weights agree.
+ *  3. Six SGD steps of the MLP and of LeNet in single precision, fused and plain, on the
+ *     CPU, on the GPU eagerly and on the GPU with CUDA graphs: the losses and the final
+ *     weights agree, also the fused with the plain on the CPU; the results read one step
+ *     late (net_output_ago) are those read at once.
  *
  * GPU parts are skipped, saying so, when no GPU is present. Exits 1 on any failure.
  */
@@ -32,16 +36,27 @@ static void report(blob_status st, const char *what)
 typedef struct {
     const char *name;
     nn_layer *layer;
+    nn_layer *lower; /* NULL, or a layer under layer: bottom -> lower -> mid -> layer */
     blob *bottom[2]; /* [1]: labels of SoftmaxWithLoss, else NULL */
+    blob *mid;
     blob *top;
     double *weights; /* the objective is sum(weights * top) */
 } layer_case;
+
+/* Forward through the case's layers. */
+static blob_status case_forward(layer_case *c)
+{
+    if (!c->lower)
+        return nn_layer_forward(c->layer, c->bottom, c->top);
+    NN_TRY(nn_layer_forward(c->lower, c->bottom, c->mid));
+    return nn_layer_forward(c->layer, &c->mid, c->top);
+}
 
 /* The objective at the current data: forward, then read the top on the host. */
 static blob_status objective(layer_case *c, double *out)
 {
     const void *top;
-    NN_TRY(nn_layer_forward(c->layer, c->bottom, c->top));
+    NN_TRY(case_forward(c));
     NN_TRY(blob_cpu_data(c->top, &top));
     *out = 0;
     for (int64_t i = 0; i < blob_count(c->top); i++)
@@ -95,7 +110,12 @@ static blob_status check_blob(layer_case *c, blob *v, const char *label, double 
 static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
 {
     double *x;
-    NN_TRY(nn_layer_reshape(c->layer, c->bottom, c->top));
+    if (c->lower) {
+        NN_TRY(nn_layer_reshape(c->lower, c->bottom, c->mid));
+        NN_TRY(nn_layer_reshape(c->layer, &c->mid, c->top));
+    } else {
+        NN_TRY(nn_layer_reshape(c->layer, c->bottom, c->top));
+    }
     NN_TRY(blob_mutable_cpu_data(c->bottom[0], (void **)&x));
     for (int64_t i = 0; i < blob_count(c->bottom[0]); i++)
         x[i] = (nn_uniform(rng) < 0.5 ? -1 : 1) * (0.1 + 0.9 * nn_uniform(rng));
@@ -110,18 +130,26 @@ static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
     double *dy;
     if (!(c->weights = malloc((size_t)n * sizeof *c->weights)))
         return BLOB_ENOMEM;
-    NN_TRY(nn_layer_forward(c->layer, c->bottom, c->top));
+    NN_TRY(case_forward(c));
     NN_TRY(blob_mutable_cpu_diff(c->top, (void **)&dy));
     for (int64_t i = 0; i < n; i++) /* a loss layer's objective is its top: weight 1 */
         dy[i] = c->weights[i] = c->bottom[1] ? 1.0 : 2 * nn_uniform(rng) - 1;
-    NN_TRY(nn_layer_backward(c->layer, c->top, true, c->bottom));
+    if (c->lower) {
+        NN_TRY(nn_layer_backward(c->layer, c->top, true, &c->mid));
+        NN_TRY(nn_layer_backward(c->lower, c->mid, true, c->bottom));
+    } else {
+        NN_TRY(nn_layer_backward(c->layer, c->top, true, c->bottom));
+    }
 
     double max_err = 0;
     int64_t checked = 0, bad = 0;
     NN_TRY(check_blob(c, c->bottom[0], "bottom", &max_err, &checked, &bad));
-    for (int i = 0; i < nn_layer_num_params(c->layer); i++)
-        NN_TRY(check_blob(c, nn_layer_param(c->layer, i), i ? "bias" : "weights", &max_err,
-                          &checked, &bad));
+    static const char *const names[2][2] = {{"weights", "bias"}, {"lower weights", "lower bias"}};
+    for (int k = 0; k < 2; k++) {
+        nn_layer *l = k ? c->lower : c->layer;
+        for (int i = 0; l && i < nn_layer_num_params(l); i++)
+            NN_TRY(check_blob(c, nn_layer_param(l, i), names[k][i], &max_err, &checked, &bad));
+    }
     printf("gradcheck %s %-16s %4lld derivatives, max error %.1e  %s\n",
            mode == NN_GPU ? "GPU" : "CPU", c->name, (long long)checked, max_err,
            bad ? "FAILED" : "ok");
@@ -140,13 +168,38 @@ typedef struct {
     int axes;
     int64_t shape[4]; /* of bottom[0] */
     bool labels;      /* a loss layer: bottom[1] holds class labels */
+    /* NULL, or the layer under create's, whose ReLU backward create's layer takes */
+    blob_status (*create_lower)(nn_layer **out, nn_mode mode);
 } layer_row;
 
 static const blob_dtype dt = BLOB_FLOAT64;
 
+static blob_status make_ip_kind(nn_layer **l, nn_mode mode, int64_t in, int64_t out, bool relu,
+                                bool plain)
+{
+    nn_ip_param p = {.num_input = in, .num_output = out, .relu = relu, .plain = plain};
+    return nn_ip_create(l, mode, dt, &p, 7);
+}
 static blob_status make_ip(nn_layer **l, nn_mode mode)
 {
-    return nn_ip_create(l, mode, dt, 6, 5, 7);
+    return make_ip_kind(l, mode, 6, 5, false, false);
+}
+static blob_status make_ip_plain(nn_layer **l, nn_mode mode)
+{
+    return make_ip_kind(l, mode, 6, 5, false, true);
+}
+static blob_status make_ip_relu(nn_layer **l, nn_mode mode)
+{
+    return make_ip_kind(l, mode, 6, 5, true, false);
+}
+static blob_status make_ip_relu_plain(nn_layer **l, nn_mode mode)
+{
+    return make_ip_kind(l, mode, 6, 5, true, true);
+}
+/* the upper layer of a fused pair: 5 -> 3 over make_ip_relu's 6 -> 5 */
+static blob_status make_ip_upper(nn_layer **l, nn_mode mode)
+{
+    return make_ip_kind(l, mode, 5, 3, false, false);
 }
 static blob_status make_relu(nn_layer **l, nn_mode mode) { return nn_relu_create(l, mode, dt); }
 static blob_status make_softmax_loss(nn_layer **l, nn_mode mode)
@@ -219,19 +272,39 @@ static blob_status make_ave_pool_overlap(nn_layer **l, nn_mode mode)
 }
 
 static const layer_row rows[] = {
-    {"InnerProduct", make_ip, 2, {4, 6}, false},
-    {"ReLU", make_relu, 2, {4, 6}, false},
-    {"SoftmaxWithLoss", make_softmax_loss, 2, {4, 6}, true},
-    {"Convolution", make_conv, 4, {2, 3, 6, 5}, false},
-    {"Conv groups", make_conv_groups, 4, {2, 4, 7, 6}, false},
-    {"Conv chunked", make_conv_chunked, 4, {3, 3, 6, 5}, false},
-    {"Conv per image", make_conv_per_image, 4, {3, 2, 5, 4}, false},
-    {"MaxPool 2/2", make_max_pool, 4, {2, 3, 6, 6}, false},
-    {"MaxPool 3/2 pad", make_max_pool_overlap, 4, {2, 2, 7, 7}, false},
-    {"AvePool 2/2", make_ave_pool, 4, {2, 3, 6, 6}, false},
-    {"AvePool 3/2 pad", make_ave_pool_overlap, 4, {2, 2, 7, 7}, false},
+    {"InnerProduct", make_ip, 2, {4, 6}, false, NULL},
+    {"IP plain", make_ip_plain, 2, {4, 6}, false, NULL},
+    {"IP+ReLU", make_ip_relu, 2, {4, 6}, false, NULL},
+    {"IP+ReLU plain", make_ip_relu_plain, 2, {4, 6}, false, NULL},
+    {"IP+ReLU > IP", make_ip_upper, 2, {4, 6}, false, make_ip_relu},
+    {"ReLU", make_relu, 2, {4, 6}, false, NULL},
+    {"SoftmaxWithLoss", make_softmax_loss, 2, {4, 6}, true, NULL},
+    {"Convolution", make_conv, 4, {2, 3, 6, 5}, false, NULL},
+    {"Conv groups", make_conv_groups, 4, {2, 4, 7, 6}, false, NULL},
+    {"Conv chunked", make_conv_chunked, 4, {3, 3, 6, 5}, false, NULL},
+    {"Conv per image", make_conv_per_image, 4, {3, 2, 5, 4}, false, NULL},
+    {"MaxPool 2/2", make_max_pool, 4, {2, 3, 6, 6}, false, NULL},
+    {"MaxPool 3/2 pad", make_max_pool_overlap, 4, {2, 2, 7, 7}, false, NULL},
+    {"AvePool 2/2", make_ave_pool, 4, {2, 3, 6, 6}, false, NULL},
+    {"AvePool 3/2 pad", make_ave_pool_overlap, 4, {2, 2, 7, 7}, false, NULL},
 };
 #define NUM_ROWS ((int)(sizeof rows / sizeof rows[0]))
+
+/* The layers and blobs of row r's case (a refused fusion gives BLOB_ESTATE). */
+static blob_status make_case(const layer_row *r, nn_mode mode, layer_case *c)
+{
+    NN_TRY(r->create(&c->layer, mode));
+    if (r->create_lower) {
+        NN_TRY(r->create_lower(&c->lower, mode));
+        NN_TRY(nn_blob_create(&c->mid, mode, dt, 0, NULL));
+        if (!nn_layer_fuse_relu_backward(c->layer, c->lower))
+            return BLOB_ESTATE;
+    }
+    NN_TRY(nn_blob_create(&c->bottom[0], mode, dt, r->axes, r->shape));
+    if (r->labels)
+        NN_TRY(nn_blob_create(&c->bottom[1], mode, dt, 1, r->shape));
+    return nn_blob_create(&c->top, mode, dt, 0, NULL);
+}
 
 static void check_layers(nn_mode mode)
 {
@@ -240,14 +313,11 @@ static void check_layers(nn_mode mode)
         const layer_row *r = &rows[i];
         layer_case c = {.name = r->name};
         blob_status st;
-        if ((st = r->create(&c.layer, mode)) != BLOB_OK ||
-            (st = nn_blob_create(&c.bottom[0], mode, dt, r->axes, r->shape)) != BLOB_OK ||
-            (r->labels &&
-             (st = nn_blob_create(&c.bottom[1], mode, dt, 1, r->shape)) != BLOB_OK) ||
-            (st = nn_blob_create(&c.top, mode, dt, 0, NULL)) != BLOB_OK ||
-            (st = check_layer(&c, mode, &rng)) != BLOB_OK)
+        if ((st = make_case(r, mode, &c)) != BLOB_OK || (st = check_layer(&c, mode, &rng)) != BLOB_OK)
             report(st, r->name);
         nn_layer_free(c.layer);
+        nn_layer_free(c.lower);
+        blob_free(c.mid);
         blob_free(c.bottom[0]);
         blob_free(c.bottom[1]);
         blob_free(c.top);
@@ -333,8 +403,10 @@ enum { BATCH = 64, STEPS = 6, CLASSES = 10 };
 
 typedef struct {
     double loss[STEPS];
+    int64_t correct[STEPS];
     float *params; /* all parameters after the last step, concatenated */
     int64_t count;
+    int late_mismatches; /* steps whose results read one step late differ */
 } run_result;
 
 /* Copy all parameters to r->params, allocating it on first use. */
@@ -358,8 +430,10 @@ static blob_status read_params(net *n, run_result *r)
 
 /* Train STEPS steps alternating between two fixed random batches (so a graph run
  * captures one graph per batch), reading the parameters on the host halfway as a
- * checkpoint would, and collect the losses and final parameters. */
-static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, run_result *r)
+ * checkpoint would, and collect the losses and final parameters. Each step's results
+ * are read again after the next step is queued, as the trainer reads them. */
+static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool plain,
+                             run_result *r)
 {
     void *stream = NULL;
     net *n = NULL;
@@ -370,7 +444,7 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, run_r
     uint64_t rng = 9;
     net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32,
                       .batch = BATCH, .seed = 3, .lr = 0.05, .momentum = 0.9,
-                      .weight_decay = 1e-3, .graph = graph};
+                      .weight_decay = 1e-3, .graph = graph, .plain = plain};
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
     blob_set_stream(stream);
     if (st == BLOB_OK)
@@ -386,10 +460,19 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, run_r
         for (int i = 0; i < BATCH; i++)
             labels[i] = (float)(int)(nn_uniform(&rng) * CLASSES);
     }
-    int64_t correct;
     for (int s = 0; st == BLOB_OK && s < STEPS; s++) {
-        if ((st = net_train_step(n, x[s % 2], y[s % 2])) == BLOB_OK)
-            st = net_output(n, &r->loss[s], &correct);
+        double late_loss = 0;
+        int64_t late_correct = 0;
+        if ((st = net_train_step(n, x[s % 2], y[s % 2])) == BLOB_OK && s > 0 &&
+            (st = net_output_ago(n, 1, &late_loss, &late_correct)) == BLOB_OK &&
+            (late_loss != r->loss[s - 1] || late_correct != r->correct[s - 1])) {
+            printf("  step %d read late: loss %.9g, %lld correct; at once: %.9g, %lld\n",
+                   s - 1, late_loss, (long long)late_correct, r->loss[s - 1],
+                   (long long)r->correct[s - 1]);
+            r->late_mismatches++;
+        }
+        if (st == BLOB_OK)
+            st = net_output(n, &r->loss[s], &r->correct[s]);
         if (st == BLOB_OK && s == STEPS / 2)
             st = read_params(n, r);
     }
@@ -418,50 +501,70 @@ static void compare(const char *net_name, const char *what, const run_result *re
         scale = fmax(scale, fabs(ref->params[i]));
     }
     param_err /= scale;
-    bool ok = loss_err <= AGREE_TOL && param_err <= AGREE_TOL;
-    printf("agreement %-6s %-17s %d steps: loss %.6f vs %.6f, max loss error %.1e, max "
-           "weight error %.1e  %s\n", net_name, what, STEPS, r->loss[STEPS - 1],
-           ref->loss[STEPS - 1], loss_err, param_err, ok ? "ok" : "FAILED");
+    bool ok = loss_err <= AGREE_TOL && param_err <= AGREE_TOL && !r->late_mismatches &&
+              !ref->late_mismatches;
+    printf("agreement %-6s %-24s %d steps: loss %.6f vs %.6f, max loss error %.1e, max "
+           "weight error %.1e%s  %s\n", net_name, what, STEPS, r->loss[STEPS - 1],
+           ref->loss[STEPS - 1], loss_err, param_err,
+           r->late_mismatches || ref->late_mismatches ? ", results read late differ" : "",
+           ok ? "ok" : "FAILED");
     if (ok)
         passed++;
     else
         failed++;
 }
 
+/* The CPU run of a net (fused or plain) against its GPU runs, eager and with graphs;
+ * returns whether the CPU run succeeded. */
+static bool check_kind(const net_def *def, bool plain, bool gpu, run_result *cpu)
+{
+    const char *kind = plain ? "plain" : "fused";
+    run_result eager = {0}, graph = {0};
+    char what[64];
+    blob_status st;
+    if ((st = run_steps(def, NN_CPU, false, plain, cpu)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s %s on the CPU", kind, def->name);
+        report(st, what);
+        return false;
+    }
+    else if (!gpu) {
+        printf("agreement %-6s %s CPU vs GPU: skipped (no GPU)\n", def->name, kind);
+        skipped += 2;
+    }
+    else if ((st = run_steps(def, NN_GPU, false, plain, &eager)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s %s on the GPU", kind, def->name);
+        report(st, what);
+    }
+    else if ((st = run_steps(def, NN_GPU, true, plain, &graph)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s %s on the GPU with graphs", kind, def->name);
+        report(st, what);
+    }
+    else {
+        snprintf(what, sizeof what, "%s CPU vs GPU eager", kind);
+        compare(def->name, what, cpu, &eager);
+        snprintf(what, sizeof what, "%s CPU vs GPU graph", kind);
+        compare(def->name, what, cpu, &graph);
+    }
+    free(eager.params);
+    free(graph.params);
+    return true;
+}
+
 static void check_training(const char *net_name, bool gpu)
 {
     const net_def *def = net_def_find(net_name);
-    run_result cpu = {0}, eager = {0}, graph = {0};
-    char what[64];
-    blob_status st;
     if (!def) {
+        char what[64];
         snprintf(what, sizeof what, "no net called %s", net_name);
         report(BLOB_EINVAL, what);
         return;
     }
-    if ((st = run_steps(def, NN_CPU, false, &cpu)) != BLOB_OK) {
-        snprintf(what, sizeof what, "training %s on the CPU", net_name);
-        report(st, what);
-    }
-    else if (!gpu) {
-        printf("agreement %-6s CPU vs GPU: skipped (no GPU)\n", net_name);
-        skipped += 2;
-    }
-    else if ((st = run_steps(def, NN_GPU, false, &eager)) != BLOB_OK) {
-        snprintf(what, sizeof what, "training %s on the GPU", net_name);
-        report(st, what);
-    }
-    else if ((st = run_steps(def, NN_GPU, true, &graph)) != BLOB_OK) {
-        snprintf(what, sizeof what, "training %s on the GPU with graphs", net_name);
-        report(st, what);
-    }
-    else {
-        compare(net_name, "CPU vs GPU eager", &cpu, &eager);
-        compare(net_name, "CPU vs GPU graph", &cpu, &graph);
-    }
-    free(cpu.params);
-    free(eager.params);
-    free(graph.params);
+    run_result fused = {0}, plain = {0};
+    bool have_fused = check_kind(def, false, gpu, &fused);
+    if (check_kind(def, true, gpu, &plain) && have_fused)
+        compare(net_name, "fused vs plain CPU", &plain, &fused);
+    free(fused.params);
+    free(plain.params);
 }
 
 int main(void)

@@ -164,6 +164,8 @@ static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down,
             NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_TRANS, z.m, z.k, cols, 1.0, pg,
                            at(col, g * z.k * cols, z.elem), beta, at(dw, g * z.m * z.k, z.elem)));
         }
+        if (n0 + images == cv->num) /* the last chunk: the parameter diffs are complete */
+            NN_TRY(nn__params_ready(l));
         if (!propagate_down)
             continue;
         /* the columns' gradient replaces the columns, then goes back to the images */

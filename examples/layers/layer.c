@@ -8,6 +8,7 @@
     {                                                                                        \
         .gemm = blob_##side##_gemm, .gemv = blob_##side##_gemv, .axpy = blob_##side##_axpy,  \
         .axpby = blob_##side##_axpby, .copy = blob_##side##_copy, .set = blob_##side##_set,  \
+        .gemm_epilogue = blob_##side##_gemm_epilogue,                                        \
         .relu_forward = blob_##side##_relu_forward,                                          \
         .relu_backward = blob_##side##_relu_backward,                                        \
         .softmax_loss_forward = blob_##side##_softmax_loss_forward,                          \
@@ -121,6 +122,17 @@ blob_status nn_layer_forward(nn_layer *l, blob *const *bottom, blob *top)
 blob_status nn_layer_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
 {
     return l->ops->backward(l, top, propagate_down, bottom);
+}
+
+void nn_layer_on_params_ready(nn_layer *l, nn_params_ready_fn fn, void *ctx)
+{
+    l->params_ready = fn;
+    l->ready_ctx = ctx;
+}
+
+blob_status nn__params_ready(nn_layer *l)
+{
+    return l->params_ready ? l->params_ready(l->ready_ctx, l) : BLOB_OK;
 }
 
 int nn_layer_num_params(const nn_layer *l) { return l->num_params; }

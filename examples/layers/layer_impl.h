@@ -28,6 +28,8 @@ struct nn_layer {
     blob_dtype dtype;
     int num_params;
     blob *params[NN_MAX_PARAMS];
+    nn_params_ready_fn params_ready; /* see nn_layer_on_params_ready; NULL: none */
+    void *ready_ctx;
 };
 
 /* A zeroed layer of `size` bytes (the type's struct) with its base filled in. */
@@ -36,6 +38,11 @@ blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops
 
 /* Fill weights b as filler says for fan_in inputs per output, from seed. */
 blob_status nn__fill(blob *b, nn_filler filler, int64_t fan_in, uint64_t seed);
+
+/* Tell the listener, if any, that the layer's parameter diffs are queued: a layer with
+ * parameters calls it in backward after its weight and bias gradients, before the work
+ * on its bottom's gradient. */
+blob_status nn__params_ready(nn_layer *l);
 
 /* Give `ones` n elements, all 1 (kept when it already has them). */
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);

@@ -3,7 +3,8 @@
  * on the host or on the GPU. One file per layer type in this directory.
  *
  *   nn_layer *ip;
- *   nn_ip_create(&ip, NN_GPU, BLOB_FLOAT32, 784, 256, seed);  // params made and filled
+ *   nn_ip_param p = {.num_input = 784, .num_output = 256};
+ *   nn_ip_create(&ip, NN_GPU, BLOB_FLOAT32, &p, seed);  // params made and filled
  *   blob *bottom[] = {x};
  *   nn_layer_reshape(ip, bottom, h);        // h becomes batch x 256
  *   nn_layer_forward(ip, bottom, h);        // h = x W^T + b
@@ -46,6 +47,9 @@ typedef struct {
     blob_status (*axpby)(blob_dtype, int64_t, double, const void *, double, void *);
     blob_status (*copy)(blob_dtype, int64_t, const void *, void *);
     blob_status (*set)(blob_dtype, int64_t, double, void *);
+    blob_status (*gemm_epilogue)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t,
+                                 const void *, const void *, void *, blob_epilogue, void *,
+                                 void *, blob_math_mode);
     blob_status (*relu_forward)(blob_dtype, int64_t, const void *, void *);
     blob_status (*relu_backward)(blob_dtype, int64_t, const void *, const void *, void *);
     blob_status (*softmax_loss_forward)(blob_dtype, int64_t, int64_t, const void *,
@@ -101,10 +105,33 @@ typedef enum { NN_FILL_HE = 0, NN_FILL_XAVIER = 1 } nn_filler;
 typedef struct nn_layer nn_layer;
 
 /* InnerProduct: top (M x num_output) = bottom (M x num_input) W^T + b, with W
- * (num_output x num_input) filled He-uniform from `seed` and b zero. The bias is added by
- * a gemm with a ones vector, as in Caffe. */
-blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, int64_t num_input,
-                         int64_t num_output, uint64_t seed);
+ * (num_output x num_input) filled He-uniform from `seed` and b zero; with relu, the
+ * ReLU after it as one layer: top = max(bottom W^T + b, 0).
+ * The fused kind (the default) runs each pass through blob_*_gemm_epilogue: forward
+ * is one GEMM with the bias (and the ReLU, keeping its mask when the layer above needs
+ * it) as its epilogue; backward's weight gradient GEMM yields the bias gradient
+ * (BGRADA), and the ReLU's backward goes into the GEMM above (see
+ * nn_layer_fuse_relu_backward) or, alone, is a pass over the top diff. The plain kind is
+ * Caffe's: a gemm, the bias added by a gemm with a ones vector and summed by a gemv
+ * with it, the ReLU a pass of its own each way. Both compute the same values. */
+typedef struct {
+    int64_t num_input, num_output; /* >= 1 */
+    bool relu;
+    bool plain;
+} nn_ip_param;
+
+/* Errors: BLOB_EINVAL for a size below 1. */
+blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, const nn_ip_param *p,
+                         uint64_t seed);
+
+/* Fuse the backward of lower's ReLU into upper's: where upper is a fused InnerProduct
+ * whose bottom is the top of lower, a fused InnerProduct with relu, upper's backward
+ * computes its bottom's gradient with the DRELU_BGRAD epilogue on lower's ReLU mask, so
+ * that one GEMM writes lower's gradient before the ReLU (into lower's top diff) and
+ * lower's bias diff; lower's backward then starts from them. upper's backward then
+ * always writes its bottom's diff. Returns whether the pair fused (false: any other
+ * pair, each layer keeping its own backward). Call it before the first reshape. */
+bool nn_layer_fuse_relu_backward(nn_layer *upper, nn_layer *lower);
 
 /* Convolution of NCHW images, Caffe's: top (N x num_output x out_h x out_w) = the
  * correlation of bottom (N x channels x H x W) with weights (num_output x channels /
@@ -171,6 +198,14 @@ blob_status nn_layer_reshape(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_forward(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
                               blob *const *bottom);
+
+/* A listener for a layer's parameter diffs: fn(ctx, layer) is called during the layer's
+ * backward once the diffs of all its parameters are written (on the GPU: queued on the
+ * current stream), before the layer queues its bottom's gradient, so that they can be
+ * reduced across devices while that runs. A failure of fn fails the backward. Layers
+ * without parameters never call it. fn NULL removes the listener. */
+typedef blob_status (*nn_params_ready_fn)(void *ctx, nn_layer *layer);
+void nn_layer_on_params_ready(nn_layer *layer, nn_params_ready_fn fn, void *ctx);
 
 /* Learnable parameters: InnerProduct and Convolution have weights (0) and bias (1), the
  * others none. */

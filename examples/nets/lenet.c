@@ -42,11 +42,8 @@ static blob_status build(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed)
     NN_TRY(add_conv(n, "conv2", mode, dtype, CONV1, CONV2, seed + 1));
     NN_TRY(add_max_pool(n, "pool2", mode, dtype));
     NN_TRY(add_relu(n, "relu2", mode, dtype));
-    NN_TRY(nn_ip_create(&l, mode, dtype, CONV2 * 4 * 4, HIDDEN, seed + 2));
-    NN_TRY(net_add(n, "ip1", l));
-    NN_TRY(add_relu(n, "relu3", mode, dtype));
-    NN_TRY(nn_ip_create(&l, mode, dtype, HIDDEN, CLASSES, seed + 3));
-    NN_TRY(net_add(n, "ip2", l));
+    NN_TRY(net_add_ip(n, "ip1", "relu3", CONV2 * 4 * 4, HIDDEN, seed + 2));
+    NN_TRY(net_add_ip(n, "ip2", NULL, HIDDEN, CLASSES, seed + 3));
     NN_TRY(nn_softmax_loss_create(&l, mode, dtype));
     return net_add(n, "loss", l);
 }

@@ -1,24 +1,20 @@
 /* Multilayer perceptrons on flattened 28x28 images: InnerProduct and ReLU layers of the
- * given widths, then SoftmaxWithLoss. "mlp" is the demo's net; the wide ones are the
+ * given widths (each pair one fused layer unless the net runs plain), then
+ * SoftmaxWithLoss. "mlp" is the demo's net; the wide ones are the
  * sizes the data-parallel and large-step benchmarks use. */
 #include <stdio.h>
 
 #include "net.h"
 
 static blob_status build_widths(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed,
-                             int num_widths, const int64_t *widths)
+                                int num_widths, const int64_t *widths)
 {
-    char name[16];
+    char name[16], relu[16];
     for (int i = 0; i + 1 < num_widths; i++) {
-        nn_layer *l;
-        NN_TRY(nn_ip_create(&l, mode, dtype, widths[i], widths[i + 1], seed + (uint64_t)i));
         snprintf(name, sizeof name, "ip%d", i + 1);
-        NN_TRY(net_add(n, name, l));
-        if (i + 2 < num_widths) {
-            NN_TRY(nn_relu_create(&l, mode, dtype));
-            snprintf(name, sizeof name, "relu%d", i + 1);
-            NN_TRY(net_add(n, name, l));
-        }
+        snprintf(relu, sizeof relu, "relu%d", i + 1);
+        NN_TRY(net_add_ip(n, name, i + 2 < num_widths ? relu : NULL, widths[i], widths[i + 1],
+                          seed + (uint64_t)i));
     }
     nn_layer *loss;
     NN_TRY(nn_softmax_loss_create(&loss, mode, dtype));

@@ -8,6 +8,14 @@
 #define MAX_PARAMS (MAX_LAYERS * 2)
 #define MAX_DEFS 16
 
+/* The results of a step or forward pass, copied to the host behind it. */
+typedef struct {
+    blob_syncedmem *loss, *prob; /* host copies (on the GPU of blocks borrowing the step's) */
+    blob *labels;                /* the step's, read on the host to count */
+    int64_t rows, classes;       /* of the probabilities */
+    bool valid;
+} result;
+
 struct net {
     net_config cfg;
     const nn_math *m;
@@ -20,9 +28,12 @@ struct net {
     blob *params[MAX_PARAMS];     /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
     blob *flat;                   /* every parameter (data) and its gradient (diff) */
-    blob *history;                /* momentum, one per element of flat */
-    blob *labels;                 /* of the last forward, for net_output */
+    blob *history;                /* plain: momentum, one per element of flat */
+    blob_optim_state *optim;      /* fused: the optimizer's momentum */
+    result results[NET_RESULTS];  /* of the last calls, the last at last_result */
+    int last_result;
     blob_comm_list *comm_params;  /* data parallel: params registered with cfg.comm */
+    bool handed[MAX_LAYERS];      /* layer i's diffs went to the communicator this step */
     bool warm;                    /* a full-batch step ran, so all memory exists */
     int num_graphs;
     blob_graph *last_graph;       /* of the last training step, NULL if eager */
@@ -78,9 +89,24 @@ blob_status net_add(net *n, const char *name, nn_layer *layer)
     return nn_blob_create(&n->tops[i], n->cfg.mode, n->cfg.dtype, 1, &zero);
 }
 
+blob_status net_add_ip(net *n, const char *name, const char *relu_name, int64_t num_input,
+                       int64_t num_output, uint64_t seed)
+{
+    const net_config *c = &n->cfg;
+    nn_ip_param p = {.num_input = num_input, .num_output = num_output,
+                     .relu = relu_name && !c->plain, .plain = c->plain};
+    nn_layer *l;
+    NN_TRY(nn_ip_create(&l, c->mode, c->dtype, &p, seed));
+    NN_TRY(net_add(n, name, l));
+    if (!relu_name || !c->plain)
+        return BLOB_OK;
+    NN_TRY(nn_relu_create(&l, c->mode, c->dtype));
+    return net_add(n, relu_name, l);
+}
+
 /* Lay all parameters out in one blob, as Caffe's multi-GPU solver does: each one's data
  * and diff become views of a slice of flat's (borrowed memory on the mode's side), so
- * the SGD update is four kernels for the whole net. */
+ * the SGD update is one optimizer step (four kernels plainly) for the whole net. */
 static blob_status flatten(net *n)
 {
     const net_config *c = &n->cfg;
@@ -89,7 +115,10 @@ static blob_status flatten(net *n)
     for (int i = 0; i < n->num_params; i++)
         total += blob_count(n->params[i]);
     /* the history is zero-filled on first access, as it starts */
-    NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
+    if (c->plain)
+        NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
+    else
+        NN_TRY(blob_optim_state_create(&n->optim));
     NN_TRY(nn_blob_create(&n->flat, c->mode, c->dtype, 1, &total));
     char *data, *diff;
     NN_TRY(blob_mutable_cpu_data(n->flat, (void **)&data));
@@ -112,6 +141,20 @@ static blob_status flatten(net *n)
     return BLOB_OK;
 }
 
+static blob_status hand_over(net *n, int layer);
+
+/* A layer's listener (data parallel): hand its diffs over as soon as they are queued. */
+static blob_status params_ready(void *ctx, nn_layer *layer)
+{
+    net *n = ctx;
+    for (int i = 0; i < n->num_layers; i++)
+        if (n->layers[i] == layer) {
+            n->handed[i] = true;
+            return hand_over(n, i);
+        }
+    return BLOB_OK;
+}
+
 /* Data parallel: register the parameters with the communicator and start from rank 0's
  * weights. The registration is a collective, which a rank whose net could not be built
  * (built is not BLOB_OK; n may be NULL) joins all the same, so that every rank fails
@@ -126,6 +169,8 @@ static blob_status join_ranks(net *n, blob_comm *comm, blob_status built)
         return built;
     NN_TRY(st);
     n->comm_params = l;
+    for (int i = 0; i < n->num_layers; i++)
+        nn_layer_on_params_ready(n->layers[i], params_ready, n);
     return blob_comm_broadcast(l, 0);
 }
 
@@ -145,6 +190,8 @@ blob_status net_create(net **out, const net_config *cfg)
     blob_status st = cfg->def->build(n, cfg->mode, cfg->dtype, cfg->seed);
     if (st == BLOB_OK && n->num_layers == 0)
         st = BLOB_EINVAL;
+    for (int i = 1; st == BLOB_OK && i < n->num_layers; i++)
+        nn_layer_fuse_relu_backward(n->layers[i], n->layers[i - 1]);
     if (st == BLOB_OK)
         st = flatten(n);
     if (cfg->comm)
@@ -177,6 +224,11 @@ void net_free(net *n)
     }
     blob_free(n->flat); /* after the parameters that borrow its memory */
     blob_free(n->history);
+    blob_optim_state_free(n->optim);
+    for (int k = 0; k < NET_RESULTS; k++) {
+        blob_syncedmem_free(n->results[k].loss);
+        blob_syncedmem_free(n->results[k].prob);
+    }
     free(n);
 }
 
@@ -191,7 +243,6 @@ static blob_status reshape(net *n, blob *x, blob *labels)
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
         NN_TRY(nn_layer_reshape(n->layers[i], bottom, n->tops[i]));
     }
-    n->labels = labels;
     return BLOB_OK;
 }
 
@@ -206,8 +257,9 @@ static blob_status forward(net *n, blob *x, blob *labels)
 
 /* Data parallel (no-ops without a communicator): a step's mean all-reduce of the
  * gradients in place on flat's diff. It begins before backward; each layer's diffs are
- * handed over once its backward is queued, so that they are summed while the layers
- * below run theirs; the end makes the stream wait, on the device, for all the sums. */
+ * handed over as soon as they are queued (params_ready: before the layer's bottom
+ * gradient; else once its backward is), so that they are summed while the work below
+ * runs; the end makes the stream wait, on the device, for all the sums. */
 static blob_status reduce_begin(net *n)
 {
     return n->comm_params ? blob_comm_reduce_begin(n->comm_params, BLOB_COMM_MEAN) : BLOB_OK;
@@ -230,18 +282,26 @@ static blob_status backward(net *n, blob *x, blob *labels)
 {
     for (int i = n->num_layers - 1; i >= 0; i--) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
+        n->handed[i] = false;
         NN_TRY(nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
-        NN_TRY(hand_over(n, i));
+        if (!n->handed[i])
+            NN_TRY(hand_over(n, i));
     }
     return BLOB_OK;
 }
 
 /* Caffe's SGDSolver: Regularize, ComputeUpdateValue, then Net::Update, over all
- * parameters at once. */
+ * parameters at once: one blob_optim_step of Caffe's rule, or plainly four kernels. */
 static blob_status sgd_update(net *n)
 {
     const nn_math *m = n->m;
     const net_config *c = &n->cfg;
+    if (!c->plain) {
+        blob_optim opt = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, c->lr);
+        opt.momentum = c->momentum;
+        opt.weight_decay = c->weight_decay;
+        return blob_optim_step(&opt, &n->flat, 1, n->optim);
+    }
     int64_t count = blob_count(n->flat);
     const void *w;
     void *dw, *h;
@@ -312,13 +372,60 @@ static blob_status claim_device_side(net *n, bool outputs)
     return blob_mutable_gpu_data(prob(n), &p);
 }
 
-/* Queue the copy of the loss to the host behind the step (the probabilities are copied
- * only if net_output asks for them). */
-static blob_status start_readback(net *n)
+/* Queue the copy of `from`'s data to the host side of `to` behind the work on it: to's
+ * device side borrows from's. */
+static blob_status pull(blob_syncedmem *to, blob *from)
 {
-    if (n->cfg.mode != NN_GPU)
-        return BLOB_OK;
-    return blob_syncedmem_async_cpu_pull(blob_data_mem(loss_top(n)), blob_get_stream());
+    const void *p;
+    NN_TRY(blob_gpu_data(from, &p));
+    NN_TRY(blob_syncedmem_set_gpu_data(to, (void *)p, blob_syncedmem_size(to)));
+    return blob_syncedmem_async_cpu_pull(to, blob_get_stream());
+}
+
+/* Copy `from`'s data to `to` on the host. */
+static blob_status copy_on_host(blob_syncedmem *to, blob *from)
+{
+    const void *p;
+    void *q;
+    NN_TRY(blob_cpu_data(from, &p));
+    NN_TRY(blob_syncedmem_mutable_cpu_data(to, &q));
+    memcpy(q, p, blob_syncedmem_size(to));
+    return BLOB_OK;
+}
+
+/* Keep the loss and probabilities of this call in the next result: on the GPU, copies
+ * to the host queued behind the step (nothing waits for them here). */
+static blob_status start_readback(net *n, blob *labels)
+{
+    const int k = (n->last_result + 1) % NET_RESULTS;
+    result *r = &n->results[k];
+    const size_t elem = blob_dtype_size(n->cfg.dtype);
+    const size_t prob_bytes = (size_t)blob_count(prob(n)) * elem;
+    const int device = nn_device(n->cfg.mode);
+    r->valid = false;
+    if (r->prob && blob_syncedmem_size(r->prob) != prob_bytes) {
+        blob_syncedmem_free(r->prob);
+        r->prob = NULL;
+    }
+    if (!r->prob)
+        NN_TRY(blob_syncedmem_create(&r->prob, prob_bytes, device));
+    if (!r->loss)
+        NN_TRY(blob_syncedmem_create(&r->loss, elem, device));
+    if (n->cfg.mode == NN_GPU) {
+        NN_TRY(pull(r->loss, loss_top(n)));
+        if (prob_bytes)
+            NN_TRY(pull(r->prob, prob(n)));
+    } else {
+        NN_TRY(copy_on_host(r->loss, loss_top(n)));
+        if (prob_bytes)
+            NN_TRY(copy_on_host(r->prob, prob(n)));
+    }
+    r->labels = labels;
+    r->rows = blob_shape(prob(n))[0];
+    r->classes = blob_shape(prob(n))[1];
+    r->valid = true;
+    n->last_result = k;
+    return BLOB_OK;
 }
 
 blob_status net_train_step(net *n, blob *x, blob *labels)
@@ -341,14 +448,14 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
     n->warm |= full;
     if (n->cfg.mode == NN_GPU)
         NN_TRY(claim_device_side(n, g != NULL));
-    return start_readback(n);
+    return start_readback(n, labels);
 }
 
 blob_status net_forward(net *n, blob *x, blob *labels)
 {
     NN_TRY(reshape(n, x, labels));
     NN_TRY(forward(n, x, labels));
-    return start_readback(n);
+    return start_readback(n, labels);
 }
 
 void net_set_lr(net *n, double lr)
@@ -360,31 +467,56 @@ void net_set_lr(net *n, double lr)
 
 const blob_graph *net_graph(const net *n) { return n->last_graph; }
 
-blob_status net_loss(net *n, double *loss)
+/* The result of the call `ago` calls back, or NULL. */
+static result *result_of(net *n, int ago)
+{
+    if (ago < 0 || ago >= NET_RESULTS)
+        return NULL;
+    result *r = &n->results[(n->last_result + NET_RESULTS - ago) % NET_RESULTS];
+    return r->valid ? r : NULL;
+}
+
+static blob_status loss_of(net *n, const result *r, double *loss)
 {
     const void *l;
-    NN_TRY(blob_cpu_data(loss_top(n), &l));
+    NN_TRY(blob_syncedmem_cpu_data(r->loss, &l));
     *loss = nn_load(l, n->cfg.dtype, 0);
+    return BLOB_OK;
+}
+
+blob_status net_loss(net *n, double *loss)
+{
+    const result *r = result_of(n, 0);
+    return r ? loss_of(n, r, loss) : BLOB_EINVAL;
+}
+
+blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct)
+{
+    const result *r = result_of(n, ago);
+    if (!r)
+        return BLOB_EINVAL;
+    blob_dtype dt = n->cfg.dtype;
+    const int64_t classes = r->classes;
+    const void *p, *y;
+    NN_TRY(loss_of(n, r, loss));
+    *correct = 0;
+    if (!r->rows)
+        return BLOB_OK;
+    NN_TRY(blob_syncedmem_cpu_data(r->prob, &p));
+    NN_TRY(blob_cpu_data(r->labels, &y));
+    for (int64_t row = 0; row < r->rows; row++) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; c++)
+            if (nn_load(p, dt, row * classes + c) > nn_load(p, dt, row * classes + best))
+                best = c;
+        *correct += best == (int64_t)nn_load(y, dt, row);
+    }
     return BLOB_OK;
 }
 
 blob_status net_output(net *n, double *loss, int64_t *correct)
 {
-    blob_dtype dt = n->cfg.dtype;
-    const void *p, *y;
-    NN_TRY(net_loss(n, loss));
-    NN_TRY(blob_cpu_data(prob(n), &p));
-    NN_TRY(blob_cpu_data(n->labels, &y));
-    int64_t rows = blob_shape(prob(n))[0], classes = blob_shape(prob(n))[1];
-    *correct = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t best = 0;
-        for (int64_t c = 1; c < classes; c++)
-            if (nn_load(p, dt, r * classes + c) > nn_load(p, dt, r * classes + best))
-                best = c;
-        *correct += best == (int64_t)nn_load(y, dt, r);
-    }
-    return BLOB_OK;
+    return net_output_ago(n, 0, loss, correct);
 }
 
 int net_num_params(const net *n) { return n->num_params; }

@@ -13,6 +13,10 @@
  *   net_output(n, &loss, &correct);          // waits for this step's results
  *   net_free(n);
  *
+ * The results of the last NET_RESULTS calls are kept, so that a trainer can queue step
+ * s + 1 before it reads step s's (net_output_ago(n, 1, ...)): the GPU never waits for the
+ * host in between.
+ *
  * Each layer reads the previous layer's top (the first reads x) and the last is a
  * SoftmaxWithLoss that also reads the labels. x is rows x (the net's input shape) and
  * labels holds rows class indices; both have the net's dtype and live on the mode's
@@ -31,6 +35,9 @@
 
 /* Input buffer pairs that get a graph of their own (see graph in net_config). */
 #define NET_MAX_GRAPHS 4
+
+/* Calls whose results can be read (net_output_ago). */
+#define NET_RESULTS 2
 
 typedef struct net net;
 
@@ -61,6 +68,13 @@ const net_def *net_def_at(int i);
  * name.bias). The net owns the layer from here on, also when this fails. */
 blob_status net_add(net *n, const char *name, nn_layer *layer);
 
+/* For build: append an InnerProduct called name (num_input -> num_output, weights from
+ * seed) and, unless relu_name is NULL, the ReLU after it: one layer of the fused kind
+ * (nn_ip_param.relu), or with cfg.plain a plain InnerProduct and a ReLU layer called
+ * relu_name. */
+blob_status net_add_ip(net *n, const char *name, const char *relu_name, int64_t num_input,
+                       int64_t num_output, uint64_t seed);
+
 typedef struct {
     const net_def *def;
     nn_mode mode;
@@ -75,13 +89,19 @@ typedef struct {
      * later step on that pair launches its graph. Pairs beyond NET_MAX_GRAPHS, and
      * smaller batches, run eagerly. */
     bool graph;
+    /* Caffe's layers and update instead of the fused ones: InnerProducts of the plain kind
+     * with ReLU layers of their own (net_add_ip), and the update as four kernels (axpy,
+     * axpby, copy, blob_update) instead of one blob_optim_step of BLOB_OPTIM_SGD_CAFFE.
+     * Both compute the same values (up to rounding). */
+    bool plain;
     /* Data parallel: this rank's communicator (borrowed: it must outlive the net), or
      * NULL for one device. net_create registers the parameters with it (a collective:
      * every rank creates its net from the same config) and starts every rank from rank
      * 0's weights. Each training step then begins a mean all-reduce of the gradients,
-     * hands each layer's over as soon as its backward is queued (backward runs from the
-     * last layer down, so the sums of the late layers overlap the backward of the early
-     * ones) and ends it, on the device, before the update: the host never waits for it.
+     * hands each layer's over as soon as they are queued (before the layer's bottom
+     * gradient, see nn_layer_on_params_ready; backward runs from the last layer down, so
+     * the sums of the late layers overlap the backward of the early ones) and ends it, on
+     * the device, before the update: the host never waits for it.
      * Every rank must call net_train_step equally often (net_forward and the readers of
      * the output are local). A 1-rank communicator changes nothing. Several ranks need
      * NN_GPU with the communicator's GPU current, and no graph (BLOB_ENOTSUP): the
@@ -95,7 +115,9 @@ typedef struct {
     blob_comm *comm;
 } net_config;
 
-/* Build the layers, fill the weights from cfg->seed and zero the momentum history.
+/* Build the layers, fill the weights from cfg->seed and zero the momentum history; fuse
+ * the backward of each InnerProduct's ReLU into the InnerProduct above it
+ * (nn_layer_fuse_relu_backward).
  * *out is NULL on failure. Errors: BLOB_EINVAL for a bad config, BLOB_ENOTSUP for
  * several ranks with NN_CPU or graphs, libblob errors; with a communicator also the
  * failure of another rank to build its net, and BLOB_ESHAPE for ranks whose nets
@@ -106,12 +128,11 @@ blob_status net_create(net **out, const net_config *cfg);
 void net_free(net *n);
 
 /* One SGD step on a batch: forward, backward, then for every parameter
- *   diff += weight_decay * data; history = lr * diff + momentum * history;
- *   diff = history; blob_update (data -= diff).
- * On the GPU the device sides of x and labels are brought up to date first (waiting for
- * an asynchronous push in flight), and the call returns once the step is queued, with
- * the copy of the loss back to the host queued after it (net_output copies the
- * probabilities when it needs them).
+ *   history = lr * (diff + weight_decay * data) + momentum * history; data -= history
+ * (plainly also diff = history). On the GPU the device sides of x and labels are
+ * brought up to date first (the device waits for an asynchronous push in flight), and
+ * the call returns once the step is queued, with the copies of the loss and
+ * probabilities to the host queued after it: nothing on the host waits for the device.
  * Errors: BLOB_ESHAPE (x or labels do not fit the net: their shape, or a dtype other
  * than the net's), libblob errors, and with a communicator its errors (BLOB_ETIMEDOUT,
  * BLOB_ECOMM: a rank failed). */
@@ -128,12 +149,18 @@ void net_set_lr(net *n, double lr);
  * the net's (valid until net_set_lr or net_free). */
 const blob_graph *net_graph(const net *n);
 
-/* Mean loss of the last step or forward; waits for it. */
+/* Mean loss of the last step or forward; waits for it (on the GPU, for its copy to the
+ * host only). Errors: BLOB_EINVAL before the first call. */
 blob_status net_loss(net *n, double *loss);
 
 /* Mean loss and number of rows whose most probable class is the label, of the last
- * step or forward; waits for them. */
+ * step or forward; waits for them. The labels are read on the host then, so their blob
+ * must still hold that call's. Errors: BLOB_EINVAL before the first call. */
 blob_status net_output(net *n, double *loss, int64_t *correct);
+
+/* The same for the call `ago` calls back: 0 is the last, up to NET_RESULTS - 1.
+ * Errors: BLOB_EINVAL for an ago out of range or beyond the calls made. */
+blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct);
 
 /* The learnable parameters in layer order, with names such as "ip1.weights",
  * "ip1.bias", ... Their data and diffs are views of one flat

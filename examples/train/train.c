@@ -2,13 +2,16 @@
  * train - train one of the nets of nets/ on Fashion-MNIST with libblob, on the GPU when
  * there is one, and write its weights (.npy) and training curves (SVG).
  *
- *   train [--net mlp|lenet|...] [--data DIR] [--out DIR] [--device cpu|gpu] [--graph] ...
+ *   train [--net mlp|lenet|...] [--data DIR] [--out DIR] [--device cpu|gpu] [--graph]
+ *         [--math fp32|tf32|bf16] [--plain] ...
  *   train --gpus N ...                     data parallel on GPUs 0..N-1, a thread each
  *   blob-launch --nproc N train ...        data parallel, a process each
  *
  * Batches are double-buffered: while the GPU runs step i, the host fills the other
  * buffer and pushes it with blob_syncedmem_async_gpu_push on a copy stream (Caffe's
- * prefetch); the step that reads it waits for the push's event.
+ * prefetch); the step that reads it waits for the push's event. The host reads step
+ * i's loss and accuracy only after it has queued step i + 1 (the net copies them back
+ * asynchronously), so the GPU never waits for the host between steps.
  *
  * Data parallel: every rank (a thread or a process, one GPU each, see blob/comm.h)
  * has its own stream, net and feeder. Of every global batch of N x --batch images of
@@ -40,7 +43,8 @@
 typedef struct {
     const net_def *net;
     const char *data_dir, *out_dir, *device;
-    bool graph;
+    bool graph, plain;
+    blob_math_mode math; /* BLOB_MATH_DEFAULT: the environment's (BLOB_MATH_MODE) */
     int epochs, gpus;
     int64_t batch, limit;
     int lr_step;
@@ -75,6 +79,11 @@ static void usage(FILE *f)
             "  --out DIR           where the weights (.npy) and curve.svg go (default %s)\n"
             "  --device cpu|gpu    default: gpu when one is present\n"
             "  --graph             run training steps as CUDA graphs (one gpu only)\n"
+            "  --math MODE         GPU GEMMs in fp32 (exact), tf32 or bf16 (tensor cores,\n"
+            "                      float32 storage and accumulation); default: $BLOB_MATH_MODE,\n"
+            "                      else fp32\n"
+            "  --plain             Caffe's layers and update (gemm, bias by a ones-gemm, ReLU\n"
+            "                      layers, a four-kernel SGD) instead of the fused ones\n"
             "  --gpus N            data parallel on GPUs 0..N-1, a thread each, with --batch\n"
             "                      images per GPU (blob-launch --nproc N train ... runs a\n"
             "                      process per GPU instead)\n"
@@ -95,6 +104,15 @@ static void usage(FILE *f)
             defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
+/* The math mode called name (fp32, tf32, bf16), or BLOB_MATH_DEFAULT (0) for none. */
+static blob_math_mode math_mode(const char *name)
+{
+    for (blob_math_mode m = BLOB_MATH_FP32; m <= BLOB_MATH_BF16; m++)
+        if (!strcmp(name, blob_math_mode_name(m)))
+            return m;
+    return BLOB_MATH_DEFAULT;
+}
+
 /* Parse "--name value" pairs; exits with status 2 on a bad command line. */
 static options parse_options(int argc, char **argv)
 {
@@ -105,8 +123,8 @@ static options parse_options(int argc, char **argv)
             usage(stdout);
             exit(0);
         }
-        if (!strcmp(a, "--graph")) {
-            o.graph = true;
+        if (!strcmp(a, "--graph") || !strcmp(a, "--plain")) {
+            *(a[2] == 'g' ? &o.graph : &o.plain) = true;
             continue;
         }
         if (i + 1 == argc)
@@ -125,6 +143,8 @@ static options parse_options(int argc, char **argv)
             o.out_dir = v;
         else if (!strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
             o.device = v;
+        else if (!strcmp(a, "--math") && math_mode(v))
+            o.math = math_mode(v);
         else if (!strcmp(a, "--epochs") && is_count && num >= 1 && num <= 10000)
             o.epochs = (int)num;
         else if (!strcmp(a, "--gpus") && is_count && num >= 1 && num <= MAX_GPUS)
@@ -297,10 +317,24 @@ static void progress(const char *what, int64_t done, int64_t total, double loss)
     fflush(stdout);
 }
 
+/* Add the results of the call `ago` calls back (rows rows) to t. */
+static blob_status count_output(net *n, int ago, int64_t rows, tally *t)
+{
+    double loss;
+    int64_t correct;
+    NN_TRY(net_output_ago(n, ago, &loss, &correct));
+    t->loss += loss * (double)rows;
+    t->correct += correct;
+    t->rows += rows;
+    return BLOB_OK;
+}
+
 /* Run over the first n images of set in `order`, this rank's share of each global
- * batch: training steps when train, else forward passes; every next batch is filled
- * and pushed while the current one runs. The tally is summed over the ranks; a bar
- * (given on every rank or none) is drawn by rank 0. */
+ * batch: training steps when train, else forward passes. Step s's results are read
+ * once step s + 1 is queued, and then the batch of step s + 2 is filled and pushed
+ * (into step s's buffers, which step s no longer needs) while step s + 1 runs. The
+ * tally is summed over the ranks; a bar (given on every rank or none) is drawn by rank
+ * 0 (one step behind). */
 static blob_status run_pass(net *n, feeder *f, const world *w, const fmnist_set *set,
                             const int32_t *order, int64_t count, int64_t batch, bool train,
                             const char *bar, tally *t)
@@ -308,7 +342,7 @@ static blob_status run_pass(net *n, feeder *f, const world *w, const fmnist_set 
     double t0 = now();
     int64_t global = batch * w->size;
     int64_t steps = (count + global - 1) / global, every = steps / 100 + 1;
-    int64_t start, rows;
+    int64_t start, rows, unread = 0; /* unread: rows of the last call, not yet counted */
     int k = 0;
     memset(t, 0, sizeof *t);
     share(w, count, batch, 0, &start, &rows);
@@ -317,29 +351,27 @@ static blob_status run_pass(net *n, feeder *f, const world *w, const fmnist_set 
     for (int64_t s = 0; s < steps; s++) {
         int cur = k;
         int64_t cur_rows = rows; /* 0: a rank left out of a last, short batch */
-        if (cur_rows)
+        if (cur_rows) {
             NN_TRY(train ? net_train_step(n, f->x[cur], f->labels[cur])
                          : net_forward(n, f->x[cur], f->labels[cur]));
+            if (unread)
+                NN_TRY(count_output(n, 1, unread, t));
+            unread = cur_rows;
+        }
         if (s + 1 < steps) {
             share(w, count, batch, s + 1, &start, &rows);
             if (rows)
                 NN_TRY(feed(f, set, order, start, rows, &k));
         }
-        if (cur_rows) {
-            double loss;
-            int64_t correct;
-            NN_TRY(net_output(n, &loss, &correct));
-            t->loss += loss * (double)cur_rows;
-            t->correct += correct;
-            t->rows += cur_rows;
-        }
         if (bar && ((s + 1) % every == 0 || s + 1 == steps)) {
             tally all = *t;
             NN_TRY(tally_sum(w, &all));
-            if (w->rank == 0)
-                progress(bar, s + 1, steps, all.loss / (double)all.rows);
+            if (w->rank == 0 && all.rows)
+                progress(bar, s, steps, all.loss / (double)all.rows);
         }
     }
+    if (unread)
+        NN_TRY(count_output(n, 0, unread, t));
     t->steps = steps;
     t->seconds = now() - t0;
     return tally_sum(w, t);
@@ -484,6 +516,9 @@ static void print_header(const trainer *t)
         printf("device: GPU %d, %s", device, o->graph ? "CUDA graphs" : "eager");
     else
         printf("device: CPU");
+    if (t->mode == NN_GPU)
+        printf(", %s GEMMs", blob_math_mode_name(blob_get_math_mode()));
+    printf(", %s layers", o->plain ? "plain" : "fused");
     printf(" | batch %lld", (long long)o->batch);
     if (w->size > 1)
         printf(" per GPU (%lld in all)", (long long)o->batch * w->size);
@@ -492,6 +527,9 @@ static void print_header(const trainer *t)
         printf(" (x%g every %d epochs)", o->lr_gamma, o->lr_step);
     printf(", momentum %g, weight decay %g, %d epochs, seed %llu\n", o->momentum,
            o->weight_decay, o->epochs, (unsigned long long)o->seed);
+    blob_blas_info blas;
+    if (t->mode == NN_CPU && blob_blas_get_info(&blas) == BLOB_OK)
+        printf("host BLAS: %s\n", blas.summary);
     fflush(stdout);
 }
 
@@ -535,7 +573,8 @@ static int run(trainer *t)
     net_config cfg = {
         .def = o->net, .mode = t->mode, .dtype = BLOB_FLOAT32, .batch = o->batch,
         .seed = o->seed, .lr = o->lr, .momentum = o->momentum,
-        .weight_decay = o->weight_decay, .graph = o->graph, .comm = w->comm,
+        .weight_decay = o->weight_decay, .graph = o->graph, .plain = o->plain,
+        .comm = w->comm,
     };
     void *compute = NULL, *copy = NULL;
     blob_status st = BLOB_OK;
@@ -693,6 +732,8 @@ static int start(trainer *t)
 int main(int argc, char **argv)
 {
     trainer t = {.o = parse_options(argc, argv)};
+    if (t.o.math)
+        blob_set_math_mode(t.o.math);
     bool have_gpu = blob_device_count() > 0;
     if (t.o.device && !strcmp(t.o.device, "gpu") && !have_gpu) {
         fprintf(stderr, "train: --device gpu: no GPU found (libblob %s CUDA)\n",
