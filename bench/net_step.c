@@ -1,17 +1,21 @@
 /*
  * net_step - time one training step of a net of examples/nets: forward, backward, SGD
- * update, and the loss read back (as torch's loss.item() does). On the GPU eagerly and
- * as CUDA graphs, beside the same net in PyTorch eagerly and as a whole-step CUDA graph
- * on the same device (bench/net_torch.py, which times the same way) when torch imports.
+ * update, and the loss read back (as torch's loss.item() does). libblob's fused net
+ * and its plain one (net_config.plain), eagerly and, on the GPU, as CUDA graphs, also
+ * without waiting for each step's loss; beside the same net in PyTorch, eagerly, with
+ * its fused SGD, as a whole-step CUDA graph and under torch.compile, on the same device
+ * (bench/net_torch.py, which times the same way) when torch imports.
  *
- *   net_step [--net NAME]... [--batch B]... [--device cpu|gpu] [--steps N] [--repeats R]
- *            [--torch PATH]
+ *   net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... [--device cpu|gpu]
+ *            [--steps N] [--repeats R] [--torch PATH]
  *
- * Defaults: --net mlp, --batch 64 --batch 256. Each figure: 20 warm-up steps, then R
- * times: synchronize, wall clock over N steps alternating between two resident batches,
- * synchronize; the median is reported (for an even R the mean of the two middle runs,
- * as Python's statistics.median). PyTorch runs under $BLOB_BENCH_PYTHON (default
- * python3), once per net, and is stopped after 120 s.
+ * Defaults: --net mlp, --batch 64 --batch 256, the process's math mode (BLOB_MATH_MODE).
+ * Each figure: 20 warm-up steps, then R times: synchronize, wall clock over N steps
+ * alternating between two resident batches, synchronize; the median is reported (for
+ * an even R the mean of the two middle runs, as Python's statistics.median). PyTorch
+ * runs under $BLOB_BENCH_PYTHON (default python3), once per net and math mode, after
+ * all of libblob's figures, and is stopped after 600 s. On the host both sides use the
+ * threads the host BLAS uses (OPENBLAS_NUM_THREADS).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -26,15 +30,22 @@
 #define MAX_REPEATS 101
 #define MAX_NETS 8
 #define MAX_BATCHES 8
+#define MAX_MATHS 3
 #define CLASSES 10 /* every net here classifies Fashion-MNIST */
 
+/* One kind of libblob's net (fused or plain), us per step (0: not measured). */
 typedef struct {
-    const net_def *def;
-    int64_t params;                       /* learnable values, to match torch's net */
-    double eager, graph;                  /* libblob, us per step (0: not measured) */
-    int64_t kernels;                      /* kernels of libblob's graph step (0: unknown) */
-    double torch_eager, torch_graph;      /* PyTorch, us per step (0: not measured) */
-    int64_t torch_kernels;                /* CUDA kernels of a torch eager step (0: none) */
+    double eager, graph, graph_async;
+    int64_t kernels, nodes; /* of the graph of one step (0: unknown) */
+} blob_figures;
+
+typedef struct {
+    int64_t params;         /* learnable values, to match torch's net */
+    blob_figures kind[2];   /* fused, plain */
+    /* PyTorch, us per step (0: not measured) */
+    double torch_eager, torch_fused, torch_graph, torch_compile;
+    int64_t torch_kernels;  /* CUDA kernels of a torch eager step (0: none) */
+    char compile_error[160];
 } figures;
 
 static double now(void)
@@ -55,9 +66,10 @@ static blob_status sync_device(nn_mode mode)
     return mode == NN_GPU ? blob_device_synchronize() : BLOB_OK;
 }
 
-/* Median microseconds per step over `repeats` runs of `steps` steps. */
+/* Median microseconds per step over `repeats` runs of `steps` steps; with wait, every
+ * step's loss is read on the host before the next is queued. */
 static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int steps,
-                              int repeats, double *us)
+                              int repeats, bool wait, double *us)
 {
     double samples[MAX_REPEATS], loss;
     for (int s = 0; s < WARMUP; s++) {
@@ -69,8 +81,10 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
         double t0 = now();
         for (int s = 0; s < steps; s++) {
             NN_TRY(net_train_step(n, x[s % 2], y[s % 2]));
-            NN_TRY(net_loss(n, &loss)); /* as torch's loss.item() */
+            if (wait)
+                NN_TRY(net_loss(n, &loss)); /* as torch's loss.item() */
         }
+        NN_TRY(net_loss(n, &loss));
         NN_TRY(sync_device(mode));
         samples[r] = 1e6 * (now() - t0) / steps;
     }
@@ -79,14 +93,18 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
     return BLOB_OK;
 }
 
-/* A fresh net and two random resident batches, timed into f->eager or f->graph; the
- * net's parameter count too. */
-static blob_status bench(const net_def *def, nn_mode mode, bool graph, int64_t batch,
-                         int steps, int repeats, figures *f)
+typedef enum { EAGER, GRAPH, GRAPH_ASYNC } run_kind;
+
+/* A fresh net (fused, or plain) and two random resident batches, timed as `run` says
+ * into the figures of its kind; the net's parameter count too, and with graphs the
+ * kernels and nodes of one step's graph. */
+static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind run,
+                         int64_t batch, int steps, int repeats, figures *f)
 {
     net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32, .batch = batch,
                       .seed = 1, .lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4,
-                      .graph = graph};
+                      .graph = run != EAGER, .plain = plain};
+    blob_figures *k = &f->kind[plain];
     int64_t xshape[4] = {batch};
     for (int i = 0; i < def->input_axes; i++)
         xshape[i + 1] = def->input_shape[i];
@@ -94,52 +112,59 @@ static blob_status bench(const net_def *def, nn_mode mode, bool graph, int64_t b
     blob *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
     net *n = NULL;
     blob_status st = net_create(&n, &cfg);
-    for (int k = 0; st == BLOB_OK && k < 2; k++) {
+    for (int b = 0; st == BLOB_OK && b < 2; b++) {
         float *labels;
         const void *p;
-        if ((st = nn_blob_create(&x[k], mode, BLOB_FLOAT32, def->input_axes + 1, xshape)) !=
+        if ((st = nn_blob_create(&x[b], mode, BLOB_FLOAT32, def->input_axes + 1, xshape)) !=
                 BLOB_OK ||
-            (st = nn_blob_create(&y[k], mode, BLOB_FLOAT32, 1, &batch)) != BLOB_OK ||
-            (st = nn_fill_uniform(x[k], 0, 1, &rng)) != BLOB_OK ||
-            (st = blob_mutable_cpu_data(y[k], (void **)&labels)) != BLOB_OK)
+            (st = nn_blob_create(&y[b], mode, BLOB_FLOAT32, 1, &batch)) != BLOB_OK ||
+            (st = nn_fill_uniform(x[b], 0, 1, &rng)) != BLOB_OK ||
+            (st = blob_mutable_cpu_data(y[b], (void **)&labels)) != BLOB_OK)
             break;
         for (int64_t i = 0; i < batch; i++)
-            labels[i] = (float)((i + k) % CLASSES);
-        if (mode == NN_GPU && ((st = blob_gpu_data(x[k], &p)) != BLOB_OK ||
-                               (st = blob_gpu_data(y[k], &p)) != BLOB_OK))
+            labels[i] = (float)((i + b) % CLASSES);
+        if (mode == NN_GPU && ((st = blob_gpu_data(x[b], &p)) != BLOB_OK ||
+                               (st = blob_gpu_data(y[b], &p)) != BLOB_OK))
             break;
     }
+    double *out = run == EAGER ? &k->eager : run == GRAPH ? &k->graph : &k->graph_async;
     if (st == BLOB_OK)
-        st = time_steps(n, mode, x, y, steps, repeats, graph ? &f->graph : &f->eager);
-    /* TODO(kernels per step): once libblob can count the kernel nodes of a graph, set
-     * f->kernels here, in a graph run, to the count of net_graph(n), the graph of the
-     * last step; the table prints it. */
+        st = time_steps(n, mode, x, y, steps, repeats, run != GRAPH_ASYNC, out);
+    if (st == BLOB_OK && run == GRAPH && net_graph(n))
+        st = blob_graph_count_nodes(net_graph(n), &k->kernels, &k->nodes);
     f->params = 0;
     for (int i = 0; st == BLOB_OK && i < net_num_params(n); i++)
         f->params += blob_count(net_param(n, i));
     sync_device(mode);
     net_free(n);
-    for (int k = 0; k < 2; k++) {
-        blob_free(x[k]);
-        blob_free(y[k]);
+    for (int b = 0; b < 2; b++) {
+        blob_free(x[b]);
+        blob_free(y[b]);
     }
     return st;
 }
 
+/* "-" or a number: the figure, 0 for "-". */
+static double figure(const char *s) { return strcmp(s, "-") ? atof(s) : 0; }
+
 /* PyTorch's figures for one net (f[i] for batches[i]; 0 where missing): NULL, or why
  * there are none, written to why. */
 static const char *torch_figures(const char *script, const char *python, nn_mode mode,
-                                 const char *name, int steps, int repeats,
-                                 const int64_t *batches, int num_batches, figures *f,
-                                 int64_t *params, char *device, size_t device_size,
-                                 char *why, size_t why_size)
+                                 const char *name, const char *math, int threads, int steps,
+                                 int repeats, const int64_t *batches, int num_batches,
+                                 figures *f, int64_t *params, char *device,
+                                 size_t device_size, char *why, size_t why_size)
 {
     char cmd[4096], line[512];
     int at = snprintf(cmd, sizeof cmd,
-                      "timeout 120 %s '%s' --net '%s' --device %s --steps %d --repeats %d "
-                      "--warmup %d%s",
-                      python, script, name, mode == NN_GPU ? "cuda" : "cpu", steps, repeats,
-                      WARMUP, mode == NN_GPU ? " --kernels" : "");
+                      "timeout 600 %s '%s' --net '%s' --device %s --math %s --steps %d "
+                      "--repeats %d --warmup %d",
+                      python, script, name, mode == NN_GPU ? "cuda" : "cpu", math, steps,
+                      repeats, WARMUP);
+    if (mode == NN_GPU)
+        at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --kernels");
+    else
+        at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --threads %d", threads);
     for (int i = 0; i < num_batches; i++)
         at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --batch %lld",
                        (long long)batches[i]);
@@ -151,30 +176,32 @@ static const char *torch_figures(const char *script, const char *python, nn_mode
     *params = 0;
     while (fgets(line, sizeof line, p)) {
         long long batch, count;
-        double eager, graph;
-        char rest[64];
-        int fields;
-        if (!strncmp(line, "device ", 7))
-            snprintf(device, device_size, "%.*s", (int)strcspn(line + 7, "\n"), line + 7);
-        else if (sscanf(line, "net %*s params %lld", &count) == 1)
-            *params = count;
-        else if (sscanf(line, "batch %lld kernels %lld", &batch, &count) == 2) {
+        char e[32], fu[32], g[32], c[32];
+        int used = 0;
+        line[strcspn(line, "\n")] = 0;
+        figures *row = NULL;
+        if (sscanf(line, "batch %lld %n", &batch, &used) == 1)
             for (int i = 0; i < num_batches; i++)
                 if (batches[i] == batch)
-                    f[i].torch_kernels = count;
-        }
-        else if ((fields = sscanf(line, "batch %lld eager_us %lf graph_us %63s", &batch,
-                                  &eager, rest)) >= 2) {
-            graph = fields == 3 ? atof(rest) : 0; /* "-": no graph */
-            for (int i = 0; i < num_batches; i++)
-                if (batches[i] == batch) {
-                    f[i].torch_eager = eager;
-                    f[i].torch_graph = graph;
-                }
+                    row = &f[i];
+        if (!strncmp(line, "device ", 7))
+            snprintf(device, device_size, "%.200s", line + 7);
+        else if (sscanf(line, "net %*s params %lld", &count) == 1)
+            *params = count;
+        else if (row && sscanf(line + used, "kernels %lld", &count) == 1)
+            row->torch_kernels = count;
+        else if (row && !strncmp(line + used, "compile_error ", 14))
+            snprintf(row->compile_error, sizeof row->compile_error, "%.150s", line + used + 14);
+        else if (row && sscanf(line + used, "eager_us %31s fused_us %31s graph_us %31s "
+                                            "compile_us %31s", e, fu, g, c) == 4) {
+            row->torch_eager = figure(e);
+            row->torch_fused = figure(fu);
+            row->torch_graph = figure(g);
+            row->torch_compile = figure(c);
         }
     }
     if (pclose(p) != 0) {
-        snprintf(why, why_size, "%.100s --net %.32s failed or ran past 120 s", script, name);
+        snprintf(why, why_size, "%.100s --net %.32s failed or ran past 600 s", script, name);
         return why;
     }
     return NULL;
@@ -183,56 +210,114 @@ static const char *torch_figures(const char *script, const char *python, nn_mode
 static void print_us(double us, int width)
 {
     if (us > 0)
-        printf("  %*.1f us", width - 3, us);
+        printf(" %*.1f", width, us);
     else
-        printf("  %*s", width, "-");
+        printf(" %*s", width, "-");
 }
 
 static void print_ratio(double num, double den)
 {
     if (num > 0 && den > 0)
-        printf("  %7.1fx", num / den);
+        printf(" %6.1fx", num / den);
     else
-        printf("  %8s", "-");
+        printf(" %7s", "-");
 }
 
-static void print_table(const net_def *def, const int64_t *batches, int num_batches,
-                        const figures *f, const char *no_torch)
+/* The fastest of torch's figures (0: none). */
+static double torch_best(const figures *f)
 {
-    printf("%s (%s): one SGD step (forward, backward, update, loss read back)\n", def->name,
-           def->title);
-    printf("batch  libblob eager  libblob graph    torch eager    torch graph   eager x   "
-           "graph x  kernels  torch kernels\n");
+    const double all[] = {f->torch_eager, f->torch_fused, f->torch_graph, f->torch_compile};
+    double best = 0;
+    for (int i = 0; i < 4; i++)
+        if (all[i] > 0 && (best == 0 || all[i] < best))
+            best = all[i];
+    return best;
+}
+
+static void print_table(const net_def *def, const char *math, nn_mode mode,
+                        const int64_t *batches, int num_batches, const figures *f,
+                        const char *no_torch)
+{
+    printf("\n%s (%s), %s GEMMs: one SGD step (forward, backward, update, loss read back), "
+           "us\n", def->name, def->title, math);
+    printf("                ----------------- libblob -----------------  "
+           "------------------ torch -------------------  best torch over\n");
+    printf("batch  kind         eager     graph  graph async  kernels/nodes      "
+           "eager  fused SGD      graph    compile    eager   graph\n");
     for (int i = 0; i < num_batches; i++) {
-        printf("%5lld", (long long)batches[i]);
-        print_us(f[i].eager, 13);
-        print_us(f[i].graph, 13);
-        print_us(f[i].torch_eager, 13);
-        print_us(f[i].torch_graph, 13);
-        print_ratio(f[i].torch_eager, f[i].eager);
-        print_ratio(f[i].torch_graph, f[i].graph);
-        if (f[i].kernels > 0)
-            printf("  %7lld", (long long)f[i].kernels);
-        else
-            printf("  %7s", "-");
+        const double best = torch_best(&f[i]);
+        for (int plain = 0; plain < 2; plain++) {
+            const blob_figures *k = &f[i].kind[plain];
+            printf("%5lld  %-6s", (long long)batches[i], plain ? "plain" : "fused");
+            print_us(k->eager, 10);
+            print_us(k->graph, 9);
+            print_us(k->graph_async, 12);
+            if (k->kernels > 0)
+                printf(" %9lld/%-4lld", (long long)k->kernels, (long long)k->nodes);
+            else
+                printf(" %14s", "-");
+            if (plain) {
+                printf(" %43s", "");
+            } else {
+                print_us(f[i].torch_eager, 10);
+                print_us(f[i].torch_fused, 10);
+                print_us(f[i].torch_graph, 10);
+                print_us(f[i].torch_compile, 10);
+            }
+            print_ratio(best, k->eager);
+            print_ratio(best, k->graph);
+            printf("\n");
+        }
         if (f[i].torch_kernels > 0)
-            printf("  %13lld\n", (long long)f[i].torch_kernels);
-        else
-            printf("  %13s\n", "-");
+            printf("  batch %lld: a torch eager step launches %lld CUDA kernels\n",
+                   (long long)batches[i], (long long)f[i].torch_kernels);
+        if (f[i].compile_error[0])
+            printf("  batch %lld: torch.compile failed: %s\n", (long long)batches[i],
+                   f[i].compile_error);
     }
     if (no_torch)
         printf("  torch: no figures (%s)\n", no_torch);
-    printf("  eager x, graph x: torch's time over libblob's (above 1: libblob is faster)\n");
+    printf("  best torch over: the fastest of torch's four figures over libblob's eager and "
+           "graph figure (above 1: libblob is faster)\n");
+    if (mode == NN_GPU)
+        printf("  graph async: graphs queued back to back, the loss copied back behind "
+               "each without waiting (as the trainer runs); kernels/nodes: of one step's "
+               "graph\n");
 }
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: net_step [--net NAME]... [--batch B]... [--device cpu|gpu] "
-                    "[--steps N] [--repeats R] [--torch bench/net_torch.py]\nnets:");
+    fprintf(stderr, "usage: net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... "
+                    "[--device cpu|gpu] [--steps N] [--repeats R] [--torch bench/net_torch.py]"
+                    "\nnets:");
     for (int i = 0; net_def_at(i); i++)
         fprintf(stderr, " %s", net_def_at(i)->name);
     fprintf(stderr, "\n");
     exit(2);
+}
+
+/* The math mode called name, or BLOB_MATH_DEFAULT for none. */
+static blob_math_mode math_mode(const char *name)
+{
+    for (blob_math_mode m = BLOB_MATH_FP32; m <= BLOB_MATH_BF16; m++)
+        if (!strcmp(name, blob_math_mode_name(m)))
+            return m;
+    return BLOB_MATH_DEFAULT;
+}
+
+/* libblob's figures of every net and batch in math mode (already set). */
+static blob_status bench_all(const net_def *const *defs, int num_nets, const int64_t *batches,
+                             int num_batches, nn_mode mode, int steps, int repeats,
+                             figures f[][MAX_BATCHES])
+{
+    static const run_kind runs[] = {EAGER, GRAPH, GRAPH_ASYNC};
+    for (int k = 0; k < num_nets; k++)
+        for (int i = 0; i < num_batches; i++)
+            for (int plain = 0; plain < 2; plain++)
+                for (int r = 0; r < (mode == NN_GPU ? 3 : 1); r++)
+                    NN_TRY(bench(defs[k], mode, plain, runs[r], batches[i], steps, repeats,
+                                 &f[k][i]));
+    return BLOB_OK;
 }
 
 int main(int argc, char **argv)
@@ -240,13 +325,16 @@ int main(int argc, char **argv)
     const char *device = NULL, *script = "bench/net_torch.py";
     const net_def *defs[MAX_NETS];
     int64_t batches[MAX_BATCHES];
-    int num_nets = 0, num_batches = 0, steps = 200, repeats = 5;
+    blob_math_mode maths[MAX_MATHS];
+    int num_nets = 0, num_batches = 0, num_maths = 0, steps = 200, repeats = 5;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(a, "--net") && net_def_find(v) && num_nets < MAX_NETS)
             defs[num_nets++] = net_def_find(v);
         else if (v && !strcmp(a, "--batch") && atoi(v) > 0 && num_batches < MAX_BATCHES)
             batches[num_batches++] = atoi(v);
+        else if (v && !strcmp(a, "--math") && math_mode(v) && num_maths < MAX_MATHS)
+            maths[num_maths++] = math_mode(v);
         else if (v && !strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
             device = v;
         else if (v && !strcmp(a, "--steps") && atoi(v) > 0)
@@ -264,6 +352,8 @@ int main(int argc, char **argv)
         batches[num_batches++] = 64;
         batches[num_batches++] = 256;
     }
+    if (!num_maths)
+        maths[num_maths++] = blob_get_math_mode();
     bool have_gpu = blob_device_count() > 0;
     if (device && !strcmp(device, "gpu") && !have_gpu) {
         fprintf(stderr, "net_step: no GPU found\n");
@@ -271,16 +361,13 @@ int main(int argc, char **argv)
     }
     nn_mode mode = have_gpu && !(device && !strcmp(device, "cpu")) ? NN_GPU : NN_CPU;
 
-    figures f[MAX_NETS][MAX_BATCHES] = {{{0}}};
+    static figures f[MAX_MATHS][MAX_NETS][MAX_BATCHES];
     void *stream = NULL;
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
     blob_set_stream(stream);
-    for (int k = 0; st == BLOB_OK && k < num_nets; k++)
-        for (int i = 0; st == BLOB_OK && i < num_batches; i++) {
-            st = bench(defs[k], mode, false, batches[i], steps, repeats, &f[k][i]);
-            if (st == BLOB_OK && mode == NN_GPU)
-                st = bench(defs[k], mode, true, batches[i], steps, repeats, &f[k][i]);
-        }
+    for (int m = 0; st == BLOB_OK && m < num_maths; m++)
+        if ((st = blob_set_math_mode(maths[m])) == BLOB_OK)
+            st = bench_all(defs, num_nets, batches, num_batches, mode, steps, repeats, f[m]);
     blob_set_stream(NULL);
     blob_stream_destroy(stream);
     blob_thread_release();
@@ -290,34 +377,41 @@ int main(int argc, char **argv)
     }
 
     /* PyTorch after all of libblob's figures, never beside them */
+    blob_blas_info blas = {.threads = 1};
+    blob_blas_get_info(&blas);
     const char *python = getenv("BLOB_BENCH_PYTHON");
     if (!python || !*python)
         python = "python3";
-    char cmd[512], torch_device[256] = "", why[MAX_NETS][256];
-    const char *no_torch[MAX_NETS] = {NULL};
+    char cmd[512], torch_device[256] = "", why[MAX_MATHS][MAX_NETS][256];
+    const char *no_torch[MAX_MATHS][MAX_NETS] = {{NULL}};
     snprintf(cmd, sizeof cmd, "timeout 120 %s -c 'import torch' >/dev/null 2>&1", python);
     bool have_torch = system(cmd) == 0;
-    for (int k = 0; k < num_nets; k++) {
-        int64_t torch_params = 0;
-        if (!have_torch) {
-            snprintf(why[k], sizeof why[k], "%.100s cannot import torch", python);
-            no_torch[k] = why[k];
-            continue;
-        }
-        no_torch[k] = torch_figures(script, python, mode, defs[k]->name, steps, repeats,
-                                    batches, num_batches, f[k], &torch_params, torch_device,
-                                    sizeof torch_device, why[k], sizeof why[k]);
-        if (!no_torch[k] && torch_params != f[k][0].params) {
-            snprintf(why[k], sizeof why[k],
-                     "its net has %lld parameters, libblob's %lld: not the same net",
-                     (long long)torch_params, (long long)f[k][0].params);
-            no_torch[k] = why[k];
-            for (int i = 0; i < num_batches; i++) {
-                f[k][i].torch_eager = f[k][i].torch_graph = 0;
-                f[k][i].torch_kernels = 0;
+    for (int m = 0; m < num_maths; m++)
+        for (int k = 0; k < num_nets; k++) {
+            int64_t torch_params = 0;
+            char *w = why[m][k];
+            if (!have_torch) {
+                snprintf(w, sizeof why[m][k], "%.100s cannot import torch", python);
+                no_torch[m][k] = w;
+                continue;
+            }
+            no_torch[m][k] = torch_figures(script, python, mode, defs[k]->name,
+                                           blob_math_mode_name(maths[m]), blas.threads, steps,
+                                           repeats, batches, num_batches, f[m][k],
+                                           &torch_params, torch_device, sizeof torch_device,
+                                           w, sizeof why[m][k]);
+            if (!no_torch[m][k] && torch_params != f[m][k][0].params) {
+                snprintf(w, sizeof why[m][k],
+                         "its net has %lld parameters, libblob's %lld: not the same net",
+                         (long long)torch_params, (long long)f[m][k][0].params);
+                no_torch[m][k] = w;
+                for (int i = 0; i < num_batches; i++) {
+                    f[m][k][i].torch_eager = f[m][k][i].torch_fused = 0;
+                    f[m][k][i].torch_graph = f[m][k][i].torch_compile = 0;
+                    f[m][k][i].torch_kernels = 0;
+                }
             }
         }
-    }
 
     char where[32] = "the CPU";
     int gpu;
@@ -326,7 +420,11 @@ int main(int argc, char **argv)
     printf("net_step: libblob on %s%s%s; median of %d runs of %d steps after %d warm-up "
            "steps\n", where, *torch_device ? ", PyTorch on " : "", torch_device, repeats,
            steps, WARMUP);
-    for (int k = 0; k < num_nets; k++)
-        print_table(defs[k], batches, num_batches, f[k], no_torch[k]);
+    if (mode == NN_CPU)
+        printf("host BLAS: %s (torch: as many threads)\n", blas.summary);
+    for (int m = 0; m < num_maths; m++)
+        for (int k = 0; k < num_nets; k++)
+            print_table(defs[k], blob_math_mode_name(maths[m]), mode, batches, num_batches,
+                        f[m][k], no_torch[m][k]);
     return 0;
 }

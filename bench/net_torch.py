@@ -1,9 +1,22 @@
 #!/usr/bin/env python3
-"""Time one training step of a net of examples/nets in PyTorch, eagerly and as a
-whole-step CUDA graph, the way bench/net_step.c times libblob: warm up, synchronize,
-wall clock over N steps alternating between two resident batches, synchronize; the
-median of R repeats (for an even R the mean of the two middle ones, as net_step.c
-computes it too).
+"""Time one training step of a net of examples/nets in PyTorch, the way
+bench/net_step.c times libblob: warm up, synchronize, wall clock over N steps
+alternating between two resident batches, synchronize; the median of R repeats (for an
+even R the mean of the two middle ones, as net_step.c computes it too). Four ways:
+
+  eager     torch.optim.SGD as it comes (its foreach implementation on CUDA);
+  fused     the same with torch.optim.SGD(fused=True);
+  graph     PyTorch's "whole-network capture" (torch.cuda.graphs, CUDA only): a few
+            warm-up steps on a side stream (they create the momentum buffers, which then
+            stay in place), then forward, backward and optimizer.step() captured on
+            static input and label tensors with the gradients set to None first, so that
+            backward refills the graph's own .grad tensors. SGD's state is its momentum
+            buffers, updated in place, and its learning rate a Python number: the
+            captured step needs no capturable flag. A graph step copies the batch into
+            the static tensors, replays the graph and reads the loss;
+  compile   torch.compile (inductor, --compile-mode, default "default") of the model and
+            of the optimizer's step, eager SGD as above; the compilation happens in the
+            warm-up and is not timed. A failure to compile is reported, not fatal.
 
 The nets (--net) are those of examples/nets, with the same widths:
   mlp, mlp1024, mlp4096  inner products with ReLU between them, on flattened images;
@@ -15,18 +28,19 @@ A step is zero_grad, forward, cross-entropy, backward, SGD with momentum 0.9 and
 decay 5e-4, and loss.item(). cuDNN picks its algorithms (cudnn.benchmark) during the
 warm-up.
 
-The graph is PyTorch's "whole-network capture" (torch.cuda.graphs): a few warm-up steps
-on a side stream (they create the momentum buffers, which then stay in place), then
-forward, backward and optimizer.step() captured on static input and label tensors with
-the gradients set to None first, so that backward refills the graph's own .grad tensors.
-SGD's state is its momentum buffers, updated in place, and its learning rate a Python
-number: the captured step needs no capturable flag. A graph step copies the batch into
-the static tensors, replays the graph and reads the loss.
+--math sets the float32 matmul precision as libblob's math modes do: fp32 "highest"
+(exact), tf32 "high" (TF32 tensor cores), bf16 "medium" (bfloat16 products with float32
+storage and accumulation, as libblob's BF16 mode: torch.set_float32_matmul_precision, not
+autocast, which would also store activations in bfloat16). --threads sets torch's host
+threads (torch.set_num_threads).
 
 Prints "device NAME (torch VERSION, ...)", "net NAME params P" (the learnable values,
 which net_step compares with libblob's net), then per batch
-"batch B eager_us E graph_us G" (graph_us is "-" on the CPU or with --no-graph), and
-with --kernels the CUDA kernels one eager step launches: "batch B kernels K"."""
+"batch B eager_us E fused_us F graph_us G compile_us C" ("-" for a figure not
+measured: the graph on the CPU or with --no-graph, fused SGD where torch has none, the
+compiled step where compiling failed or --no-compile), "batch B compile_error WHY" when
+it failed, and with --kernels the CUDA kernels one eager step launches:
+"batch B kernels K"."""
 import argparse
 import statistics
 import time
@@ -65,15 +79,17 @@ NETS = {
 
 
 class Bench:
-    """A fresh net, its optimizer and two resident batches."""
+    """A fresh net, its optimizer and two resident batches; fused: SGD(fused=True)."""
 
-    def __init__(self, net, batch, device):
+    def __init__(self, net, batch, device, fused=False):
         torch.manual_seed(1)
         self.device = device
         model, shape = NETS[net]()
         self.model = model.to(device)
+        extra = {"fused": True} if fused else {}
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9,
-                                   weight_decay=5e-4)
+                                   weight_decay=5e-4, **extra)
+        self.opt_step = self.opt.step
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.xs = [torch.rand(batch, *shape, device=device) for _ in range(2)]
         self.ys = [torch.randint(0, 10, (batch,), device=device) for _ in range(2)]
@@ -82,10 +98,15 @@ class Bench:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def compile(self, mode):
+        """Run the model and the optimizer's step through torch.compile."""
+        self.model = torch.compile(self.model, mode=mode)
+        self.opt_step = torch.compile(self.opt.step, mode=mode)
+
     def forward_backward(self, x, y):
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
-        self.opt.step()
+        self.opt_step()
         return loss
 
     def eager_step(self, i):
@@ -143,6 +164,19 @@ class Bench:
         return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
 
 
+def one_line(e):
+    """An exception as one short line."""
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text[:150]
+
+
+def figure(us):
+    return "-" if us is None else f"{us:.1f}"
+
+
+PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "medium"}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--net", default="mlp", choices=sorted(NETS))
@@ -151,7 +185,13 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--no-graph", action="store_true", help="time the eager step only")
+    p.add_argument("--math", default="fp32", choices=sorted(PRECISION),
+                   help="float32 matmul precision, as libblob's math modes")
+    p.add_argument("--threads", type=int, help="host threads (torch.set_num_threads)")
+    p.add_argument("--no-graph", action="store_true", help="no whole-step CUDA graph")
+    p.add_argument("--no-compile", action="store_true", help="no torch.compile")
+    p.add_argument("--compile-mode", default="default",
+                   help='torch.compile mode, e.g. "max-autotune-no-cudagraphs"')
     p.add_argument("--no-tf32", action="store_true",
                    help="keep cuDNN's convolutions in full float32 (PyTorch allows TF32 there)")
     p.add_argument("--kernels", action="store_true", help="count the kernels of an eager step")
@@ -159,24 +199,42 @@ def main():
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.exit(1, "net_torch.py: torch has no CUDA device\n")
+    if a.threads:
+        torch.set_num_threads(a.threads)
     torch.backends.cudnn.benchmark = True
+    torch.set_float32_matmul_precision(PRECISION[a.math])
     if a.no_tf32:
         torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device {name} (torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"cuDNN TF32 {'on' if torch.backends.cudnn.allow_tf32 else 'off'})", flush=True)
+          f"cuDNN TF32 {'on' if torch.backends.cudnn.allow_tf32 else 'off'}, "
+          f"matmul {PRECISION[a.math]}, {torch.get_num_threads()} host threads)", flush=True)
     params = sum(t.numel() for t in NETS[a.net]()[0].parameters())
     print(f"net {a.net} params {params}", flush=True)
     for batch in a.batch or [64, 256]:
         b = Bench(a.net, batch, device)
         eager = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
-        graph = "-"
+        try:
+            b = Bench(a.net, batch, device, fused=True)
+            fused = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
+        except (RuntimeError, TypeError, ValueError) as e:  # no fused SGD on this device
+            print(f"batch {batch} fused_error {one_line(e)}", flush=True)
+            fused = None
+        graph = None
         if device.type == "cuda" and not a.no_graph:
             b = Bench(a.net, batch, device)
             b.capture(a.warmup)
-            graph = f"{b.time(b.graph_step, a.steps, a.repeats, a.warmup):.1f}"
-        print(f"batch {batch} eager_us {eager:.1f} graph_us {graph}", flush=True)
+            graph = b.time(b.graph_step, a.steps, a.repeats, a.warmup)
+        compiled = None
+        if not a.no_compile:
+            try:
+                b = Bench(a.net, batch, device)
+                b.compile(a.compile_mode)
+                compiled = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
+            except Exception as e:  # noqa: BLE001 - any failure to compile is reported
+                print(f"batch {batch} compile_error {one_line(e)}", flush=True)
+        print(f"batch {batch} eager_us {eager:.1f} fused_us {figure(fused)} "
+              f"graph_us {figure(graph)} compile_us {figure(compiled)}", flush=True)
         if a.kernels and device.type == "cuda":
             print(f"batch {batch} kernels {Bench(a.net, batch, device).count_kernels()}",
                   flush=True)

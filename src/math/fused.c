@@ -83,14 +83,22 @@ typedef struct {
 } epilogue_args;
 
 #define T float
+#define V blob__vec_f32
+#define VI blob__vec_i32
 #define FN(name) name##_f32
 #include "fused_host.inc"
 #undef T
+#undef V
+#undef VI
 #undef FN
 #define T double
+#define V blob__vec_f64
+#define VI blob__vec_i64
 #define FN(name) name##_f64
 #include "fused_host.inc"
 #undef T
+#undef V
+#undef VI
 #undef FN
 
 /* The epilogue of C = P (already written), in one pass over C. */

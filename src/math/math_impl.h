@@ -30,4 +30,13 @@ blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);
  * and always BLOB_MATH_FP32 (exact) for float64. */
 blob_math_mode blob__math_mode_for(blob_dtype dtype, blob_math_mode mode);
 
+/* 16 bytes of elements (one SSE register), GCC's and Clang's vector types: the host loops
+ * run their per-element arithmetic on them lane by lane, with the roundings of the
+ * scalar code; loaded and stored with memcpy (any alignment). Comparisons give lanes of
+ * the same-sized integers, -1 for true and 0 for false. */
+typedef float blob__vec_f32 __attribute__((vector_size(16)));
+typedef double blob__vec_f64 __attribute__((vector_size(16)));
+typedef int32_t blob__vec_i32 __attribute__((vector_size(16)));
+typedef int64_t blob__vec_i64 __attribute__((vector_size(16)));
+
 #endif

@@ -3,6 +3,7 @@
  * The update of one element is written once, in optim_formula.h, for both sides. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "blob/device.h"
 #include "blob/math.h"
@@ -121,17 +122,52 @@ typedef struct {
     void *h, *v;
 } step_args;
 
+/* The update's formula runs on vectors of elements as on scalars (math_impl.h). */
+typedef blob__vec_f32 vec_f32;
+typedef blob__vec_f64 vec_f64;
+
+static vec_f32 vec_sqrt_f32(vec_f32 x)
+{
+    for (int i = 0; i < 4; i++)
+        x[i] = sqrtf(x[i]);
+    return x;
+}
+
+static vec_f64 vec_sqrt_f64(vec_f64 x)
+{
+    for (int i = 0; i < 2; i++)
+        x[i] = sqrt(x[i]);
+    return x;
+}
+
 /* NAME: the elements [lo, hi) of one tensor, for kind K in element type T (a
- * blob__host_for body). */
-#define STEP_RANGE(NAME, T, SCALARS, K)                                                   \
+ * blob__host_for body): vectors V of them, then the rest one by one. */
+#define STEP_RANGE(NAME, T, V, VSQRT, SCALARS, K)                                         \
     static void NAME(void *args, int64_t lo, int64_t hi)                                  \
     {                                                                                     \
         const step_args *a = args;                                                        \
         const SCALARS s = *(const SCALARS *)a->s;                                         \
         T *w = a->w, *h = a->h, *v = a->v;                                                \
         const T *g = a->g;                                                                \
-        for (int64_t j = lo; j < hi; j++) {                                               \
-            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                        \
+        const int64_t lanes = (int64_t)(sizeof(V) / sizeof(T));                           \
+        int64_t j = lo;                                                                   \
+        for (; j + lanes <= hi; j += lanes) {                                             \
+            V w_, g_v, h_ = {0}, v_ = {0};                                                \
+            memcpy(&w_, w + j, sizeof w_);                                                \
+            memcpy(&g_v, g + j, sizeof g_v);                                              \
+            if (h)                                                                        \
+                memcpy(&h_, h + j, sizeof h_);                                            \
+            if (v)                                                                        \
+                memcpy(&v_, v + j, sizeof v_);                                            \
+            BLOB__OPTIM_ELEMENT(V, K, s, VSQRT, w_, g_v, h_, v_);                         \
+            memcpy(w + j, &w_, sizeof w_);                                                \
+            if (h)                                                                        \
+                memcpy(h + j, &h_, sizeof h_);                                            \
+            if (v)                                                                        \
+                memcpy(v + j, &v_, sizeof v_);                                            \
+        }                                                                                 \
+        for (; j < hi; j++) {                                                             \
+            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                       \
             BLOB__OPTIM_ELEMENT(T, K, s, HOST_SQRT, w[j], g[j], h_, v_);                  \
             if (h)                                                                        \
                 h[j] = h_;                                                                \
@@ -139,14 +175,14 @@ typedef struct {
                 v[j] = v_;                                                                \
         }                                                                                 \
     }
-STEP_RANGE(sgd_f32, float, scalars_f32, BLOB_OPTIM_SGD)
-STEP_RANGE(sgd_caffe_f32, float, scalars_f32, BLOB_OPTIM_SGD_CAFFE)
-STEP_RANGE(adam_f32, float, scalars_f32, BLOB_OPTIM_ADAM)
-STEP_RANGE(adamw_f32, float, scalars_f32, BLOB_OPTIM_ADAMW)
-STEP_RANGE(sgd_f64, double, scalars_f64, BLOB_OPTIM_SGD)
-STEP_RANGE(sgd_caffe_f64, double, scalars_f64, BLOB_OPTIM_SGD_CAFFE)
-STEP_RANGE(adam_f64, double, scalars_f64, BLOB_OPTIM_ADAM)
-STEP_RANGE(adamw_f64, double, scalars_f64, BLOB_OPTIM_ADAMW)
+STEP_RANGE(sgd_f32, float, vec_f32, vec_sqrt_f32, scalars_f32, BLOB_OPTIM_SGD)
+STEP_RANGE(sgd_caffe_f32, float, vec_f32, vec_sqrt_f32, scalars_f32, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE(adam_f32, float, vec_f32, vec_sqrt_f32, scalars_f32, BLOB_OPTIM_ADAM)
+STEP_RANGE(adamw_f32, float, vec_f32, vec_sqrt_f32, scalars_f32, BLOB_OPTIM_ADAMW)
+STEP_RANGE(sgd_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_SGD)
+STEP_RANGE(sgd_caffe_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE(adam_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADAM)
+STEP_RANGE(adamw_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADAMW)
 
 /* [dtype][kind] */
 static const blob__range_fn step_ranges[2][4] = {
