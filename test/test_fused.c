@@ -665,6 +665,7 @@ START_TEST(test_gpu_epilogue_graph)
     float *gb2 = side_alloc(true, f * I);
     void *mask = side_alloc(true, mb), *mask_i = side_alloc(true, blob_relu_mask_bytes(B, I));
     ck_ok(blob__be->memset_async(mask_i, 0x5a, blob_relu_mask_bytes(B, I), s));
+    ck_ok(blob__be->memset_async(mask, 0, mb, s)); /* cuBLASLt reads the bytes it updates */
     /* y = relu(x w^T + b) with mask; dz = (dy w) masked by mask_i, gb2 its column sums;
      * gw = dy^T x with gb = the column sums of dy */
 #define STEP()                                                                               \

@@ -139,7 +139,7 @@ int req_probe(void)
 
 const char *req_exclusions(void)
 {
-    static char exclude[128];
+    static char exclude[256];
     for (int i = 0; i < num_cases; i++)
         for (int k = 0; k < cases[i].num_reqs; k++)
             if (!reqs[cases[i].reqs[k]].met()) {
@@ -159,6 +159,15 @@ const char *req_exclusions(void)
             printf("; %d found", found.gpus);
         printf(")\n");
     }
+    /* the caller's own exclusions (Check reads CK_EXCLUDE_TAGS only when given none) */
+    const char *more = getenv("CK_EXCLUDE_TAGS");
+    if (more && *more) {
+        used += (size_t)snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? " " : "",
+                                 more);
+        printf("excluded by CK_EXCLUDE_TAGS: %s\n", more);
+    }
+    if (used >= sizeof exclude)
+        die("too many excluded tags: ", exclude);
     return used ? exclude : NULL;
 }
 

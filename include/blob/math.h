@@ -282,7 +282,9 @@ typedef enum {
  * bit i * BLOB_RELU_MASK_ROW_BITS(N); bit b of the mask is bit b % 8 of byte b / 8, and
  * it is set when C[i,j] > 0. The bits past N in a row are unspecified. A mask must be
  * 16-byte aligned and hold blob_relu_mask_bytes(M, N) bytes, in the memory of the side
- * that uses it (a mask can be copied between sides as plain bytes). */
+ * that uses it (a mask can be copied between sides as plain bytes). Initialise its
+ * memory once (any value; a blob's is zero-filled) before the first forward: cuBLASLt
+ * reads the bytes it updates. */
 #define BLOB_RELU_MASK_ROW_BITS(N) ((((int64_t)(N) + 127) / 128) * 128)
 
 /* Bytes of the ReLU mask of an M x N output; 0 for a negative size or one that overflows. */
