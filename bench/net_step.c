@@ -103,7 +103,7 @@ static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind 
 {
     net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32, .batch = batch,
                       .seed = 1, .lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4,
-                      .graph = run != EAGER, .plain = plain};
+                      .graph = run != EAGER, .plain = plain, .loss_only = true};
     blob_figures *k = &f->kind[plain];
     int64_t xshape[4] = {batch};
     for (int i = 0; i < def->input_axes; i++)

@@ -349,6 +349,35 @@ static blob_status reshape_to(nn_layer *l, int axes, const int64_t *shape)
     return st;
 }
 
+/* Results that are not kept: none before the first step, none further back than
+ * NET_RESULTS - 1, and with loss_only only the loss. */
+static void check_result_refusals(int *bad)
+{
+    net_config cfg = {.def = net_def_find("mlp"), .mode = NN_CPU, .dtype = BLOB_FLOAT32,
+                      .batch = 2, .seed = 1, .lr = 0.01, .loss_only = true};
+    const int64_t shape[4] = {2, 1, 28, 28}, two = 2;
+    net *n = NULL;
+    blob *x = NULL, *y = NULL;
+    double loss;
+    int64_t correct;
+    expect(net_create(&n, &cfg), BLOB_OK, "a net with loss_only", bad);
+    expect(nn_blob_create(&x, NN_CPU, BLOB_FLOAT32, 4, shape), BLOB_OK, "x", bad);
+    expect(nn_blob_create(&y, NN_CPU, BLOB_FLOAT32, 1, &two), BLOB_OK, "labels", bad);
+    if (n && x && y) {
+        expect(net_loss(n, &loss), BLOB_EINVAL, "the loss before any step", bad);
+        expect(net_train_step(n, x, y), BLOB_OK, "a step", bad);
+        expect(net_loss(n, &loss), BLOB_OK, "the loss of a step with loss_only", bad);
+        expect(net_output(n, &loss, &correct), BLOB_ENOTSUP, "the output with loss_only", bad);
+        expect(net_output_ago(n, NET_RESULTS, &loss, &correct), BLOB_EINVAL,
+               "an output NET_RESULTS calls back", bad);
+        expect(net_output_ago(n, 1, &loss, &correct), BLOB_EINVAL,
+               "the output of a call not made", bad);
+    }
+    net_free(n);
+    blob_free(x);
+    blob_free(y);
+}
+
 static void check_refusals(void)
 {
     int bad = 0;
@@ -390,7 +419,9 @@ static void check_refusals(void)
         expect(reshape_to(l, 4, short_plane), BLOB_ESHAPE, "pool, 5x2 window on 4x8", &bad);
         nn_layer_free(l);
     }
-    printf("refusals: bad layer arguments and shapes  %s\n", bad ? "FAILED" : "ok");
+    check_result_refusals(&bad);
+    printf("refusals: bad layer arguments and shapes, results not kept  %s\n",
+           bad ? "FAILED" : "ok");
     if (bad)
         failed++;
     else

@@ -400,14 +400,14 @@ static blob_status start_readback(net *n, blob *labels)
     const int k = (n->last_result + 1) % NET_RESULTS;
     result *r = &n->results[k];
     const size_t elem = blob_dtype_size(n->cfg.dtype);
-    const size_t prob_bytes = (size_t)blob_count(prob(n)) * elem;
+    const size_t prob_bytes = n->cfg.loss_only ? 0 : (size_t)blob_count(prob(n)) * elem;
     const int device = nn_device(n->cfg.mode);
     r->valid = false;
     if (r->prob && blob_syncedmem_size(r->prob) != prob_bytes) {
         blob_syncedmem_free(r->prob);
         r->prob = NULL;
     }
-    if (!r->prob)
+    if (!r->prob && prob_bytes)
         NN_TRY(blob_syncedmem_create(&r->prob, prob_bytes, device));
     if (!r->loss)
         NN_TRY(blob_syncedmem_create(&r->loss, elem, device));
@@ -495,6 +495,8 @@ blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct)
     const result *r = result_of(n, ago);
     if (!r)
         return BLOB_EINVAL;
+    if (n->cfg.loss_only)
+        return BLOB_ENOTSUP;
     blob_dtype dt = n->cfg.dtype;
     const int64_t classes = r->classes;
     const void *p, *y;

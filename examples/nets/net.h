@@ -94,6 +94,9 @@ typedef struct {
      * axpby, copy, blob_update) instead of one blob_optim_step of BLOB_OPTIM_SGD_CAFFE.
      * Both compute the same values (up to rounding). */
     bool plain;
+    /* Copy only the loss back to the host after each call, not the probabilities: then
+     * net_output and net_output_ago refuse (BLOB_ENOTSUP) and net_loss alone reads. */
+    bool loss_only;
     /* Data parallel: this rank's communicator (borrowed: it must outlive the net), or
      * NULL for one device. net_create registers the parameters with it (a collective:
      * every rank creates its net from the same config) and starts every rank from rank
@@ -132,7 +135,8 @@ void net_free(net *n);
  * (plainly also diff = history). On the GPU the device sides of x and labels are
  * brought up to date first (the device waits for an asynchronous push in flight), and
  * the call returns once the step is queued, with the copies of the loss and
- * probabilities to the host queued after it: nothing on the host waits for the device.
+ * probabilities (cfg.loss_only: the loss) to the host queued after it: nothing on the
+ * host waits for the device.
  * Errors: BLOB_ESHAPE (x or labels do not fit the net: their shape, or a dtype other
  * than the net's), libblob errors, and with a communicator its errors (BLOB_ETIMEDOUT,
  * BLOB_ECOMM: a rank failed). */
@@ -159,7 +163,8 @@ blob_status net_loss(net *n, double *loss);
 blob_status net_output(net *n, double *loss, int64_t *correct);
 
 /* The same for the call `ago` calls back: 0 is the last, up to NET_RESULTS - 1.
- * Errors: BLOB_EINVAL for an ago out of range or beyond the calls made. */
+ * Errors: BLOB_EINVAL for an ago out of range or beyond the calls made, BLOB_ENOTSUP
+ * with cfg.loss_only. */
 blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct);
 
 /* The learnable parameters in layer order, with names such as "ip1.weights",
