@@ -313,7 +313,8 @@ static void check_layers(nn_mode mode)
         const layer_row *r = &rows[i];
         layer_case c = {.name = r->name};
         blob_status st;
-        if ((st = make_case(r, mode, &c)) != BLOB_OK || (st = check_layer(&c, mode, &rng)) != BLOB_OK)
+        if ((st = make_case(r, mode, &c)) != BLOB_OK ||
+            (st = check_layer(&c, mode, &rng)) != BLOB_OK)
             report(st, r->name);
         nn_layer_free(c.layer);
         nn_layer_free(c.lower);
