@@ -38,10 +38,9 @@ typedef struct {
     int64_t input_shape[3];
     /* Add the layers in order with net_add, the loss layer last; weights from seed. */
     blob_status (*build)(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed);
-    /* Training defaults of the trainer for this net (batch 0: the trainer's default). */
+    /* Training defaults of the trainer for this net. */
     int epochs, lr_step;
     double lr;
-    int64_t batch;
 } net_def;
 
 #define NET_DEFINE(def)                                                       \

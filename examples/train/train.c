@@ -34,14 +34,12 @@ typedef struct {
     uint64_t seed;
 } options;
 
-/* Epochs, batch size, learning rate and its step come from the net's definition unless
- * given (a batch size of 0 there means DEFAULT_BATCH). */
+/* Epochs, learning rate and its step come from the net's definition unless given. */
 static const options defaults = {
-    .out_dir = "demo-out", .lr_gamma = 0.1, .momentum = 0.9, .weight_decay = 5e-4,
-    .seed = 1, .lr_step = -1,
+    .out_dir = "demo-out", .batch = 64, .lr_gamma = 0.1, .momentum = 0.9,
+    .weight_decay = 5e-4, .seed = 1, .lr_step = -1,
 };
 #define DEFAULT_NET "mlp"
-#define DEFAULT_BATCH 64
 
 static void usage(FILE *f)
 {
@@ -50,9 +48,8 @@ static void usage(FILE *f)
             "  --net NAME          the net to train (default " DEFAULT_NET "):\n");
     for (int i = 0; net_def_at(i); i++) {
         const net_def *d = net_def_at(i);
-        long long batch = d->batch ? d->batch : DEFAULT_BATCH;
-        fprintf(f, "      %-8s %s: %d epochs, batch %lld, lr %g (x0.1 every %d)\n", d->name,
-                d->title, d->epochs, batch, d->lr, d->lr_step);
+        fprintf(f, "                        %-8s %s: %d epochs, lr %g (x0.1 every %d)\n",
+                d->name, d->title, d->epochs, d->lr, d->lr_step);
     }
     fprintf(f,
             "  --data DIR          Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR,\n"
@@ -61,7 +58,7 @@ static void usage(FILE *f)
             "  --device cpu|gpu    default: gpu when one is present\n"
             "  --graph             run training steps as CUDA graphs (gpu only)\n"
             "  --epochs N          default: the net's\n"
-            "  --batch N           default: the net's\n"
+            "  --batch N           default %lld\n"
             "  --lr X              learning rate, > 0, default: the net's\n"
             "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
             "                      default: the net's\n"
@@ -73,7 +70,7 @@ static void usage(FILE *f)
             "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
             "                      is below X\n"
             "X is a finite number, N a whole number >= 1 (--lr-step and --seed: >= 0).\n",
-            defaults.out_dir, defaults.lr_gamma, defaults.momentum,
+            defaults.out_dir, (long long)defaults.batch, defaults.lr_gamma, defaults.momentum,
             defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
@@ -146,8 +143,6 @@ static options parse_options(int argc, char **argv)
         o.lr = o.net->lr;
     if (o.lr_step < 0)
         o.lr_step = o.net->lr_step;
-    if (!o.batch)
-        o.batch = o.net->batch ? o.net->batch : DEFAULT_BATCH;
     return o;
 }
 
