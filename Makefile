@@ -1,4 +1,5 @@
-# libblob: make [CUDA=0] [V=1] | make check | make bench | make demo | make install
+# libblob: make [CUDA=0] [V=1] | make check | make bench | make bench-comm | make bench-dp |
+#          make demo | make install | make fuzz [FUZZ_SECONDS=60]
 #
 # CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
 # /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
@@ -15,6 +16,7 @@ PYTHON ?= python3
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BINDIR ?= $(PREFIX)/bin
 
 VERSION := 0.1.0
 SOVERSION := 0
@@ -46,7 +48,7 @@ ifeq ($(CUDA),1)
 BUILD := build/cuda$(BUILD_TAG)
 CUDA_CFLAGS := -I$(CUDA_HOME)/include
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
-CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
 BACKEND_SRC := src/core/backend_cuda.c
 KERNEL_SRC := $(wildcard src/kernels/*.cu)
 KERNEL_C_SRC := $(filter-out src/kernels/none.c,$(wildcard src/kernels/*.c))
@@ -62,18 +64,49 @@ KERNEL_SRC :=
 KERNEL_C_SRC := src/kernels/none.c
 endif
 
+# NCCL, for communicators of several ranks (include/blob/comm.h): used by CUDA builds when
+# nccl.h and libnccl.so are found in NCCL_HOME, the toolkit or the system. NCCL=0 leaves
+# it out; NCCL_CFLAGS and NCCL_LIBS replace what is found. Without it comm.h still works
+# for one rank. A build with and one without NCCL need distinct BUILD_TAGs.
+ifeq ($(CUDA),1)
+NCCL_HEADER := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) \
+               $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+NCCL_LIBFILE := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib64/libnccl.so \
+                $(NCCL_HOME)/lib/libnccl.so) $(CUDA_LIBDIR)/libnccl.so /usr/local/lib/libnccl.so \
+                /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib64/libnccl.so /usr/lib/libnccl.so))
+NCCL ?= $(if $(and $(NCCL_HEADER),$(NCCL_LIBFILE)),1,0)
+else
+override NCCL := 0
+endif
+ifeq ($(NCCL),1)
+NCCL_INCDIR := $(patsubst %/,%,$(dir $(NCCL_HEADER)))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(NCCL_LIBFILE)))
+# -isystem: nccl.h is not written for -Wstrict-prototypes
+NCCL_CFLAGS ?= $(if $(filter-out /usr/include,$(NCCL_INCDIR)),-isystem $(NCCL_INCDIR))
+NCCL_LIBS ?= $(if $(filter-out $(CUDA_LIBDIR) /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib,$(NCCL_LIBDIR)),\
+             -L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) -lnccl
+CCL_SRC := src/comm/ccl_nccl.c
+else
+NCCL_CFLAGS :=
+NCCL_LIBS :=
+CCL_SRC := src/comm/ccl_none.c
+endif
+comma := ,
+
 LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wildcard src/core/*.c)) \
              $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \
              $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(wildcard src/interop/*.c) \
-             $(KERNEL_C_SRC)
+             $(KERNEL_C_SRC) $(filter-out src/comm/ccl_%.c,$(wildcard src/comm/*.c)) $(CCL_SRC)
 LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
-LIB_LIBS := $(CUDA_LIBS) $(LDLIBS_BASE)
+LIB_LIBS := $(NCCL_LIBS) $(CUDA_LIBS) $(LDLIBS_BASE)
 
 SHARED := $(BUILD)/libblob.so.$(VERSION)
 STATIC := $(BUILD)/libblob.a
 
 TEST_SRC := $(wildcard test/*.c)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# ... and the calls of the NULL-argument test, generated from the public headers.
+NULL_ARGS_C := $(BUILD)/test/null_args.c
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(NULL_ARGS_C:.c=.o)
 TEST_BIN := $(BUILD)/test/blob_tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
@@ -81,7 +114,7 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 .PHONY: all lib check test deps install uninstall clean bench demo install-check examples examples-check \
         dlpack-header python-check
 
-all: lib
+all: lib launcher
 
 lib: $(SHARED) $(STATIC)
 
@@ -97,6 +130,7 @@ dlpack-header:
 	    { echo "libblob needs DLPack's header <dlpack/dlpack.h>: make deps (Debian's" \
 	        "libdlpack-dev), or point DLPACK_CFLAGS at it (DLPACK_CFLAGS=-I/its/include)" >&2; \
 	      exit 1; }
+$(BUILD)/src/comm/ccl_nccl.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -118,20 +152,76 @@ $(BUILD)/test/%.o: test/%.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
 
+$(NULL_ARGS_C): test/null_args.py $(wildcard include/blob/*.h)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)python3 test/null_args.py "$(CC)" > $@.tmp && mv $@.tmp $@
+
+$(NULL_ARGS_C:.c=.o): $(NULL_ARGS_C)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -Itest -Wno-missing-prototypes -MMD -MP -c $< -o $@
+
 # Tests link the static archive: they reach the internal backend table.
 $(TEST_BIN): $(TEST_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(TEST_OBJ) $(STATIC) $(CHECK_LIBS) $(LIB_LIBS)
 
+# The launcher of ranks (docs/distributed.md), installed as blob-launch.
+LAUNCH_BIN := $(BUILD)/tools/blob-launch
+.PHONY: launcher
+launcher: $(LAUNCH_BIN)
+
+$(LAUNCH_BIN): tools/launch.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $< -lm
+
+# The launcher's tests, and the multi-process communicator tests on two GPUs (skipped
+# with a count on fewer): test/comm/run.sh with its probe.
+COMM_PROBE := $(BUILD)/test/comm_probe
+.PHONY: check-comm
+check-comm: $(LAUNCH_BIN) $(COMM_PROBE)
+	$(Q)sh test/comm/run.sh $(BUILD)
+
+$(COMM_PROBE): test/comm/comm_probe.c $(STATIC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) \
+	    -o $@ $< $(STATIC) $(LIB_LIBS)
+
 # Benchmarks (bench/README.md); the GPU rows only in CUDA builds.
 BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c bench/dlpack.c \
-             $(if $(filter 1,$(CUDA)),bench/gpu.c bench/conv.c,bench/gpu_none.c)
+             $(if $(filter 1,$(CUDA)),bench/gpu.c bench/conv.c bench/fused.c,bench/gpu_none.c)
 BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BUILD)/bench/blob_bench
 
 $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(BENCH_OBJ) $(STATIC) $(LIB_LIBS)
+
+# All-reduce bus bandwidth through blob_comm beside raw NCCL and torch.distributed, on
+# all local GPUs (two at least; NCCL builds). Arguments in BENCH_COMM_ARGS.
+BENCH_COMM_BIN := $(BUILD)/bench/blob_bench_comm
+.PHONY: bench-comm
+ifeq ($(NCCL),1)
+bench-comm: $(BENCH_COMM_BIN) $(LAUNCH_BIN)
+	$(Q)$(BENCH_COMM_BIN) --launcher $(LAUNCH_BIN) $(BENCH_COMM_ARGS)
+else
+bench-comm:
+	@echo "bench-comm: skipped: this build has no NCCL"
+endif
+
+$(BUILD)/bench/comm.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
+$(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o $(STATIC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIB_LIBS)
+
+# Data-parallel training speedup on all local GPUs (two at least; skipped otherwise):
+# the examples' nets with a thread and with a process per GPU, beside PyTorch DDP
+# (bench/dp_step.c, bench/ddp_torch.py). Arguments in BENCH_DP_ARGS.
+.PHONY: bench-dp
+bench-dp: examples $(LAUNCH_BIN)
+	$(Q)$(EXAMPLES_BIN)/dp_step --launcher $(CURDIR)/$(LAUNCH_BIN) $(BENCH_DP_ARGS)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
@@ -149,6 +239,7 @@ test: $(TEST_BIN)
 # install into a temporary prefix and build a consumer with pkg-config.
 check: deps
 	$(Q)$(MAKE) --no-print-directory test
+	$(Q)$(MAKE) --no-print-directory check-comm
 	$(Q)$(MAKE) --no-print-directory install-check
 	$(Q)$(MAKE) --no-print-directory examples-check
 	$(Q)$(MAKE) --no-print-directory python-check
@@ -156,22 +247,29 @@ check: deps
 install-check: lib
 	$(Q)sh tools/install-check.sh "$(MAKE)" "$(CUDA)"
 
-install: lib
+# blob.pc names a directory under PREFIX relative to ${prefix}, so that
+# pkg-config --define-prefix finds an install moved elsewhere.
+pc_dir = $(if $(filter $(PREFIX),$(1)),$${prefix},$(if $(filter $(PREFIX)/%,$(1)),$${prefix}/$(patsubst $(PREFIX)/%,%,$(1)),$(1)))
+
+install: lib launcher
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(LAUNCH_BIN) $(DESTDIR)$(BINDIR)/blob-launch
 	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION)
 	ln -sf libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(CUDA_LIBS) -lpthread -lm|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_dir,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_dir,$(INCLUDEDIR))|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(NCCL_LIBS) $(CUDA_LIBS) -lpthread -lm|' \
 	    -e 's|@DLPACK_CFLAGS@|$(DLPACK_CFLAGS)|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libblob.so $(DESTDIR)$(LIBDIR)/libblob.a \
-	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
+	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc $(DESTDIR)$(BINDIR)/blob-launch
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
 
 # The examples, built the way a user builds them: libblob installed into a private
@@ -196,14 +294,17 @@ demo:
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
-# Layer gradient checks, CPU/GPU agreement, and short runs on a 2000-image slice: one
-# epoch of the MLP and two of LeNet, each of which must reach 60% test accuracy.
-examples-check: examples
+# Layer gradient checks, CPU/GPU agreement, short runs on a 2000-image slice (one epoch
+# of the MLP and two of LeNet, each of which must reach 60% test accuracy), and
+# data-parallel training (examples/check/dp_check.sh: the 1-rank path everywhere; 2 ranks
+# against one GPU, and a rank killed, on two GPUs).
+examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
 	$(Q)$(EXAMPLES_BIN)/train --net lenet --limit 2000 --epochs 2 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out-lenet
+	$(Q)sh examples/check/dp_check.sh $(EXAMPLES_BIN) $(LAUNCH_BIN) $(BUILD)/dp-check-out
 
 # The Python module's tests against this build's library, then the DLPack example on
 # the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are
@@ -212,8 +313,48 @@ python-check: lib
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/tests/run.py
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) python/examples/mlp_torch.py \
 	    --weights $(BUILD)/check-out --check
+# Fuzzing: each test/fuzz/fuzz_NAME.c is a libFuzzer target, its seeds are in
+# test/fuzz/corpus/NAME/ and its dictionary, if any, is test/fuzz/NAME.dict; a new target
+# is one such file and directory. `make fuzz` builds every target with clang (FUZZ_CC)
+# under AddressSanitizer and UBSan against a CUDA=0 library built for it in build/fuzz,
+# then runs each for FUZZ_SECONDS: first its seeds, then new inputs. Inputs that found
+# new coverage go to build/fuzz/corpus/NAME, failing inputs to build/fuzz/NAME-crash-*
+# (rerun one with build/fuzz/fuzz_NAME FILE). FUZZ_ARGS adds libFuzzer options. A target
+# that needs sources or libraries beyond libblob names them here:
+fuzz_idx_SRC := examples/data/fmnist.c
+fuzz_idx_LIBS := -lz
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_NAMES := $(patsubst test/fuzz/fuzz_%.c,%,$(wildcard test/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+# One malloc above this fails the input: no reader may trust a size it has not read.
+FUZZ_MALLOC_LIMIT_MB ?= 128
+
+.PHONY: fuzz fuzz-build
+fuzz-build:
+	$(Q)sh tools/deps.sh fuzz
+	$(Q)$(MAKE) --no-print-directory CUDA=0 CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) \
+	    EXTRA_CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" EXTRA_LDFLAGS= $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(FUZZ_BUILD)/libblob.a
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -Iinclude $(FUZZ_SAN) -fsanitize=fuzzer \
+	    -o $@ $< $(fuzz_$*_SRC) $(FUZZ_BUILD)/libblob.a $(fuzz_$*_LIBS) $(LDLIBS_BASE)
+
+fuzz: fuzz-build
+	$(Q)for t in $(FUZZ_NAMES); do \
+	    echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
+	    $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	        -malloc_limit_mb=$(FUZZ_MALLOC_LIMIT_MB) -print_final_stats=1 \
+	        -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	        $$(test -f test/fuzz/$$t.dict && echo -dict=test/fuzz/$$t.dict) $(FUZZ_ARGS) \
+	        $(FUZZ_BUILD)/corpus/$$t test/fuzz/corpus/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(BUILD)/bench/comm.d

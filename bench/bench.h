@@ -62,6 +62,7 @@ typedef enum {
     GOAL_UPDATE,
     GOAL_LOOP_DRIVER,
     GOAL_LOOP_RESERVED,
+    GOAL_OPTIM,
     GOAL_IM2COL,
     GOAL_COUNT
 } bench_goal;
@@ -135,5 +136,12 @@ extern const bench_clock bench_gpu_events;
 void bench_gpu_conv(void);    /* C */
 /* Append the --conv cases of section C to the PyTorch script's arguments in buf. */
 void bench_conv_torch_args(char *buf, size_t size);
+
+/* ---- fused.c (CUDA builds) or gpu_none.c: the training step's building blocks ---- */
+
+/* Append the PyTorch script's options for these rows to buf. */
+void bench_fused_torch_args(char *buf, size_t size);
+void bench_gpu_optim(void);      /* 8 */
+void bench_gpu_fused_gemm(void); /* 9 */
 
 #endif

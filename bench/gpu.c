@@ -82,6 +82,7 @@ static void run_torch(void)
     append_sizes(args, sizeof args, "--copy", sync_sizes, COUNT(sync_sizes));
     append_sizes(args, sizeof args, "--axpy", update_sizes, COUNT(update_sizes));
     bench_conv_torch_args(args, sizeof args);
+    bench_fused_torch_args(args, sizeof args);
     torch_load(args);
 }
 

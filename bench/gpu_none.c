@@ -13,4 +13,7 @@ void bench_gpu_pinned(void) {}
 void bench_gpu_sync(void) {}
 void bench_gpu_update(void) {}
 void bench_gpu_close(void) {}
+void bench_fused_torch_args(char *buf, size_t size) { (void)buf, (void)size; }
+void bench_gpu_optim(void) {}
+void bench_gpu_fused_gemm(void) {}
 void bench_gpu_conv(void) {}

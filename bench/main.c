@@ -51,6 +51,11 @@ int main(int argc, char **argv)
     report_meta("host", "%s", host);
     report_meta("libblob", "%d.%d.%d, %s build", BLOB_VERSION_MAJOR, BLOB_VERSION_MINOR,
                 BLOB_VERSION_PATCH, blob_built_with_cuda() ? "CUDA" : "CPU-only");
+    blob_blas_info blas;
+    if (blob_blas_get_info(&blas) == BLOB_OK)
+        report_meta("blas", "%s", blas.summary);
+    report_meta("math", "%s (the float32 GPU GEMMs; BLOB_MATH_MODE=tf32 or bf16 changes it)",
+                blob_math_mode_name(blob_get_math_mode()));
     bool gpu = bench_gpu_open(with_torch);
 
     char path[256];
@@ -61,12 +66,15 @@ int main(int argc, char **argv)
         bench_gpu_pinned();
         bench_gpu_sync();
     } else {
-        printf("\nSections 1-3 and the GPU rows of 4 and 6 skipped: no GPU found.\n");
+        printf("\nSections 1-3, 8, 9 and the GPU rows of 4 and 6 skipped: no GPU found.\n");
     }
     bench_access(gpu);
     bench_reshape();
-    if (gpu)
+    if (gpu) {
         bench_gpu_update();
+        bench_gpu_optim();
+        bench_gpu_fused_gemm();
+    }
     bench_update_host();
     bench_loop(gpu);
     bench_dlpack(gpu);

@@ -15,6 +15,7 @@ static const char *const goal_text[GOAL_COUNT] = {
     [GOAL_UPDATE] = "6: blob_update within 5% of cublasSaxpy at every size",
     [GOAL_LOOP_DRIVER] = "7: no driver allocs or frees after warm-up",
     [GOAL_LOOP_RESERVED] = "7: reserved / peak in use <= 1.25",
+    [GOAL_OPTIM] = "8: optimizer step >= 90% of D2D copy bandwidth, no slower than PyTorch fused",
     [GOAL_IM2COL] = "C: im2col 256x64x56x56 k3 >= 70% of D2D copy bandwidth",
 };
 

@@ -20,6 +20,16 @@ def size_list(text):
     return [int(s) for s in text.split(",") if s]
 
 
+def shape_list(text):
+    return [tuple(int(d) for d in s.split("x")) for s in text.split(",") if s]
+
+
+def split(n):
+    """The optimizer rows' tensors of n parameters, as blob_bench makes them: four
+    weights of 40, 30, 20 and 10% of n less 1024, each followed by a bias of 1024."""
+    return [size for p in (40, 30, 20, 10) for size in (n * p // 100 - 1024, 1024)]
+
+
 def say(*words):
     print(*words, flush=True)
 
@@ -74,6 +84,8 @@ def main():
     ap.add_argument("--conv", action="append", default=[],
                     help="OP:N,C,SIZE,KERNEL,PAD,STRIDE (repeatable; figures keyed by OP and "
                          "the option's index)")
+    ap.add_argument("--optim", type=size_list, default=[], help="optimizer parameters, floats")
+    ap.add_argument("--linear", type=shape_list, default=[], help="BxIxO relu(linear) shapes")
     args = ap.parse_args()
     try:
         import torch
@@ -140,6 +152,45 @@ def main():
         measure(op, index, lambda: event_ns(torch, fn, batch, 7 if nbytes > 1e9 else 11))
         del fn
         torch.cuda.empty_cache()
+
+    for n in args.optim:
+        big = n > 16 << 20
+        batch, reps = (3, 7) if big else (10, 9)
+        try:
+            params = [torch.full((k,), 0.747, device=dev) for k in split(n)]
+            for p in params:
+                p.grad = torch.full_like(p, 1.6e-10)
+        except Exception as e:
+            error(f"optimizer tensors of {n} floats", e)
+            continue
+        for key, make in (
+            ("sgd", lambda: torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4,
+                                            fused=True)),
+            ("adamw", lambda: torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, fused=True)),
+        ):
+            try:
+                opt = make()
+                opt.step()  # its state (momentum, moments) exists from here on
+            except Exception as e:
+                error(f"{key} {n}", e)
+                continue
+            measure(key, n, lambda: event_ns(torch, opt.step, batch, reps))
+            del opt
+        del params
+        torch.cuda.empty_cache()
+
+    func = torch.nn.functional
+    for index, (b, i, o) in enumerate(args.linear):
+        x = torch.rand(b, i, device=dev)
+        w = torch.rand(o, i, device=dev) - 0.5
+        bias = torch.rand(o, device=dev) - 0.5
+        batch = 20 if 2 * b * i * o > 1e10 else 200
+        for mode, precision in (("fp32", "highest"), ("tf32", "high"), ("bf16", "medium")):
+            torch.set_float32_matmul_precision(precision)
+            measure(f"linear_{mode}", index,
+                    lambda: event_ns(torch, lambda: torch.relu(func.linear(x, w, bias)), batch, 11))
+        torch.set_float32_matmul_precision("highest")
+        del x, w, bias
     return 0
 
 

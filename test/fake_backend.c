@@ -432,9 +432,9 @@ static blob_status fake_graph_begin(void *s)
     return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 
-static blob_status fake_graph_end(void *s, void **exec)
+static blob_status fake_graph_end(void *s, void **graph, void **exec)
 {
-    (void)s, (void)exec;
+    (void)s, (void)graph, (void)exec;
     return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 
@@ -444,9 +444,15 @@ static blob_status fake_graph_launch(void *exec, void *s)
     return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 
-static void fake_graph_destroy(void *exec)
+static void fake_graph_destroy(void *graph, void *exec)
 {
-    (void)exec;
+    (void)graph, (void)exec;
+}
+
+static blob_status fake_graph_count_nodes(void *graph, int64_t *kernels, int64_t *total)
+{
+    (void)graph, (void)kernels, (void)total;
+    return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 
 static const blob__backend fake_backend = {
@@ -476,6 +482,7 @@ static const blob__backend fake_backend = {
     .graph_end = fake_graph_end,
     .graph_launch = fake_graph_launch,
     .graph_destroy = fake_graph_destroy,
+    .graph_count_nodes = fake_graph_count_nodes,
 };
 
 static void empty_all_caches(void)

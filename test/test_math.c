@@ -614,23 +614,14 @@ START_TEST(test_gpu_ops_on_stream)
 END_TEST
 
 /* axpy and friends past INT_MAX elements: 2^31 + 37 floats per buffer (about 17 GB for
- * both). Skipped, with a note, when the GPU lacks the memory. */
+ * both; the case needs "gpumem"). */
 START_TEST(test_gpu_beyond_int_max)
 {
-    const int64_t n = ((int64_t)1 << 31) + 37, w = 64;
+    const int64_t n = TEST_BIG_GPU_ELEMS, w = 64;
     const int64_t starts[] = {0, n / 2, n - w}; /* the last window crosses 2^31 */
-    const size_t bytes = (size_t)n * sizeof(float);
     void *x = NULL, *y = NULL;
-    blob_status st = blob__be->device_alloc(bytes, &x);
-    if (st == BLOB_OK)
-        st = blob__be->device_alloc(bytes, &y);
-    if (st == BLOB_EDEVMEM) {
-        printf("note: test_gpu_beyond_int_max skipped, not enough GPU memory (%s)\n",
-               blob_last_error());
-        blob__be->device_free(x);
-        return;
-    }
-    ck_ok(st);
+    ck_ok(blob__be->device_alloc(TEST_BIG_GPU_BYTES, &x));
+    ck_ok(blob__be->device_alloc(TEST_BIG_GPU_BYTES, &y));
     ck_ok(blob_gpu_set(BLOB_FLOAT32, n, 2, x));
     ck_ok(blob_gpu_set(BLOB_FLOAT32, n, 1, y));
     float win[64], got[64];
@@ -670,18 +661,18 @@ Suite *math_suite(void)
     tcase_add_test(tc, test_gpu_without_gpu);
     suite_add_tcase(s, tc);
 
-    if (!blob_built_with_cuda()) {
-        TCase *fake = tcase_create("no-cuda");
-        tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-        tcase_add_test(fake, test_launchers_without_cuda);
-        suite_add_tcase(s, fake);
-    }
+    TCase *fake = req_tcase("no-cuda", "nocuda");
+    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
+    req_add_test(fake, test_launchers_without_cuda);
+    suite_add_tcase(s, fake);
 
     TCase *gpu = gpu_tcase("gpu");
     req_add_loop_test(gpu, test_gpu_ops, 0, 2);
     req_add_loop_test(gpu, test_gpu_bad_labels, 0, 2);
     req_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
-    req_add_test(gpu, test_gpu_beyond_int_max);
     suite_add_tcase(s, gpu);
+    TCase *big = req_tcase("gpu-memory", "gpu gpumem");
+    req_add_test(big, test_gpu_beyond_int_max);
+    suite_add_tcase(s, big);
     return s;
 }

@@ -1,70 +1,174 @@
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "../src/core/core.h"
 #include "fake_backend.h"
 #include "testutil.h"
 
 bool test_real_gpu;
 
-/* The requirement tags, the fewest GPUs each needs, and how many tests carry it. */
+/* What req_probe found. */
+static struct {
+    int gpus;
+    bool big_gpu_memory, numpy, tmpfile;
+} found;
+
+static bool have_gpu(void) { return found.gpus >= 1; }
+static bool have_two_gpus(void) { return found.gpus >= 2; }
+static bool have_big_gpu_memory(void) { return found.big_gpu_memory; }
+static bool have_no_gpu(void) { return found.gpus == 0; }
+static bool cpu_only_build(void) { return !blob_built_with_cuda(); }
+static bool have_numpy(void) { return found.numpy; }
+static bool have_tmpfile(void) { return found.tmpfile; }
+
+/* The needs: tag, reason, whether the reason names the GPU count, the check, and how
+ * many tests were skipped for it. */
 static struct {
     const char *tag, *why;
-    int min_gpus, tests;
+    bool show_gpus;
+    bool (*met)(void);
+    int skipped;
 } reqs[] = {
-    {"gpu", "they need a GPU", 1, 0},
-    {"gpu2", "they need two GPUs", 2, 0},
+    {"gpu", "they need a GPU", true, have_gpu, 0},
+    {"gpu2", "they need two GPUs", true, have_two_gpus, 0},
+    {"gpumem", "they need two device buffers of 8 GiB", false, have_big_gpu_memory, 0},
+    {"nogpu", "they need a machine without a GPU", true, have_no_gpu, 0},
+    {"nocuda", "they need a build without CUDA", false, cpu_only_build, 0},
+    {"numpy", "they need python3 with numpy", false, have_numpy, 0},
+    {"tmpfile", "they need O_TMPFILE in /tmp", false, have_tmpfile, 0},
 };
 #define NUM_REQS ((int)(sizeof reqs / sizeof reqs[0]))
+#define MAX_CASE_REQS 4
 
-/* Which requirement each registered case has (a suite holds a few dozen cases). */
+/* The needs of each case made by req_tcase, and its count of tests. */
 static struct {
     TCase *tc;
-    int req;
+    int reqs[MAX_CASE_REQS], num_reqs, tests;
 } cases[64];
 static int num_cases;
 
-static TCase *req_tcase(const char *name, int req, const char *tags)
+static void die(const char *msg, const char *arg)
 {
+    fprintf(stderr, "testutil: %s%s\n", msg, arg);
+    exit(2);
+}
+
+TCase *req_tcase(const char *name, const char *tags)
+{
+    if (num_cases == (int)(sizeof cases / sizeof cases[0]))
+        die("too many test cases with needs, at ", name);
     TCase *tc = tcase_create(name);
     tcase_set_tags(tc, tags);
     tcase_set_timeout(tc, 120);
-    if (num_cases == (int)(sizeof cases / sizeof cases[0])) {
-        fprintf(stderr, "testutil: more than %d requirement test cases\n", num_cases);
-        exit(2);
-    }
     cases[num_cases].tc = tc;
-    cases[num_cases++].req = req;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", tags);
+    for (char *save, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        int r = 0;
+        while (r < NUM_REQS && strcmp(reqs[r].tag, t) != 0)
+            r++;
+        if (r == NUM_REQS)
+            die("unknown need tag ", t);
+        if (cases[num_cases].num_reqs == MAX_CASE_REQS)
+            die("too many need tags: ", tags);
+        cases[num_cases].reqs[cases[num_cases].num_reqs++] = r;
+    }
+    num_cases++;
     return tc;
 }
 
-TCase *gpu_tcase(const char *name) { return req_tcase(name, 0, "gpu"); }
-TCase *multi_gpu_tcase(const char *name) { return req_tcase(name, 1, "gpu gpu2"); }
+TCase *gpu_tcase(const char *name) { return req_tcase(name, "gpu"); }
+TCase *multi_gpu_tcase(const char *name) { return req_tcase(name, "gpu gpu2"); }
 
 void req_count(TCase *tc, int tests)
 {
     for (int i = 0; i < num_cases; i++)
         if (cases[i].tc == tc) {
-            reqs[cases[i].req].tests += tests;
+            cases[i].tests += tests;
             return;
         }
-    fprintf(stderr, "req_count: a test case not made by gpu_tcase or multi_gpu_tcase\n");
-    exit(2);
+    die("req_count: a test case not made by req_tcase", "");
 }
 
-const char *req_exclusions(int gpus)
+/* In a child: the GPU count, and whether GPU 0 holds the "gpumem" buffers. */
+static void probe_gpus(void)
 {
-    /* a case tagged "gpu gpu2" is excluded by either tag: count it once, under the
-     * first requirement it fails */
-    for (int r = 0; r < NUM_REQS; r++)
-        if (gpus < reqs[r].min_gpus) {
-            int skipped = 0;
-            for (int q = r; q < NUM_REQS; q++)
-                skipped += reqs[q].tests;
-            printf("skipped: %d tests (%s; %d found)\n", skipped, reqs[r].why, gpus);
-            return reqs[r].tag;
-        }
-    return NULL;
+    int fds[2];
+    if (pipe(fds) != 0)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        int reply[2] = {blob_device_count(), 0};
+        void *a = NULL, *b = NULL;
+        if (reply[0] > 0 && blob__be->device_alloc(TEST_BIG_GPU_BYTES, &a) == BLOB_OK &&
+            blob__be->device_alloc(TEST_BIG_GPU_BYTES, &b) == BLOB_OK)
+            reply[1] = 1;
+        blob__be->device_free(a);
+        blob__be->device_free(b);
+        ssize_t n = write(fds[1], reply, sizeof reply);
+        _exit(n == (ssize_t)sizeof reply ? 0 : 1);
+    }
+    close(fds[1]);
+    int reply[2];
+    if (pid > 0 && read(fds[0], reply, sizeof reply) == (ssize_t)sizeof reply) {
+        found.gpus = reply[0];
+        found.big_gpu_memory = reply[1];
+    }
+    close(fds[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+}
+
+int req_probe(void)
+{
+    probe_gpus();
+    test_real_gpu = found.gpus > 0;
+    found.numpy = system("python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+    int fd = open("/tmp", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    found.tmpfile = fd >= 0;
+    if (fd >= 0)
+        close(fd);
+    return found.gpus;
+}
+
+const char *req_exclusions(void)
+{
+    static char exclude[256];
+    for (int i = 0; i < num_cases; i++)
+        for (int k = 0; k < cases[i].num_reqs; k++)
+            if (!reqs[cases[i].reqs[k]].met()) {
+                reqs[cases[i].reqs[k]].skipped += cases[i].tests;
+                break;
+            }
+    size_t used = 0;
+    for (int r = 0; r < NUM_REQS; r++) {
+        if (reqs[r].met())
+            continue;
+        used += (size_t)snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? " " : "",
+                                 reqs[r].tag);
+        if (!reqs[r].skipped)
+            continue;
+        printf("skipped: %d tests (%s", reqs[r].skipped, reqs[r].why);
+        if (reqs[r].show_gpus)
+            printf("; %d found", found.gpus);
+        printf(")\n");
+    }
+    /* the caller's own exclusions (Check reads CK_EXCLUDE_TAGS only when given none) */
+    const char *more = getenv("CK_EXCLUDE_TAGS");
+    if (more && *more) {
+        used += (size_t)snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? " " : "",
+                                 more);
+        printf("excluded by CK_EXCLUDE_TAGS: %s\n", more);
+    }
+    if (used >= sizeof exclude)
+        die("too many excluded tags: ", exclude);
+    return used ? exclude : NULL;
 }
 
 static bool caching_before;

@@ -18,14 +18,24 @@
     } while (0)
 #define ck_ok(expr) ck_status((expr), BLOB_OK)
 
-/* Test cases whose tests need hardware this machine may lack. Each is tagged with what it
- * needs; the runner excludes the tags that cannot be met and prints, per tag, how many
- * tests were skipped and why, so nothing is passed without having run. Add tests to
- * such a case with req_add_test / req_add_loop_test, which keep the counts.
- *   gpu_tcase:       a real GPU ("gpu")
- *   multi_gpu_tcase: two real GPUs ("gpu2") */
-TCase *gpu_tcase(const char *name);
-TCase *multi_gpu_tcase(const char *name);
+/* Test cases whose tests need something this machine or build may lack. Each need has
+ * a tag; the runner probes them all before any test runs (req_probe), excludes the
+ * cases whose needs are unmet and prints, per reason, how many tests were skipped, so
+ * nothing is passed without having run. A test never returns early instead.
+ *   "gpu"     a real GPU
+ *   "gpu2"    two real GPUs
+ *   "gpumem"  TEST_BIG_GPU_BYTES of device memory, twice, on GPU 0
+ *   "nogpu"   no real GPU (tests whose fake device would hand fake pointers to the real
+ *             launchers)
+ *   "nocuda"  a build without CUDA
+ *   "numpy"   python3 with numpy
+ *   "tmpfile" O_TMPFILE on the file system of /tmp
+ * req_tcase takes the tags a case needs, separated by spaces ("gpu gpumem"); a skipped
+ * test is counted under the first unmet one. Add tests to such a case with
+ * req_add_test / req_add_loop_test, which keep the counts. */
+TCase *req_tcase(const char *name, const char *tags);
+TCase *gpu_tcase(const char *name);       /* req_tcase(name, "gpu") */
+TCase *multi_gpu_tcase(const char *name); /* req_tcase(name, "gpu gpu2") */
 void req_count(TCase *tc, int tests);
 #define req_add_test(tc, tf)        \
     do {                            \
@@ -38,9 +48,18 @@ void req_count(TCase *tc, int tests);
         req_count((tc), (end) - (start));                \
     } while (0)
 
-/* The tags to exclude for `gpus` real GPUs (NULL: none), after printing a line per
- * excluded tag with its count of skipped tests. */
-const char *req_exclusions(int gpus);
+/* Bytes of each of the two device buffers that "gpumem" tests allocate: 2^31 + 37
+ * floats, past INT_MAX elements. */
+#define TEST_BIG_GPU_ELEMS (((int64_t)1 << 31) + 37)
+#define TEST_BIG_GPU_BYTES ((size_t)TEST_BIG_GPU_ELEMS * sizeof(float))
+
+/* Probe every need (the GPUs in a child process, so that this one makes no CUDA call)
+ * and set test_real_gpu; returns the number of GPUs found. */
+int req_probe(void);
+
+/* The tags to exclude (NULL: none), after printing a line per reason with its count of
+ * skipped tests. Call after the suites are built and req_probe has run. */
+const char *req_exclusions(void);
 
 /* Whether a real GPU is present (probed by the runner before any test runs). With the
  * fake backend installed, device math still reaches the real launchers: tests that

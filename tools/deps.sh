@@ -1,21 +1,37 @@
 #!/bin/sh
 # Make sure the dependencies of a make target are present:
-#   sh tools/deps.sh [check|demo]
-# check (the default): everything, the test suite's Check and subunit included;
-# demo: the compiler, pkg-config, OpenBLAS, zlib, DLPack's header and the dataset. As root with apt-get,
-# missing Debian packages are installed; otherwise the missing ones are named and we fail.
+#   sh tools/deps.sh [check|demo|fuzz]
+# check (the default): everything, the test suite's Check and subunit and python3 (which
+# generates the test of NULL arguments) included;
+# demo: the compiler, pkg-config, OpenBLAS, zlib, DLPack's header and the dataset;
+# fuzz: those of demo but the dataset, and clang ($FUZZ_CC) with its libFuzzer runtime.
+# As root with apt-get, missing Debian packages are installed; otherwise the missing ones
+# are named and we fail.
 set -eu
 
 mode=${1:-check}
 case $mode in
-check | demo) ;;
+check | demo | fuzz) ;;
 *)
-    echo "usage: sh tools/deps.sh [check|demo]" >&2
+    echo "usage: sh tools/deps.sh [check|demo|fuzz]" >&2
     exit 2
     ;;
 esac
 
 can_install() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+
+fuzz_cc=${FUZZ_CC:-clang}
+# Whether fuzz_cc links a libFuzzer target under ASan and UBSan.
+fuzzer_works() {
+    dir=$(mktemp -d)
+    printf '%s\n' '#include <stddef.h>' \
+        'int LLVMFuzzerTestOneInput(const unsigned char *d, size_t n) { (void)d; (void)n; return 0; }' \
+        >"$dir/t.c"
+    ok=false
+    "$fuzz_cc" -fsanitize=fuzzer,address,undefined -o "$dir/t" "$dir/t.c" >/dev/null 2>&1 && ok=true
+    rm -rf "$dir"
+    $ok
+}
 
 apt_install() { # apt_install PACKAGE...
     echo "deps: installing $*"
@@ -46,14 +62,33 @@ fi
 need gcc command -v cc
 # shellcheck disable=SC2016 # expanded by the inner shell
 need libdlpack-dev sh -c 'printf "#include <dlpack/dlpack.h>\n" | cc ${DLPACK_CFLAGS:-} -E -x c - >/dev/null'
-# shellcheck disable=SC2016 # expanded by the inner shell
-need dataset-fashion-mnist sh -c '[ -n "${FASHION_MNIST_DIR:-}" ] || [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]'
+if [ "$mode" != fuzz ]; then
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    need dataset-fashion-mnist sh -c '[ -n "${FASHION_MNIST_DIR:-}" ] || [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]'
+fi
+if [ "$mode" = check ]; then
+    need python3 command -v python3
+fi
 if $have_pkg_config; then
     need libopenblas-dev pkg-config --exists openblas
     need zlib1g-dev pkg-config --exists zlib
     if [ "$mode" = check ]; then
         need check pkg-config --exists check
         need libsubunit-dev pkg-config --exists libsubunit
+    fi
+fi
+# clang and its runtime: the runtime package is named after clang's major version.
+if [ "$mode" = fuzz ] && ! fuzzer_works; then
+    if can_install && [ "$fuzz_cc" = clang ]; then
+        command -v clang >/dev/null 2>&1 || apt_install clang
+        major=$(clang -dumpversion | cut -d. -f1)
+        apt_install "libclang-rt-$major-dev" || true
+    fi
+    if ! fuzzer_works; then
+        echo "deps: $fuzz_cc cannot build libFuzzer targets (-fsanitize=fuzzer,address,undefined)." >&2
+        echo "deps: on Debian: apt-get install clang libclang-rt-N-dev (N: clang's major version)," \
+            "or set FUZZ_CC to a clang that has its fuzzer runtime" >&2
+        exit 1
     fi
 fi
 

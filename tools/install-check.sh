@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install into a temporary prefix and build a consumer against it with pkg-config, the
-# way a user would: shared, then fully static for libblob.
+# way a user would: shared, then fully static for libblob, then with the install moved
+# elsewhere (pkg-config --define-prefix).
 # Usage: install-check.sh MAKE CUDA
 set -eu
 make_cmd=$1
@@ -38,9 +39,25 @@ if ldd "$tmp/app-static" | grep -q libblob; then
 fi
 "$tmp/app-static"
 
+# An unpacked install moved elsewhere: pkg-config --define-prefix takes the prefix from
+# where blob.pc lies, and every directory follows it.
+mv "$tmp/usr" "$tmp/moved"
+moved_includedir=$(PKG_CONFIG_PATH="$tmp/moved/lib/pkgconfig" pkg-config --define-prefix \
+    --variable=includedir blob)
+if [ "$moved_includedir" != "$tmp/moved/include" ]; then
+    echo "install-check: pkg-config --define-prefix gives includedir $moved_includedir," \
+        "not $tmp/moved/include"
+    exit 1
+fi
+# shellcheck disable=SC2046
+$cc -std=c11 -Wall -Werror -o "$tmp/app-moved" test/install/app.c \
+    $(PKG_CONFIG_PATH="$tmp/moved/lib/pkgconfig" pkg-config --define-prefix --cflags --libs blob)
+LD_LIBRARY_PATH="$tmp/moved/lib" "$tmp/app-moved"
+mv "$tmp/moved" "$tmp/usr"
+
 make_tmp uninstall
 if [ -e "$tmp/usr/include/blob" ] || [ -e "$tmp/usr/lib/libblob.a" ]; then
     echo "install-check: uninstall left files"
     exit 1
 fi
-echo "install-check: shared and static consumers built with pkg-config and ran"
+echo "install-check: shared, static and relocated consumers built with pkg-config and ran"

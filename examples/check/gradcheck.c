@@ -479,6 +479,7 @@ int main(void)
     check_training("mlp", gpu);
     check_training("lenet", gpu);
     blob_thread_release();
-    printf("gradcheck: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    printf("gradcheck: %d passed, %d failed, %d skipped", passed, failed, skipped);
+    printf(skipped ? " (they need a GPU; 0 found)\n" : "\n");
     return failed ? 1 : 0;
 }

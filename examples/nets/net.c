@@ -16,11 +16,13 @@ struct net {
     char layer_names[MAX_LAYERS][16];
     blob *tops[MAX_LAYERS];       /* tops[i] is written by layers[i]; the last is the loss */
     int num_params;
+    int first_param[MAX_LAYERS];  /* of layers[i] in params */
     blob *params[MAX_PARAMS];     /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
     blob *flat;                   /* every parameter (data) and its gradient (diff) */
     blob *history;                /* momentum, one per element of flat */
     blob *labels;                 /* of the last forward, for net_output */
+    blob_comm_list *comm_params;  /* data parallel: params registered with cfg.comm */
     bool warm;                    /* a full-batch step ran, so all memory exists */
     int num_graphs;
     blob_graph *last_graph;       /* of the last training step, NULL if eager */
@@ -65,6 +67,7 @@ blob_status net_add(net *n, const char *name, nn_layer *layer)
     }
     int i = n->num_layers++;
     n->layers[i] = layer;
+    n->first_param[i] = n->num_params;
     snprintf(n->layer_names[i], sizeof n->layer_names[i], "%s", name);
     for (int j = 0; j < nn_layer_num_params(layer); j++) {
         int k = n->num_params++;
@@ -109,15 +112,34 @@ static blob_status flatten(net *n)
     return BLOB_OK;
 }
 
+/* Data parallel: register the parameters with the communicator and start from rank 0's
+ * weights. The registration is a collective, which a rank whose net could not be built
+ * (built is not BLOB_OK; n may be NULL) joins all the same, so that every rank fails
+ * at once rather than wait for it until the deadline. */
+static blob_status join_ranks(net *n, blob_comm *comm, blob_status built)
+{
+    bool ok = built == BLOB_OK;
+    blob_comm_list *l = NULL;
+    blob_status st = blob_comm_list_create(&l, comm, ok ? n->params : NULL,
+                                           ok ? n->num_params : 0);
+    if (!ok)
+        return built;
+    NN_TRY(st);
+    n->comm_params = l;
+    return blob_comm_broadcast(l, 0);
+}
+
 blob_status net_create(net **out, const net_config *cfg)
 {
     *out = NULL;
     if (!cfg->def || cfg->batch <= 0 ||
         (cfg->graph && (cfg->mode != NN_GPU || !blob_get_stream())))
         return BLOB_EINVAL;
+    if (cfg->comm && blob_comm_size(cfg->comm) > 1 && (cfg->mode != NN_GPU || cfg->graph))
+        return BLOB_ENOTSUP;
     net *n = calloc(1, sizeof *n);
     if (!n)
-        return BLOB_ENOMEM;
+        return cfg->comm ? join_ranks(NULL, cfg->comm, BLOB_ENOMEM) : BLOB_ENOMEM;
     n->cfg = *cfg;
     n->m = nn_math_of(cfg->mode);
     blob_status st = cfg->def->build(n, cfg->mode, cfg->dtype, cfg->seed);
@@ -125,6 +147,8 @@ blob_status net_create(net **out, const net_config *cfg)
         st = BLOB_EINVAL;
     if (st == BLOB_OK)
         st = flatten(n);
+    if (cfg->comm)
+        st = join_ranks(n, cfg->comm, st);
     if (st != BLOB_OK) {
         net_free(n);
         return st;
@@ -146,6 +170,7 @@ void net_free(net *n)
     if (!n)
         return;
     drop_graphs(n);
+    blob_comm_list_free(n->comm_params); /* before the blobs it borrows */
     for (int i = 0; i < n->num_layers; i++) {
         nn_layer_free(n->layers[i]);
         blob_free(n->tops[i]);
@@ -179,11 +204,34 @@ static blob_status forward(net *n, blob *x, blob *labels)
     return BLOB_OK;
 }
 
+/* Data parallel (no-ops without a communicator): a step's mean all-reduce of the
+ * gradients in place on flat's diff. It begins before backward; each layer's diffs are
+ * handed over once its backward is queued, so that they are summed while the layers
+ * below run theirs; the end makes the stream wait, on the device, for all the sums. */
+static blob_status reduce_begin(net *n)
+{
+    return n->comm_params ? blob_comm_reduce_begin(n->comm_params, BLOB_COMM_MEAN) : BLOB_OK;
+}
+
+static blob_status hand_over(net *n, int layer)
+{
+    int count = nn_layer_num_params(n->layers[layer]);
+    if (!n->comm_params || !count)
+        return BLOB_OK;
+    return blob_comm_reduce_ready(n->comm_params, n->first_param[layer], count);
+}
+
+static blob_status reduce_end(net *n)
+{
+    return n->comm_params ? blob_comm_reduce_end(n->comm_params) : BLOB_OK;
+}
+
 static blob_status backward(net *n, blob *x, blob *labels)
 {
     for (int i = n->num_layers - 1; i >= 0; i--) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
         NN_TRY(nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
+        NN_TRY(hand_over(n, i));
     }
     return BLOB_OK;
 }
@@ -209,7 +257,9 @@ static blob_status sgd_update(net *n)
 static blob_status step(net *n, blob *x, blob *labels)
 {
     NN_TRY(forward(n, x, labels));
+    NN_TRY(reduce_begin(n));
     NN_TRY(backward(n, x, labels));
+    NN_TRY(reduce_end(n));
     return sgd_update(n);
 }
 

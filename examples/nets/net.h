@@ -18,6 +18,11 @@
  * labels holds rows class indices; both have the net's dtype and live on the mode's
  * device, and rows may change from call to call up to cfg.batch. In NN_GPU mode all
  * work runs on the calling thread's current stream.
+ *
+ * Data parallel: give every rank's net the same config with that rank's communicator
+ * (cfg.comm, see blob/comm.h) and feed each rank its own rows of every global batch;
+ * each step then uses the mean of all ranks' gradients, so N ranks of batch B train as
+ * one device with batch N x B.
  */
 #ifndef NN_NET_H
 #define NN_NET_H
@@ -38,9 +43,10 @@ typedef struct {
     int64_t input_shape[3];
     /* Add the layers in order with net_add, the loss layer last; weights from seed. */
     blob_status (*build)(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed);
-    /* Training defaults of the trainer for this net. */
+    /* Training defaults of the trainer for this net (batch 0: the trainer's default). */
     int epochs, lr_step;
     double lr;
+    int64_t batch;
 } net_def;
 
 #define NET_DEFINE(def)                                                       \
@@ -69,10 +75,31 @@ typedef struct {
      * later step on that pair launches its graph. Pairs beyond NET_MAX_GRAPHS, and
      * smaller batches, run eagerly. */
     bool graph;
+    /* Data parallel: this rank's communicator (borrowed: it must outlive the net), or
+     * NULL for one device. net_create registers the parameters with it (a collective:
+     * every rank creates its net from the same config) and starts every rank from rank
+     * 0's weights. Each training step then begins a mean all-reduce of the gradients,
+     * hands each layer's over as soon as its backward is queued (backward runs from the
+     * last layer down, so the sums of the late layers overlap the backward of the early
+     * ones) and ends it, on the device, before the update: the host never waits for it.
+     * Every rank must call net_train_step equally often (net_forward and the readers of
+     * the output are local). A 1-rank communicator changes nothing. Several ranks need
+     * NN_GPU with the communicator's GPU current, and no graph (BLOB_ENOTSUP): the
+     * communicator watches each collective with a deadline from the host, and a replayed
+     * graph would run its collectives unwatched, so a dead peer would hang it.
+     * Failures follow the fast contract of blob/comm.h: another rank's failure is
+     * returned by a later step (BLOB_ETIMEDOUT or BLOB_ECOMM, within the communicator's
+     * deadline) and nothing hangs, but the update of the step that failed may have used
+     * partial sums: after a failed step the weights are not to be trusted (free the
+     * net). */
+    blob_comm *comm;
 } net_config;
 
 /* Build the layers, fill the weights from cfg->seed and zero the momentum history.
- * *out is NULL on failure. Errors: BLOB_EINVAL for a bad config, libblob errors. */
+ * *out is NULL on failure. Errors: BLOB_EINVAL for a bad config, BLOB_ENOTSUP for
+ * several ranks with NN_CPU or graphs, libblob errors; with a communicator also the
+ * failure of another rank to build its net, and BLOB_ESHAPE for ranks whose nets
+ * differ (on every rank). */
 blob_status net_create(net **out, const net_config *cfg);
 
 /* NULL is a no-op. */
@@ -86,7 +113,8 @@ void net_free(net *n);
  * the copy of the loss back to the host queued after it (net_output copies the
  * probabilities when it needs them).
  * Errors: BLOB_ESHAPE (x or labels do not fit the net: their shape, or a dtype other
- * than the net's), libblob errors. */
+ * than the net's), libblob errors, and with a communicator its errors (BLOB_ETIMEDOUT,
+ * BLOB_ECOMM: a rank failed). */
 blob_status net_train_step(net *n, blob *x, blob *labels);
 
 /* Forward only (evaluation), queued and read back like net_train_step. */

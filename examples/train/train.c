@@ -3,15 +3,29 @@
  * there is one, and write its weights (.npy) and training curves (SVG).
  *
  *   train [--net mlp|lenet|...] [--data DIR] [--out DIR] [--device cpu|gpu] [--graph] ...
+ *   train --gpus N ...                     data parallel on GPUs 0..N-1, a thread each
+ *   blob-launch --nproc N train ...        data parallel, a process each
  *
  * Batches are double-buffered: while the GPU runs step i, the host fills the other
  * buffer and pushes it with blob_syncedmem_async_gpu_push on a copy stream (Caffe's
  * prefetch); the step that reads it waits for the push's event.
+ *
+ * Data parallel: every rank (a thread or a process, one GPU each, see blob/comm.h)
+ * has its own stream, net and feeder. Of every global batch of N x --batch images of
+ * the shuffled order (the same shuffle on every rank) rank r takes rows
+ * [r * batch, (r + 1) * batch); the nets average their gradients, so the run trains
+ * like one GPU with batch N x --batch. Losses and accuracies are summed over the ranks
+ * when they are reported, and rank 0 prints and writes the outputs. A rank that fails
+ * ends the run: in --gpus mode the process exits; under blob-launch the launcher stops
+ * the others; ranks on other hosts get an error by the communicator's deadline.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,19 +41,22 @@ typedef struct {
     const net_def *net;
     const char *data_dir, *out_dir, *device;
     bool graph;
-    int epochs;
+    int epochs, gpus;
     int64_t batch, limit;
     int lr_step;
     double lr, lr_gamma, momentum, weight_decay, min_accuracy;
     uint64_t seed;
 } options;
 
-/* Epochs, learning rate and its step come from the net's definition unless given. */
+/* Epochs, batch size, learning rate and its step come from the net's definition unless
+ * given (a batch size of 0 there means DEFAULT_BATCH). */
 static const options defaults = {
-    .out_dir = "demo-out", .batch = 64, .lr_gamma = 0.1, .momentum = 0.9,
-    .weight_decay = 5e-4, .seed = 1, .lr_step = -1,
+    .out_dir = "demo-out", .lr_gamma = 0.1, .momentum = 0.9, .weight_decay = 5e-4,
+    .seed = 1, .lr_step = -1,
 };
 #define DEFAULT_NET "mlp"
+#define MAX_GPUS 64
+#define DEFAULT_BATCH 64
 
 static void usage(FILE *f)
 {
@@ -48,17 +65,21 @@ static void usage(FILE *f)
             "  --net NAME          the net to train (default " DEFAULT_NET "):\n");
     for (int i = 0; net_def_at(i); i++) {
         const net_def *d = net_def_at(i);
-        fprintf(f, "                        %-8s %s: %d epochs, lr %g (x0.1 every %d)\n",
-                d->name, d->title, d->epochs, d->lr, d->lr_step);
+        long long batch = d->batch ? d->batch : DEFAULT_BATCH;
+        fprintf(f, "      %-8s %s: %d epochs, batch %lld, lr %g (x0.1 every %d)\n", d->name,
+                d->title, d->epochs, batch, d->lr, d->lr_step);
     }
     fprintf(f,
             "  --data DIR          Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR,\n"
             "                      else " FMNIST_DEFAULT_DIR ")\n"
             "  --out DIR           where the weights (.npy) and curve.svg go (default %s)\n"
             "  --device cpu|gpu    default: gpu when one is present\n"
-            "  --graph             run training steps as CUDA graphs (gpu only)\n"
+            "  --graph             run training steps as CUDA graphs (one gpu only)\n"
+            "  --gpus N            data parallel on GPUs 0..N-1, a thread each, with --batch\n"
+            "                      images per GPU (blob-launch --nproc N train ... runs a\n"
+            "                      process per GPU instead)\n"
             "  --epochs N          default: the net's\n"
-            "  --batch N           default %lld\n"
+            "  --batch N           default: the net's\n"
             "  --lr X              learning rate, > 0, default: the net's\n"
             "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
             "                      default: the net's\n"
@@ -70,7 +91,7 @@ static void usage(FILE *f)
             "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
             "                      is below X\n"
             "X is a finite number, N a whole number >= 1 (--lr-step and --seed: >= 0).\n",
-            defaults.out_dir, (long long)defaults.batch, defaults.lr_gamma, defaults.momentum,
+            defaults.out_dir, defaults.lr_gamma, defaults.momentum,
             defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
@@ -106,6 +127,8 @@ static options parse_options(int argc, char **argv)
             o.device = v;
         else if (!strcmp(a, "--epochs") && is_count && num >= 1 && num <= 10000)
             o.epochs = (int)num;
+        else if (!strcmp(a, "--gpus") && is_count && num >= 1 && num <= MAX_GPUS)
+            o.gpus = (int)num;
         else if (!strcmp(a, "--batch") && is_count && num >= 1)
             o.batch = (int64_t)num;
         else if (!strcmp(a, "--limit") && is_count && num >= 1)
@@ -143,6 +166,8 @@ static options parse_options(int argc, char **argv)
         o.lr = o.net->lr;
     if (o.lr_step < 0)
         o.lr_step = o.net->lr_step;
+    if (!o.batch)
+        o.batch = o.net->batch ? o.net->batch : DEFAULT_BATCH;
     return o;
 }
 
@@ -227,6 +252,41 @@ typedef struct {
     double seconds;
 } tally;
 
+/* The ranks of a data-parallel run; one rank (comm NULL, or a 1-rank communicator)
+ * trains as on one device. */
+typedef struct {
+    blob_comm *comm;
+    int rank, size;
+    bool threads; /* ranks are threads of this process (--gpus) */
+} world;
+
+/* The rows of step s of a pass over count images that this rank takes: of every global
+ * batch of size x batch rows, rank r takes rows [r * batch, (r + 1) * batch); a last,
+ * shorter global batch is split evenly, which may leave a rank none. */
+static void share(const world *w, int64_t count, int64_t batch, int64_t s, int64_t *start,
+                  int64_t *rows)
+{
+    int64_t global = batch * w->size, at = s * global, left = count - at;
+    int64_t per = left >= global ? batch : (left + w->size - 1) / w->size;
+    int64_t from = w->rank * per;
+    *start = at + from;
+    *rows = from >= left ? 0 : left - from < per ? left - from : per;
+}
+
+/* Sum a tally over the ranks: a collective, which every rank reaches at the same points
+ * of the run. */
+static blob_status tally_sum(const world *w, tally *t)
+{
+    if (!w->comm)
+        return BLOB_OK;
+    double v[3] = {t->loss, (double)t->correct, (double)t->rows};
+    NN_TRY(blob_comm_all_reduce_host(w->comm, v, 3, BLOB_COMM_SUM));
+    t->loss = v[0];
+    t->correct = (int64_t)v[1];
+    t->rows = (int64_t)v[2];
+    return BLOB_OK;
+}
+
 /* A progress bar on a terminal, rewritten in place. */
 static void progress(const char *what, int64_t done, int64_t total, double loss)
 {
@@ -237,37 +297,52 @@ static void progress(const char *what, int64_t done, int64_t total, double loss)
     fflush(stdout);
 }
 
-/* Run over the first n images of set in `order`: training steps when train, else
- * forward passes; every next batch is filled and pushed while the current one runs. */
-static blob_status run_pass(net *n, feeder *f, const fmnist_set *set, const int32_t *order,
-                            int64_t count, int64_t batch, bool train, const char *bar,
-                            tally *t)
+/* Run over the first n images of set in `order`, this rank's share of each global
+ * batch: training steps when train, else forward passes; every next batch is filled
+ * and pushed while the current one runs. The tally is summed over the ranks; a bar
+ * (given on every rank or none) is drawn by rank 0. */
+static blob_status run_pass(net *n, feeder *f, const world *w, const fmnist_set *set,
+                            const int32_t *order, int64_t count, int64_t batch, bool train,
+                            const char *bar, tally *t)
 {
     double t0 = now();
-    int64_t steps = (count + batch - 1) / batch, every = steps / 100 + 1;
-    int k;
+    int64_t global = batch * w->size;
+    int64_t steps = (count + global - 1) / global, every = steps / 100 + 1;
+    int64_t start, rows;
+    int k = 0;
     memset(t, 0, sizeof *t);
-    NN_TRY(feed(f, set, order, 0, count < batch ? count : batch, &k));
+    share(w, count, batch, 0, &start, &rows);
+    if (rows)
+        NN_TRY(feed(f, set, order, start, rows, &k));
     for (int64_t s = 0; s < steps; s++) {
         int cur = k;
-        int64_t rows = blob_shape(f->x[cur])[0];
-        NN_TRY(train ? net_train_step(n, f->x[cur], f->labels[cur])
-                     : net_forward(n, f->x[cur], f->labels[cur]));
-        int64_t next = (s + 1) * batch;
-        if (next < count)
-            NN_TRY(feed(f, set, order, next, count - next < batch ? count - next : batch, &k));
-        double loss;
-        int64_t correct;
-        NN_TRY(net_output(n, &loss, &correct));
-        t->loss += loss * (double)rows;
-        t->correct += correct;
-        t->rows += rows;
-        if (bar && ((s + 1) % every == 0 || s + 1 == steps))
-            progress(bar, s + 1, steps, t->loss / (double)t->rows);
+        int64_t cur_rows = rows; /* 0: a rank left out of a last, short batch */
+        if (cur_rows)
+            NN_TRY(train ? net_train_step(n, f->x[cur], f->labels[cur])
+                         : net_forward(n, f->x[cur], f->labels[cur]));
+        if (s + 1 < steps) {
+            share(w, count, batch, s + 1, &start, &rows);
+            if (rows)
+                NN_TRY(feed(f, set, order, start, rows, &k));
+        }
+        if (cur_rows) {
+            double loss;
+            int64_t correct;
+            NN_TRY(net_output(n, &loss, &correct));
+            t->loss += loss * (double)cur_rows;
+            t->correct += correct;
+            t->rows += cur_rows;
+        }
+        if (bar && ((s + 1) % every == 0 || s + 1 == steps)) {
+            tally all = *t;
+            NN_TRY(tally_sum(w, &all));
+            if (w->rank == 0)
+                progress(bar, s + 1, steps, all.loss / (double)all.rows);
+        }
     }
     t->steps = steps;
     t->seconds = now() - t0;
-    return BLOB_OK;
+    return tally_sum(w, t);
 }
 
 static void shuffle(int32_t *order, int64_t n, uint64_t *rng)
@@ -283,22 +358,37 @@ static void shuffle(int32_t *order, int64_t n, uint64_t *rng)
 typedef struct {
     options o;
     nn_mode mode;
-    fmnist_set train, test;
+    world world;
+    fmnist_set train, test; /* shared by the ranks of one process */
+    int64_t used;           /* training images */
     net *net;
     feeder feed;
     double *curves; /* 3 x epochs: loss, train accuracy, test accuracy */
     int32_t *order;
 } trainer;
 
-static blob_status train(trainer *t, int64_t used, double *test_accuracy)
+/* Whether rank 0's standard output is a terminal, on every rank (a collective). */
+static blob_status rank0_tty(const world *w, bool *tty)
+{
+    double v = w->rank == 0 && isatty(STDOUT_FILENO);
+    if (w->comm)
+        NN_TRY(blob_comm_all_reduce_host(w->comm, &v, 1, BLOB_COMM_SUM));
+    *tty = v > 0;
+    return BLOB_OK;
+}
+
+static blob_status train(trainer *t, double *test_accuracy)
 {
     const options *o = &t->o;
-    int64_t per_epoch = used / o->batch * o->batch; /* whole batches only */
-    uint64_t rng = o->seed;
+    const world *w = &t->world;
+    int64_t used = t->used, global = o->batch * w->size;
+    int64_t per_epoch = used / global * global; /* whole global batches only */
+    uint64_t rng = o->seed; /* the same order on every rank */
     double *loss = t->curves, *train_acc = loss + o->epochs, *test_acc = train_acc + o->epochs;
     double t0 = now(), train_seconds = 0;
     int64_t steps = 0;
-    bool tty = isatty(STDOUT_FILENO);
+    bool tty;
+    NN_TRY(rank0_tty(w, &tty));
     for (int32_t i = 0; i < used; i++)
         t->order[i] = i;
     for (int e = 0; e < o->epochs; e++) {
@@ -309,22 +399,25 @@ static blob_status train(trainer *t, int64_t used, double *test_accuracy)
         shuffle(t->order, used, &rng);
         if (o->lr_step)
             net_set_lr(t->net, o->lr * pow(o->lr_gamma, e / o->lr_step));
-        NN_TRY(run_pass(t->net, &t->feed, &t->train, t->order, per_epoch, o->batch, true,
+        NN_TRY(run_pass(t->net, &t->feed, w, &t->train, t->order, per_epoch, o->batch, true,
                         tty ? bar : NULL, &tr));
-        NN_TRY(run_pass(t->net, &t->feed, &t->test, NULL, t->test.count, o->batch, false, NULL,
-                        &te));
+        NN_TRY(run_pass(t->net, &t->feed, w, &t->test, NULL, t->test.count, o->batch, false,
+                        NULL, &te));
         loss[e] = tr.loss / (double)tr.rows;
         train_acc[e] = (double)tr.correct / (double)tr.rows;
         test_acc[e] = (double)te.correct / (double)te.rows;
         train_seconds += tr.seconds;
         steps += tr.steps;
+        if (w->rank)
+            continue;
         printf("%s%s  loss %.4f  train %.2f%%  test %.2f%%  %.1f s\n", tty ? "\r\033[K" : "",
                bar, loss[e], 100 * train_acc[e], 100 * test_acc[e], now() - e0);
         fflush(stdout);
     }
     *test_accuracy = test_acc[o->epochs - 1];
-    printf("test accuracy %.2f%% after %d epochs in %.1f s (%.1f us per training step)\n",
-           100 * *test_accuracy, o->epochs, now() - t0, 1e6 * train_seconds / (double)steps);
+    if (w->rank == 0)
+        printf("test accuracy %.2f%% after %d epochs in %.1f s (%.1f us per training step)\n",
+               100 * *test_accuracy, o->epochs, now() - t0, 1e6 * train_seconds / (double)steps);
     return BLOB_OK;
 }
 
@@ -378,17 +471,23 @@ static int save(trainer *t)
     return 0;
 }
 
-static void print_header(const trainer *t, int64_t used)
+static void print_header(const trainer *t)
 {
     const options *o = &t->o;
+    const world *w = &t->world;
     printf("%s on Fashion-MNIST (%s): %lld training images, %lld test images\n",
-           o->net->title, o->data_dir, (long long)used, (long long)t->test.count);
+           o->net->title, o->data_dir, (long long)t->used, (long long)t->test.count);
     int device = 0;
-    if (t->mode == NN_GPU && blob_device_get(&device) == BLOB_OK)
+    if (w->size > 1)
+        printf("device: %d GPUs, a %s each, eager", w->size, w->threads ? "thread" : "process");
+    else if (t->mode == NN_GPU && blob_device_get(&device) == BLOB_OK)
         printf("device: GPU %d, %s", device, o->graph ? "CUDA graphs" : "eager");
     else
         printf("device: CPU");
-    printf(" | batch %lld, lr %g", (long long)o->batch, o->lr);
+    printf(" | batch %lld", (long long)o->batch);
+    if (w->size > 1)
+        printf(" per GPU (%lld in all)", (long long)o->batch * w->size);
+    printf(", lr %g", o->lr);
     if (o->lr_step)
         printf(" (x%g every %d epochs)", o->lr_gamma, o->lr_step);
     printf(", momentum %g, weight decay %g, %d epochs, seed %llu\n", o->momentum,
@@ -396,32 +495,47 @@ static void print_header(const trainer *t, int64_t used)
     fflush(stdout);
 }
 
+/* Report a failure of this rank; returns 1. In --gpus mode it ends the process at once,
+ * as blob-launch ends a run when a rank fails: the other ranks would otherwise wait for
+ * this one in their next collective until the communicator's deadline. */
+static int rank_failed(const world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int rank_failed(const world *w, const char *fmt, ...)
+{
+    char msg[1024];
+    int at = w->size > 1 ? snprintf(msg, sizeof msg, "train: rank %d: ", w->rank)
+                         : snprintf(msg, sizeof msg, "train: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + at, sizeof msg - (size_t)at, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", msg); /* one write: ranks' lines do not mix */
+    if (w->threads) {
+        fflush(stdout);
+        _exit(1);
+    }
+    return 1;
+}
+
+/* One rank's run (the only one on one device); 0 on success. Rank 0 prints and writes
+ * the outputs and checks --min-accuracy. */
 static int run(trainer *t)
 {
     const options *o = &t->o;
-    char err[512];
-    if (fmnist_load(&t->train, o->data_dir, "train", err, sizeof err) ||
-        fmnist_load(&t->test, o->data_dir, "t10k", err, sizeof err)) {
-        fprintf(stderr, "train: %s\n", err);
-        return 1;
+    const world *w = &t->world;
+    t->curves = malloc(3 * (size_t)o->epochs * sizeof *t->curves);
+    t->order = malloc((size_t)t->used * sizeof *t->order);
+    if (!t->curves || !t->order) {
+        free(t->curves);
+        free(t->order);
+        return rank_failed(w, "out of memory");
     }
-    int64_t used = o->limit && o->limit < t->train.count ? o->limit : t->train.count;
-    if (used < o->batch) {
-        fprintf(stderr, "train: %lld training images make no batch of %lld\n",
-                (long long)used, (long long)o->batch);
-        return 1;
-    }
-    if (!(t->curves = malloc(3 * (size_t)o->epochs * sizeof *t->curves)) ||
-        !(t->order = malloc((size_t)used * sizeof *t->order))) {
-        fprintf(stderr, "train: out of memory\n");
-        return 1;
-    }
-    print_header(t, used);
+    if (w->rank == 0)
+        print_header(t);
 
     net_config cfg = {
         .def = o->net, .mode = t->mode, .dtype = BLOB_FLOAT32, .batch = o->batch,
         .seed = o->seed, .lr = o->lr, .momentum = o->momentum,
-        .weight_decay = o->weight_decay, .graph = o->graph,
+        .weight_decay = o->weight_decay, .graph = o->graph, .comm = w->comm,
     };
     void *compute = NULL, *copy = NULL;
     blob_status st = BLOB_OK;
@@ -434,10 +548,12 @@ static int run(trainer *t)
     if (st == BLOB_OK)
         st = feeder_init(&t->feed, o->net, t->mode, o->batch, copy);
     if (st == BLOB_OK)
-        st = train(t, used, &accuracy);
+        st = train(t, &accuracy);
     int rc = 1;
     if (st != BLOB_OK)
-        fprintf(stderr, "train: %s: %s\n", blob_strerror(st), blob_last_error());
+        rank_failed(w, "%s: %s", blob_strerror(st), blob_last_error());
+    else if (w->rank)
+        rc = 0;
     else if (save(t) == 0) {
         rc = accuracy < o->min_accuracy;
         if (rc)
@@ -452,7 +568,126 @@ static int run(trainer *t)
     blob_stream_destroy(copy);
     blob_stream_destroy(compute);
     blob_thread_release();
+    free(t->curves);
+    free(t->order);
     return rc;
+}
+
+/* A rank of a run started by blob-launch (RANK, WORLD_SIZE, ... in the environment). */
+static int run_launched(trainer *t, const blob_comm_options *co)
+{
+    blob_comm *c;
+    blob_status st = blob_comm_create(&c, co);
+    if (st != BLOB_OK) {
+        fprintf(stderr, "train: rank %d: %s: %s\n", co->rank, blob_strerror(st),
+                blob_last_error());
+        return 1;
+    }
+    t->world = (world){.comm = c, .rank = co->rank, .size = co->world_size};
+    int rc = run(t);
+    blob_comm_free(c); /* after the net, whose list it is */
+    return rc;
+}
+
+static void *rank_thread(void *arg)
+{
+    trainer *t = arg;
+    blob_status st = blob_device_set(blob_comm_device(t->world.comm));
+    int rc = st == BLOB_OK ? run(t)
+                           : rank_failed(&t->world, "%s: %s", blob_strerror(st), blob_last_error());
+    blob_comm_free(t->world.comm);
+    return (void *)(intptr_t)rc;
+}
+
+/* --gpus N: rank i is a thread on GPU i, with its own copy of the trainer (the data
+ * sets are shared, read only). */
+static int run_threads(const trainer *t, int n)
+{
+    int devices[MAX_GPUS] = {0};
+    blob_comm *comms[MAX_GPUS];
+    for (int i = 0; i < n; i++)
+        devices[i] = i;
+    blob_comm_options co;
+    memset(&co, 0, sizeof co); /* the deadline and bucket size from the environment */
+    blob_status st = blob_comm_create_local(comms, n, devices, &co);
+    if (st != BLOB_OK) {
+        fprintf(stderr, "train: --gpus %d: %s: %s\n", n, blob_strerror(st), blob_last_error());
+        return 1;
+    }
+    trainer *ranks = calloc((size_t)n, sizeof *ranks);
+    pthread_t threads[MAX_GPUS];
+    for (int i = 0; i < n; i++) {
+        world w = {.comm = comms[i], .rank = i, .size = n, .threads = true};
+        if (!ranks)
+            return rank_failed(&w, "out of memory");
+        ranks[i] = *t;
+        ranks[i].world = w;
+        int err = pthread_create(&threads[i], NULL, rank_thread, &ranks[i]);
+        if (err)
+            return rank_failed(&w, "cannot start its thread: %s", strerror(err));
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        void *r;
+        pthread_join(threads[i], &r);
+        if ((intptr_t)r)
+            rc = 1;
+    }
+    free(ranks);
+    return rc;
+}
+
+/* Train on one device, on --gpus N threads, or as a rank of blob-launch's. */
+static int start(trainer *t)
+{
+    const options *o = &t->o;
+    bool launched = getenv("WORLD_SIZE") != NULL;
+    blob_comm_options co;
+    int size = o->gpus ? o->gpus : 1;
+    if (launched && o->gpus) {
+        fprintf(stderr, "train: --gpus with a launcher's WORLD_SIZE set: use one or the other "
+                        "(blob-launch --nproc N runs a process per GPU)\n");
+        return 2;
+    }
+    if (launched) {
+        if (blob_comm_options_from_env(&co) != BLOB_OK) {
+            fprintf(stderr, "train: the launcher's variables: %s\n", blob_last_error());
+            return 1;
+        }
+        size = co.world_size;
+    }
+    if (o->gpus && (t->mode != NN_GPU || o->gpus > blob_device_count())) {
+        if (t->mode == NN_GPU || blob_device_count() == 0)
+            fprintf(stderr, "train: --gpus %d: %d GPUs found\n", o->gpus, blob_device_count());
+        else
+            fprintf(stderr, "train: --gpus trains on GPUs, not with --device cpu\n");
+        return 1;
+    }
+    if (size > 1 && t->mode != NN_GPU) {
+        fprintf(stderr, "train: %d ranks need a GPU each (this one trains on the CPU)\n", size);
+        return 1;
+    }
+    if (size > 1 && o->graph) {
+        fprintf(stderr, "train: --graph trains on one GPU only: with several the communicator "
+                        "watches every collective with a deadline from the host, which a "
+                        "replayed CUDA graph would escape (see docs/distributed.md)\n");
+        return 1;
+    }
+    if (t->used < o->batch * size) {
+        if (size > 1)
+            fprintf(stderr, "train: %lld training images make no batch of %d x %lld\n",
+                    (long long)t->used, size, (long long)o->batch);
+        else
+            fprintf(stderr, "train: %lld training images make no batch of %lld\n",
+                    (long long)t->used, (long long)o->batch);
+        return 1;
+    }
+    if (launched)
+        return run_launched(t, &co);
+    if (size > 1)
+        return run_threads(t, size);
+    t->world = (world){.size = 1};
+    return run(t);
 }
 
 int main(int argc, char **argv)
@@ -469,10 +704,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "train: --graph needs a GPU\n");
         return 1;
     }
-    int rc = run(&t);
+    char err[512];
+    if (fmnist_load(&t.train, t.o.data_dir, "train", err, sizeof err) ||
+        fmnist_load(&t.test, t.o.data_dir, "t10k", err, sizeof err)) {
+        fprintf(stderr, "train: %s\n", err);
+        fmnist_free(&t.train);
+        return 1;
+    }
+    t.used = t.o.limit && t.o.limit < t.train.count ? t.o.limit : t.train.count;
+    int rc = start(&t);
     fmnist_free(&t.train);
     fmnist_free(&t.test);
-    free(t.curves);
-    free(t.order);
     return rc;
 }

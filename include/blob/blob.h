@@ -13,6 +13,8 @@
 #include "blob/syncedmem.h"
 #include "blob/tensor.h"
 #include "blob/math.h"
+#include "blob/optim.h"
+#include "blob/comm.h"
 
 #define BLOB_VERSION_MAJOR 0
 #define BLOB_VERSION_MINOR 1

@@ -19,6 +19,7 @@
 #define BLOB_DEVICE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "blob/status.h"
 
@@ -90,6 +91,12 @@ BLOB_API blob_status blob_graph_end(void *stream, blob_graph **out);
 BLOB_API blob_status blob_graph_launch(blob_graph *graph, void *stream);
 /* NULL is a no-op. */
 BLOB_API void blob_graph_free(blob_graph *graph);
+/* Count what a graph replays: *kernels its kernel launches, *total all its operations
+ * (kernels, copies, memsets, event records and waits; nested graphs by their contents).
+ * The outputs are untouched on failure. Errors: BLOB_EINVAL (NULL), BLOB_ENODEV,
+ * BLOB_ENOMEM, BLOB_ECUDA. */
+BLOB_API blob_status blob_graph_count_nodes(const blob_graph *graph, int64_t *kernels,
+                                            int64_t *total);
 
 #ifdef __cplusplus
 }

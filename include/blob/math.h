@@ -21,6 +21,8 @@
 #ifndef BLOB_MATH_H
 #define BLOB_MATH_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "blob/status.h"
@@ -209,6 +211,199 @@ BLOB_API blob_status blob_pool_output_size(const blob_conv_geometry *g, int64_t 
 
 BLOB__CONV_DECLARE(cpu)
 BLOB__CONV_DECLARE(gpu)
+
+/* ==== Math modes, GEMM with fused epilogues, multi-tensor optimizer steps, host BLAS ====
+ *
+ *   // a layer's forward (relu(X W^T + b), keeping the mask) and backward, on the GPU
+ *   size_t mbytes = blob_relu_mask_bytes(batch, out);     // allocate mask with this
+ *   blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, batch, out, in, X, W,
+ *                          Y, BLOB_EPILOGUE_BIAS_RELU, b, mask, BLOB_MATH_DEFAULT);
+ *   ...                                                   // dY of this layer's output
+ *   blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, out, in, batch, dZ, X,
+ *                          dW, BLOB_EPILOGUE_BGRADA, db, NULL, BLOB_MATH_DEFAULT);
+ *
+ * Math modes choose how float32 products are computed on the GPU: exactly (FP32, the
+ * default, as PyTorch's default), or on tensor cores with the inputs rounded to TF32
+ * (10-bit mantissa) or bfloat16 (7-bit mantissa), always with float32 storage and float32
+ * accumulation (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 and _FAST_16BF). The mode is a
+ * process-wide setting, read from the environment variable BLOB_MATH_MODE (fp32, tf32 or
+ * bf16; anything else means fp32) on first use and changed by blob_set_math_mode; it
+ * applies to blob_gpu_gemm and to every blob_gpu_gemm_epilogue called with
+ * BLOB_MATH_DEFAULT. float64 products, and everything on the host, are always exact: the
+ * blob_cpu_* functions check the mode argument and otherwise ignore it.
+ */
+typedef enum {
+    BLOB_MATH_DEFAULT = 0, /* per call: the process-wide setting */
+    BLOB_MATH_FP32 = 1,    /* exact float32 */
+    BLOB_MATH_TF32 = 2,    /* tensor cores, TF32 inputs, float32 accumulation */
+    BLOB_MATH_BF16 = 3     /* tensor cores, bfloat16 inputs, float32 accumulation */
+} blob_math_mode;
+
+/* Set the process-wide mode; BLOB_MATH_DEFAULT restores the one the environment gave.
+ * Thread-safe; work already queued keeps the mode it was queued with.
+ * Errors: BLOB_EINVAL for a value outside the enum. */
+BLOB_API blob_status blob_set_math_mode(blob_math_mode mode);
+
+/* The process-wide mode (never BLOB_MATH_DEFAULT). */
+BLOB_API blob_math_mode blob_get_math_mode(void);
+
+/* "default", "fp32", "tf32", "bf16"; "unknown" outside the enum. */
+BLOB_API const char *blob_math_mode_name(blob_math_mode mode);
+
+/* What blob_*_gemm_epilogue does after the product P = op(A) op(B) (M x N, row-major),
+ * which it writes to C (M x N) with nothing added from C's old contents:
+ *   NONE         C = P
+ *   BIAS         C[i,j] = P[i,j] + bias[j]                      bias: N, read
+ *   RELU         C = max(P, 0)                                  mask written if not NULL
+ *   BIAS_RELU    C[i,j] = max(P[i,j] + bias[j], 0)              bias: N, read; mask too
+ *   DRELU        C[i,j] = mask bit (i,j) set ? P[i,j] : 0       mask read
+ *   DRELU_BGRAD  as DRELU, and bias[j] = sum_i C[i,j]           mask read; bias: N, written
+ *   BGRADA       C = P, and bias[i] = sum_k op(A)[i,k]          bias: M, written
+ *   BGRADB       C = P, and bias[j] = sum_k op(B)[k,j]          bias: N, written
+ * The forward ReLU epilogues record in mask which outputs were positive, and the DRELU
+ * epilogues take such a mask to compute the ReLU's backward pass fused into the GEMM that
+ * produces its input gradient: after C = relu(X W^T + b) with mask, the backward of the
+ * next layer, dX = dY W, runs as DRELU_BGRAD and yields this layer's dZ and db at once;
+ * its dW = dZ^T X runs as BGRADA with op(A) = dZ^T, which yields db as well.
+ * A ReLU of NaN gives 0 and a clear bit, as cuBLASLt's does. */
+typedef enum {
+    BLOB_EPILOGUE_NONE = 0,
+    BLOB_EPILOGUE_BIAS = 1,
+    BLOB_EPILOGUE_RELU = 2,
+    BLOB_EPILOGUE_BIAS_RELU = 3,
+    BLOB_EPILOGUE_DRELU = 4,
+    BLOB_EPILOGUE_DRELU_BGRAD = 5,
+    BLOB_EPILOGUE_BGRADA = 6,
+    BLOB_EPILOGUE_BGRADB = 7
+} blob_epilogue;
+
+/* The ReLU mask of an M x N output is cuBLASLt's bit mask, on both sides: row i of C
+ * takes BLOB_RELU_MASK_ROW_BITS(N) bits (N rounded up to a multiple of 128), starting at
+ * bit i * BLOB_RELU_MASK_ROW_BITS(N); bit b of the mask is bit b % 8 of byte b / 8, and
+ * it is set when C[i,j] > 0. The bits past N in a row are unspecified. A mask must be
+ * 16-byte aligned and hold blob_relu_mask_bytes(M, N) bytes, in the memory of the side
+ * that uses it (a mask can be copied between sides as plain bytes). Initialise its
+ * memory once (any value; a blob's is zero-filled) before the first forward: cuBLASLt
+ * reads the bytes it updates. */
+#define BLOB_RELU_MASK_ROW_BITS(N) ((((int64_t)(N) + 127) / 128) * 128)
+
+/* Bytes of the ReLU mask of an M x N output; 0 for a negative size or one that overflows. */
+BLOB_API size_t blob_relu_mask_bytes(int64_t M, int64_t N);
+
+/* C = epilogue(op(A) op(B)), row-major, as described at blob_epilogue; op(A) is M x K,
+ * op(B) K x N, C M x N. bias and mask are needed only by the epilogues that name them (a
+ * ReLU's mask is optional) and may be NULL otherwise. mode applies to float32 on the GPU
+ * (BLOB_MATH_DEFAULT: the process-wide mode); the host is always exact. C must not
+ * overlap A, B, bias or mask. With K == 0 the product is 0 (bias sums too).
+ * The GPU side runs cuBLASLt with the epilogue fused where cuBLASLt offers it for the
+ * problem, and otherwise cuBLAS and one or two kernels of its own with the same results;
+ * it queues its work on the current stream and may be captured in a graph (see
+ * blob_graph_begin). Matmul descriptors and the algorithm chosen are cached per thread
+ * and problem, and its workspace per thread, device and stream.
+ * Errors: BLOB_EINVAL (bad dtype, transpose flag, epilogue or mode, negative size, a NULL
+ * array the epilogue needs, a misaligned mask), BLOB_EOVERFLOW, BLOB_ENODEV (GPU side
+ * without a GPU), BLOB_ECUBLAS, BLOB_ECUDA, BLOB_EDEVMEM (its workspace). */
+BLOB_API blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a,
+                                            blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                            const void *A, const void *B, void *C,
+                                            blob_epilogue epilogue, void *bias, void *mask,
+                                            blob_math_mode mode);
+BLOB_API blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a,
+                                            blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                            const void *A, const void *B, void *C,
+                                            blob_epilogue epilogue, void *bias, void *mask,
+                                            blob_math_mode mode);
+
+/* *fused = whether blob_gpu_gemm_epilogue runs this problem as one cuBLASLt call with the
+ * epilogue fused (true) or as a product followed by kernels of its own (false), on the
+ * current GPU, for arrays aligned as the allocator's blocks are; with_mask says whether a
+ * ReLU epilogue writes its mask. Empty products never fuse. *fused is false on failure.
+ * Errors: as blob_gpu_gemm_epilogue's (the arrays are not needed), BLOB_ENODEV. */
+BLOB_API blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,
+                                                  blob_trans trans_b, int64_t M, int64_t N,
+                                                  int64_t K, blob_epilogue epilogue,
+                                                  bool with_mask, blob_math_mode mode,
+                                                  bool *fused);
+
+/* Optimizers, as PyTorch defines them (torch.optim.SGD, Adam, AdamW, without amsgrad or
+ * maximize) and as Caffe's SGD solver does. With w a parameter, g its gradient, t the
+ * step number (1 for the first step), and lr, wd the learning rate and weight decay:
+ *   SGD        d = g + wd*w; if momentum != 0: h = (t == 1) ? d : momentum*h +
+ *              (1 - dampening)*d, and d = nesterov ? d + momentum*h : h; then w -= lr*d
+ *   SGD_CAFFE  h = lr*(g + wd*w) + momentum*h; w -= h
+ *   ADAM       d = g + wd*w; m = beta1*m + (1-beta1)*d; v = beta2*v + (1-beta2)*d*d;
+ *              w -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+ *   ADAMW      w *= 1 - lr*wd; then ADAM with d = g
+ * h is the first history array (momentum), m and v the first and second (Adam's moment
+ * estimates); all of them start at zero. g is never written. */
+typedef enum {
+    BLOB_OPTIM_SGD = 0,
+    BLOB_OPTIM_SGD_CAFFE = 1,
+    BLOB_OPTIM_ADAM = 2,
+    BLOB_OPTIM_ADAMW = 3
+} blob_optim_kind;
+
+typedef struct {
+    blob_optim_kind kind;
+    double lr;           /* >= 0 */
+    double weight_decay; /* >= 0 */
+    double momentum;     /* SGD: >= 0 */
+    double dampening;    /* SGD: 0 with nesterov */
+    bool nesterov;       /* SGD: needs momentum > 0 and dampening 0 */
+    double beta1, beta2; /* Adam: in [0, 1) */
+    double eps;          /* Adam: >= 0 */
+} blob_optim;
+
+/* PyTorch's defaults for kind with learning rate lr: no momentum, dampening or weight
+ * decay for SGD; betas 0.9 and 0.999, eps 1e-8 and weight decay 0 (Adam) or 0.01 (AdamW). */
+BLOB_API blob_optim blob_optim_default(blob_optim_kind kind, double lr);
+
+/* History arrays per parameter that opt uses: 0 (SGD without momentum), 1 (SGD with
+ * momentum, SGD_CAFFE) or 2 (Adam, AdamW); -1 for NULL or an unknown kind. */
+BLOB_API int blob_optim_history_count(const blob_optim *opt);
+
+/* The step counter of the multi-tensor steps: BLOB_OPTIM_STEP_WORDS int64_t in the
+ * memory of the side, zero before the first step. step[0] counts the steps taken; the
+ * other word is the GPU side's scratch and stays 0 between steps. */
+#define BLOB_OPTIM_STEP_WORDS 2
+
+/* One optimizer step over n tensors: tensor i has counts[i] elements of dtype at data[i]
+ * (updated), diff[i] (its gradient, read) and, as blob_optim_history_count says,
+ * hist1[i] and hist2[i] (updated; the arrays hist1 / hist2 may be NULL when unused).
+ * Then step[0] is incremented. counts and the pointer arrays are host memory; the arrays
+ * they point to, and step, are memory of the side. Arrays of different tensors must not
+ * overlap. The GPU side queues one kernel for up to 512 tensors (one per 512 more) on
+ * the current stream; it reads the step number from step on the device and increments it
+ * there, so a captured graph replays with the right count.
+ * Errors: BLOB_EINVAL (NULL opt or step, a bad field of opt, bad dtype, n < 0, a negative
+ * count, a NULL array that is needed), BLOB_ENODEV, BLOB_ECUDA. */
+BLOB_API blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
+                                         const int64_t *counts, void *const *data,
+                                         const void *const *diff, void *const *hist1,
+                                         void *const *hist2, int64_t *step);
+BLOB_API blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
+                                         const int64_t *counts, void *const *data,
+                                         const void *const *diff, void *const *hist1,
+                                         void *const *hist2, int64_t *step);
+
+/* The host BLAS, as the library uses it. */
+typedef struct {
+    char name[64];    /* e.g. "OpenBLAS 0.3.21", or "CBLAS" when not OpenBLAS */
+    char core[32];    /* the kernel set in use, e.g. "SkylakeX"; "" when unknown */
+    char detected[32]; /* the one OpenBLAS chose by itself, when the library changed it */
+    int threads;      /* threads of a BLAS call (and of the host loops) */
+    char summary[192]; /* one line, e.g. "OpenBLAS 0.3.21, core Prescott -> SkylakeX
+                          (AVX-512 CPU; OPENBLAS_CORETYPE chooses), 16 threads" */
+} blob_blas_info;
+
+/* Describe the host BLAS. OpenBLAS's runtime core choice is checked when the library is
+ * loaded: where it chose a generic core (Prescott, Nehalem, ...) on a CPU with AVX-512 or
+ * AVX2, as it does on virtual machines that hide the CPU model, the library switches it
+ * to SkylakeX or Haswell, once; a core set with OPENBLAS_CORETYPE is always kept. The
+ * host loops of blob_cpu_* (epilogues, ReLU, softmax, optimizer steps) use as many
+ * threads as the BLAS, on arrays large enough to gain from them.
+ * Errors: BLOB_EINVAL for NULL. */
+BLOB_API blob_status blob_blas_get_info(blob_blas_info *out);
 
 #ifdef __cplusplus
 }

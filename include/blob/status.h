@@ -37,7 +37,10 @@ extern "C" {
     X(ESTATE, -11, "operation not valid in the object's current state")              \
     X(EIO, -12, "input/output error")                                                \
     X(EFORMAT, -13, "malformed or unsupported file")                                 \
-    X(EBUSY, -14, "resource still in use")
+    X(EBUSY, -14, "resource still in use")                                           \
+    X(ETIMEDOUT, -15, "operation did not complete within its deadline")              \
+    X(ECOMM, -16, "communication with another rank failed")                          \
+    X(ENOTSUP, -17, "not supported by this build")
 
 typedef enum {
 #define BLOB__STATUS_ENUM(name, value, msg) BLOB_##name = (value),

@@ -67,6 +67,8 @@ BLOB_API void blob_syncedmem_retain(blob_syncedmem *mem);
  * (borrowed memory is never freed). NULL is a no-op. */
 BLOB_API void blob_syncedmem_free(blob_syncedmem *mem);
 
+/* Queries. For a NULL block each records a detail (blob_last_error) and returns a
+ * neutral value: size 0, head BLOB_UNINITIALIZED, device BLOB_HOST_ONLY, false. */
 BLOB_API size_t blob_syncedmem_size(const blob_syncedmem *mem);
 BLOB_API blob_head blob_syncedmem_head(const blob_syncedmem *mem);
 /* The GPU the block is bound to, or BLOB_HOST_ONLY. */

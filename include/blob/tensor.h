@@ -32,7 +32,11 @@
 extern "C" {
 #endif
 
-typedef enum { BLOB_FLOAT32 = 0, BLOB_FLOAT64 = 1 } blob_dtype;
+typedef enum {
+    BLOB_DTYPE_NONE = -1, /* not a dtype: blob_get_dtype(NULL); blob_dtype_size gives 0 */
+    BLOB_FLOAT32 = 0,
+    BLOB_FLOAT64 = 1
+} blob_dtype;
 
 #define BLOB_MAX_AXES 32
 /* Enough for any shape string, terminator included. */
@@ -64,7 +68,9 @@ BLOB_API blob_status blob_reshape_like(blob *b, const blob *other);
  * left alone. No-op when nothing is spare. */
 BLOB_API blob_status blob_shrink_to_fit(blob *b);
 
-/* Queries. */
+/* Queries. For a NULL blob each records a detail (blob_last_error) and returns a
+ * neutral value: BLOB_DTYPE_NONE, BLOB_HOST_ONLY for the device, 0 for the counts,
+ * NULL for the shape and the blocks. */
 BLOB_API blob_dtype blob_get_dtype(const blob *b);
 BLOB_API int blob_device(const blob *b);
 BLOB_API int blob_num_axes(const blob *b);
@@ -89,7 +95,8 @@ BLOB_API blob_status blob_legacy_shape(const blob *b, int64_t *num, int64_t *cha
  * indices are 0). Every index must satisfy 0 <= i < dim: BLOB_ERANGE otherwise. */
 BLOB_API blob_status blob_offset(const blob *b, int n, const int64_t *indices, int64_t *out);
 
-/* The blocks (borrowed references; valid until the next reshape, share or free). */
+/* The blocks (borrowed references; valid until the next reshape, share or free); NULL,
+ * with a detail, for a NULL blob. */
 BLOB_API blob_syncedmem *blob_data_mem(const blob *b);
 BLOB_API blob_syncedmem *blob_diff_mem(const blob *b);
 
@@ -138,9 +145,18 @@ BLOB_API blob_status blob_share_diff(blob *b, blob *other);
 typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
 
 /* Write data or diff as a NumPy .npy file (format 1.0, little-endian '<f4' or '<f8', C
- * order, the header numpy writes). The file is written to a temporary name in the same
- * directory (mode 0600), flushed and renamed, so `path` is either the old file or the
- * complete new one. Errors: BLOB_EINVAL, BLOB_EIO, accessor errors. */
+ * order, the header numpy writes). A symbolic link at `path` is followed, as numpy does,
+ * and the file it points to is replaced; anything at the path that is not a regular
+ * file (a directory, FIFO, device) is refused with BLOB_EIO, root or not. The new file
+ * is written in the target's directory (as an unnamed O_TMPFILE file where the file
+ * system has it, so a crash leaves nothing behind; otherwise under a temporary name),
+ * synced, renamed over the target, and the directory synced. It gets the mode of the
+ * file it replaces, or 0666 less the umask when new, as numpy's files. A successful
+ * return means the complete new file is at the path and on stable storage; on failure
+ * the path holds the old file (or nothing, as before) and no temporary file remains,
+ * except a failed sync of the directory (BLOB_EIO, "fsync of the directory"), which
+ * comes after the rename: the new file is then in place but may not survive a power
+ * loss. Errors: BLOB_EINVAL, BLOB_EIO, BLOB_ENOMEM, accessor errors. */
 BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
 
 /* Read a .npy file (format 1.0, 2.0 or 3.0; '<' '>' or '=' byte order; f4 or f8; C
@@ -148,8 +164,13 @@ BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
  * reshaped too) and converting to the blob's dtype. The loaded part gets a new block: a
  * blob that shared the old one keeps the old values. The file is untrusted: every
  * malformed input gives BLOB_EFORMAT (BLOB_EIO for read errors), nothing is allocated
- * beyond what the file's size justifies, and the blob is left untouched.
- * Errors: BLOB_EINVAL, BLOB_EFORMAT, BLOB_EIO, BLOB_ENOMEM, BLOB_EDEVMEM. */
+ * beyond what the file's size justifies, and on any failure the blob is left untouched.
+ * A path that is not a regular file (a FIFO, device, directory) gives BLOB_EIO at once,
+ * without being opened. The shape must fit in memory as the file's elements, dims of 0
+ * or not, as numpy requires (BLOB_EFORMAT otherwise); a shape that does so but not as
+ * the blob's wider elements (a count-0 f4 file with huge other dims, into an f64 blob)
+ * gives BLOB_EOVERFLOW, as blob_reshape would.
+ * Errors: BLOB_EINVAL, BLOB_EFORMAT, BLOB_EIO, BLOB_EOVERFLOW, BLOB_ENOMEM, BLOB_EDEVMEM. */
 BLOB_API blob_status blob_load_npy(blob *b, blob_part part, const char *path);
 
 #ifdef __cplusplus

@@ -13,6 +13,8 @@ size_t blob_dtype_size(blob_dtype dtype)
         return sizeof(float);
     case BLOB_FLOAT64:
         return sizeof(double);
+    case BLOB_DTYPE_NONE:
+        break;
     }
     return 0;
 }
@@ -144,16 +146,31 @@ blob_status blob_reshape_like(blob *b, const blob *other)
     return blob_reshape(b, other->num_axes, other->shape);
 }
 
-blob_dtype blob_get_dtype(const blob *b) { return b->dtype; }
-int blob_device(const blob *b) { return b->device; }
-int blob_num_axes(const blob *b) { return b->num_axes; }
-int64_t blob_count(const blob *b) { return b->count; }
-const int64_t *blob_shape(const blob *b) { return b->shape; }
-blob_syncedmem *blob_data_mem(const blob *b) { return b->data; }
-blob_syncedmem *blob_diff_mem(const blob *b) { return b->diff; }
+/* A query: for NULL, the detail is recorded and the neutral value returned. */
+#define BLOB__QUERY(type, name, neutral, expr)                     \
+    type blob_##name(const blob *b)                                \
+    {                                                              \
+        if (!b) {                                                  \
+            blob__fail(BLOB_EINVAL, "blob_" #name, "blob is NULL"); \
+            return neutral;                                        \
+        }                                                          \
+        return expr;                                               \
+    }
+BLOB__QUERY(blob_dtype, get_dtype, BLOB_DTYPE_NONE, b->dtype)
+BLOB__QUERY(int, device, BLOB_HOST_ONLY, b->device)
+BLOB__QUERY(int, num_axes, 0, b->num_axes)
+BLOB__QUERY(int64_t, count, 0, b->count)
+BLOB__QUERY(const int64_t *, shape, NULL, b->shape)
+BLOB__QUERY(blob_syncedmem *, data_mem, NULL, b->data)
+BLOB__QUERY(blob_syncedmem *, diff_mem, NULL, b->diff)
+#undef BLOB__QUERY
 
 int64_t blob_capacity(const blob *b)
 {
+    if (!b) {
+        BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+        return 0;
+    }
     int64_t data = blob__mem_capacity(b, b->data);
     int64_t diff = blob__mem_capacity(b, b->diff);
     return data < diff ? data : diff;

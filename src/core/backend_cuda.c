@@ -1,5 +1,6 @@
 /* The default device backend: plain C over the CUDA runtime API. */
 #include <pthread.h>
+#include <stdlib.h>
 
 #include <cuda_runtime_api.h>
 
@@ -191,14 +192,16 @@ static blob_status cuda_graph_begin(void *stream)
     return BLOB_OK;
 }
 
-static blob_status cuda_graph_end(void *stream, void **exec)
+static blob_status cuda_graph_end(void *stream, void **graph, void **exec)
 {
-    cudaGraph_t graph;
-    CUDA_TRY(cudaStreamEndCapture((cudaStream_t)stream, &graph));
+    cudaGraph_t g;
+    CUDA_TRY(cudaStreamEndCapture((cudaStream_t)stream, &g));
     cudaGraphExec_t e;
-    cudaError_t err = cudaGraphInstantiate(&e, graph, 0);
-    (void)cudaGraphDestroy(graph);
+    cudaError_t err = cudaGraphInstantiate(&e, g, 0);
+    if (err != cudaSuccess)
+        (void)cudaGraphDestroy(g);
     CUDA_TRY(err);
+    *graph = g;
     *exec = e;
     return BLOB_OK;
 }
@@ -209,10 +212,40 @@ static blob_status cuda_graph_launch(void *exec, void *stream)
     return BLOB_OK;
 }
 
-static void cuda_graph_destroy(void *exec)
+static void cuda_graph_destroy(void *graph, void *exec)
 {
     if (exec && cudaGraphExecDestroy((cudaGraphExec_t)exec) != cudaSuccess)
         (void)cudaGetLastError();
+    if (graph && cudaGraphDestroy((cudaGraph_t)graph) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t *total)
+{
+    size_t n = 0;
+    CUDA_TRY(cudaGraphGetNodes((cudaGraph_t)graph, NULL, &n));
+    cudaGraphNode_t *nodes = n ? malloc(n * sizeof *nodes) : NULL;
+    if (n && !nodes)
+        return BLOB_FAIL(BLOB_ENOMEM, "no host memory for %zu graph nodes", n);
+    cudaError_t err = n ? cudaGraphGetNodes((cudaGraph_t)graph, nodes, &n) : cudaSuccess;
+    blob_status st =
+        err == cudaSuccess ? BLOB_OK : blob__cuda_fail(err, "cudaGraphGetNodes", __func__);
+    for (size_t i = 0; i < n && st == BLOB_OK; i++) {
+        enum cudaGraphNodeType type;
+        cudaGraph_t child;
+        if ((err = cudaGraphNodeGetType(nodes[i], &type)) != cudaSuccess) {
+            st = blob__cuda_fail(err, "cudaGraphNodeGetType", __func__);
+        } else if (type != cudaGraphNodeTypeGraph) {
+            *kernels += type == cudaGraphNodeTypeKernel;
+            *total += 1;
+        } else if ((err = cudaGraphChildGraphNodeGetGraph(nodes[i], &child)) != cudaSuccess) {
+            st = blob__cuda_fail(err, "cudaGraphChildGraphNodeGetGraph", __func__);
+        } else {
+            st = cuda_graph_count_nodes(child, kernels, total);
+        }
+    }
+    free(nodes);
+    return st;
 }
 
 static const blob__backend cuda_backend = {
@@ -242,6 +275,7 @@ static const blob__backend cuda_backend = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .graph_count_nodes = cuda_graph_count_nodes,
 };
 
 const blob__backend *blob__backend_default(void)

@@ -47,15 +47,21 @@ static blob_status none_query(void *event, bool *done)
     return no_gpu("event_query");
 }
 
-static blob_status none_graph_end(void *stream, void **exec)
+static blob_status none_graph_end(void *stream, void **graph, void **exec)
 {
-    (void)stream, (void)exec;
+    (void)stream, (void)graph, (void)exec;
     return no_gpu("graph_end");
 }
 static blob_status none_graph_launch(void *exec, void *stream)
 {
     (void)exec, (void)stream;
     return no_gpu("graph_launch");
+}
+static void none_graph_destroy(void *graph, void *exec) { (void)graph, (void)exec; }
+static blob_status none_graph_count_nodes(void *graph, int64_t *kernels, int64_t *total)
+{
+    (void)graph, (void)kernels, (void)total;
+    return no_gpu("graph_count_nodes");
 }
 
 static const blob__backend none_backend = {
@@ -84,7 +90,8 @@ static const blob__backend none_backend = {
     .graph_begin = none_on,
     .graph_end = none_graph_end,
     .graph_launch = none_graph_launch,
-    .graph_destroy = none_free,
+    .graph_destroy = none_graph_destroy,
+    .graph_count_nodes = none_graph_count_nodes,
 };
 
 const blob__backend *blob__backend_default(void)

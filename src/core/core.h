@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "blob/status.h"
 
@@ -41,11 +42,14 @@ typedef struct blob__backend {
     /* *done = whether all work captured by the event has completed. */
     blob_status (*event_query)(void *event, bool *done);
     blob_status (*event_synchronize)(void *event);
-    /* Stream capture into an executable graph (opaque). */
+    /* Stream capture into a graph (opaque), kept beside its executable form (opaque). */
     blob_status (*graph_begin)(void *stream);
-    blob_status (*graph_end)(void *stream, void **exec);
+    blob_status (*graph_end)(void *stream, void **graph, void **exec);
     blob_status (*graph_launch)(void *exec, void *stream);
-    void (*graph_destroy)(void *exec);
+    void (*graph_destroy)(void *graph, void *exec);
+    /* The kernel launches and all operations of a captured graph (child graphs counted
+     * by their contents). */
+    blob_status (*graph_count_nodes)(void *graph, int64_t *kernels, int64_t *total);
 } blob__backend;
 
 /* The table in use. Read on every device operation; changed only by install. */
@@ -103,5 +107,26 @@ void blob__stream_pool_drain(void);
 
 /* Check that `device` is the calling thread's current device. */
 blob_status blob__check_device(int device);
+
+/* ---- The host BLAS (blas.c) ---- */
+
+/* Threads for a host loop over `work` elements: 1 below the size where more pay off,
+ * else as many as the BLAS uses (at most one per 64K elements). */
+int blob__host_threads(int64_t work);
+
+/* ---- Host threads (pool.c) ---- */
+
+/* The body of a host loop: the iterations [begin, end) of ctx's loop. */
+typedef void (*blob__range_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Run fn over [0, n) split into up to nt contiguous ranges, one on the calling thread and
+ * the others on the library's host threads; returns when all are done. With nt <= 1, or
+ * while another thread's loop has the host threads, fn runs alone on the caller. */
+void blob__host_for(int nt, int64_t n, blob__range_fn fn, void *ctx);
+
+/* Check OpenBLAS's core and switch a generic one to the CPU's fast one, unless
+ * user_coretype (the OPENBLAS_CORETYPE the user set) is non-empty; done at load time.
+ * The tests call it again after forcing a core, with no other thread in OpenBLAS. */
+void blob__blas_select_core(const char *user_coretype);
 
 #endif

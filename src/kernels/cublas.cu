@@ -8,7 +8,7 @@
 #include <cublas_v2.h>
 
 #include "blob/device.h"
-#include "common.cuh"
+#include "lt.cuh"
 
 static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *func)
 {
@@ -67,6 +67,7 @@ static void table_key_create(void)
 
 extern "C" void blob_thread_release(void)
 {
+    blob__lt_thread_release();
     pthread_once(&table_once, table_key_create);
     void *t = table_key_err ? NULL : pthread_getspecific(table_key);
     if (!t)
@@ -118,7 +119,8 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
 extern "C" blob_status blob__k_prepare(void *stream)
 {
     cublasHandle_t h;
-    return handle_for(__func__, stream, &h);
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    return blob__lt_prepare(stream);
 }
 
 static cublasOperation_t op(blob_trans t)
@@ -147,6 +149,28 @@ extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans t
                                               (const double *)B, ldb, (const double *)A, lda,
                                               &beta, (double *)C, N));
     }
+    return BLOB_OK;
+}
+
+/* The same on tensor cores: float32 storage and accumulation, inputs rounded as the
+ * mode's compute type allows. */
+extern "C" blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans trans_a,
+                                         blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                         double alpha, const void *A, const void *B,
+                                         double beta, void *C)
+{
+    if (mode != BLOB_MATH_TF32 && mode != BLOB_MATH_BF16)
+        return blob__k_gemm(stream, BLOB_FLOAT32, trans_a, trans_b, M, N, K, alpha, A, B, beta,
+                            C);
+    cublasHandle_t h;
+    BLOB_TRY(handle_for(__func__, stream, &h));
+    const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+    const float a = (float)alpha, b = (float)beta;
+    const cublasComputeType_t compute =
+        mode == BLOB_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_FAST_16BF;
+    CUBLAS_SIZED(FITS(M) && FITS(N) && FITS(K), cublasGemmEx,
+                 (h, op(trans_b), op(trans_a), N, M, K, &a, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
+                  lda, &b, C, CUDA_R_32F, N, compute, CUBLAS_GEMM_DEFAULT));
     return BLOB_OK;
 }
 

@@ -6,6 +6,7 @@
 #ifndef BLOB_KERNELS_H
 #define BLOB_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "blob/math.h"
@@ -70,6 +71,31 @@ blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype, const blob_
 blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
                                       const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
                                       int64_t num, const void *dy, void *dx);
+
+/* ==== GEMM in a math mode, GEMM with epilogues, optimizer steps (blob/math.h) ==== */
+
+/* Row-major float32 C = alpha * op(A) * op(B) + beta * C on tensor cores with mode
+ * BLOB_MATH_TF32 or BLOB_MATH_BF16, as blob__k_gemm otherwise. */
+blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans trans_a,
+                              blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                              const void *A, const void *B, double beta, void *C);
+/* C = epilogue(op(A) op(B)) as blob_gpu_gemm_epilogue, with validated arguments (any size
+ * >= 0), mode resolved (BLOB_MATH_FP32 for float64), and bias / mask NULL unless the
+ * epilogue uses them. */
+blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
+                                  blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
+                                  int64_t K, const void *A, const void *B, void *C,
+                                  blob_epilogue epilogue, void *bias, void *mask);
+/* *fused = whether cuBLASLt fuses the epilogue of this problem on the current device
+ * (for 256-byte aligned arrays); empty problems never fuse. */
+blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
+                                        blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                        blob_epilogue epilogue, bool with_mask, bool *fused);
+/* One optimizer step as blob_gpu_optim_step, with validated arguments (opt's fields
+ * included; hist1 / hist2 non-NULL where used). */
+blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype, int n,
+                               const int64_t *counts, void *const *data, const void *const *diff,
+                               void *const *hist1, void *const *hist2, int64_t *step);
 
 #ifdef __cplusplus
 }

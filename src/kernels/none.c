@@ -65,3 +65,20 @@ blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
 void blob_thread_release(void)
 {
 }
+
+/* ---- GEMM in a math mode, GEMM with epilogues, optimizer steps ---- */
+
+blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans trans_a,
+                              blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                              const void *A, const void *B, double beta, void *C) { NO_CUDA; }
+blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
+                                  blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
+                                  int64_t K, const void *A, const void *B, void *C,
+                                  blob_epilogue epilogue, void *bias, void *mask) { NO_CUDA; }
+blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
+                                        blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                        blob_epilogue epilogue, bool with_mask, bool *fused)
+{ NO_CUDA; }
+blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype, int n,
+                               const int64_t *counts, void *const *data, const void *const *diff,
+                               void *const *hist1, void *const *hist2, int64_t *step) { NO_CUDA; }

@@ -4,6 +4,7 @@
 #include "../kernels/kernels.h"
 
 struct blob_graph {
+    void *graph; /* the capture, kept to count its nodes */
     void *exec;
 };
 
@@ -25,15 +26,16 @@ blob_status blob_graph_end(void *stream, blob_graph **out)
         *out = NULL;
     BLOB_TRY(blob__require_gpu(__func__));
     blob_graph *g = out ? blob__obj_alloc(sizeof *g) : NULL;
-    void *exec = NULL;
-    blob_status st = blob__be->graph_end(stream, &exec); /* the capture ends either way */
+    void *graph = NULL, *exec = NULL;
+    blob_status st = blob__be->graph_end(stream, &graph, &exec); /* the capture ends either way */
     if (st != BLOB_OK || !g) {
-        blob__be->graph_destroy(exec);
+        blob__be->graph_destroy(graph, exec);
         blob__obj_free(g);
         if (st != BLOB_OK)
             return st;
         return out ? BLOB_ENOMEM : BLOB_FAIL(BLOB_EINVAL, "out is NULL (capture ended)");
     }
+    g->graph = graph;
     g->exec = exec;
     *out = g;
     return BLOB_OK;
@@ -50,6 +52,18 @@ void blob_graph_free(blob_graph *graph)
 {
     if (!graph)
         return;
-    blob__be->graph_destroy(graph->exec);
+    blob__be->graph_destroy(graph->graph, graph->exec);
     blob__obj_free(graph);
+}
+
+blob_status blob_graph_count_nodes(const blob_graph *graph, int64_t *kernels, int64_t *total)
+{
+    if (!graph || !kernels || !total)
+        return BLOB_FAIL(BLOB_EINVAL, "%s is NULL",
+                         !graph ? "graph" : !kernels ? "kernels" : "total");
+    int64_t k = 0, t = 0;
+    BLOB_TRY(blob__be->graph_count_nodes(graph->graph, &k, &t));
+    *kernels = k;
+    *total = t;
+    return BLOB_OK;
 }

@@ -262,6 +262,10 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         return BLOB_OK;
     if (K == 0)
         return scale_empty(true, dtype, M * N, beta, C);
+    blob_math_mode mode = blob__math_mode_for(dtype, BLOB_MATH_DEFAULT);
+    if (mode != BLOB_MATH_FP32)
+        return blob__k_gemm_mode(blob_get_stream(), mode, trans_a, trans_b, M, N, K, alpha, A,
+                                 B, beta, C);
     return blob__k_gemm(blob_get_stream(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
                         beta, C);
 }
@@ -442,11 +446,71 @@ blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
     return blob__k_mul(blob_get_stream(), dtype, n, a, b, y);
 }
 
+/* The host loops that run on the library's host threads (blob__host_for): their
+ * arguments, and the range [lo, hi) of iterations each body does. */
+typedef struct {
+    blob_dtype dtype;
+    int64_t classes;
+    double scale;
+    const void *a, *b, *labels;
+    void *y, *z;
+} loop_args;
+
+static void relu_forward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    TYPED(l->dtype, const T *px = l->a; T *py = l->y;
+          for (int64_t i = lo; i < hi; i++) py[i] = px[i] > 0 ? px[i] : 0;);
+}
+
+static void relu_backward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    TYPED(l->dtype, const T *px = l->a; const T *pdy = l->b; T *pdx = l->y;
+          for (int64_t i = lo; i < hi; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
+}
+
+/* Rows [lo, hi) of softmax with loss. */
+static void softmax_loss_forward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    const blob_dtype dtype = l->dtype;
+    const int64_t classes = l->classes;
+    TYPED(dtype, T *loss = l->z; const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
+          for (int64_t r = lo; r < hi; r++) {
+              const T *x = (const T *)l->a + r * classes;
+              T *p = (T *)l->y + r * classes;
+              T m = x[0];
+              for (int64_t j = 1; j < classes; j++)
+                  m = x[j] > m ? x[j] : m;
+              double sum = 0;
+              for (int64_t j = 0; j < classes; j++)
+                  sum += p[j] = (T)exp((double)x[j] - m);
+              for (int64_t j = 0; j < classes; j++)
+                  p[j] = (T)(p[j] / sum);
+              T q = p[label_index(get(dtype, l->labels, r), classes)];
+              loss[r] = (T)-log(q > tiny ? q : tiny);
+          });
+}
+
+static void softmax_loss_backward_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    const int64_t classes = l->classes;
+    TYPED(l->dtype, for (int64_t r = lo; r < hi; r++) {
+              const T *p = (const T *)l->a + r * classes;
+              T *d = (T *)l->y + r * classes;
+              int64_t k = label_index(get(l->dtype, l->labels, r), classes);
+              for (int64_t j = 0; j < classes; j++)
+                  d[j] = (T)(l->scale * (p[j] - (j == k)));
+          });
+}
+
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    TYPED(dtype, const T *px = x; T *py = y;
-          for (int64_t i = 0; i < n; i++) py[i] = px[i] > 0 ? px[i] : 0;);
+    loop_args l = {.dtype = dtype, .a = x, .y = y};
+    blob__host_for(blob__host_threads(n), n, relu_forward_range, &l);
     return BLOB_OK;
 }
 
@@ -461,8 +525,8 @@ blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
                                    void *dx)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
-    TYPED(dtype, const T *px = x; const T *pdy = dy; T *pdx = dx;
-          for (int64_t i = 0; i < n; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
+    loop_args l = {.dtype = dtype, .a = x, .b = dy, .y = dx};
+    blob__host_for(blob__host_threads(n), n, relu_backward_range, &l);
     return BLOB_OK;
 }
 
@@ -482,20 +546,9 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    TYPED(dtype, const T *x = logits; T *p = prob; T *l = loss;
-          const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
-          for (int64_t r = 0; r < rows; r++, x += classes, p += classes) {
-              T m = x[0];
-              for (int64_t j = 1; j < classes; j++)
-                  m = x[j] > m ? x[j] : m;
-              double sum = 0;
-              for (int64_t j = 0; j < classes; j++)
-                  sum += p[j] = (T)exp((double)x[j] - m);
-              for (int64_t j = 0; j < classes; j++)
-                  p[j] = (T)(p[j] / sum);
-              T q = p[label_index(get(dtype, labels, r), classes)];
-              l[r] = (T)-log(q > tiny ? q : tiny);
-          });
+    loop_args l = {.dtype = dtype, .classes = classes, .a = logits, .labels = labels,
+                   .y = prob, .z = loss};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
     return BLOB_OK;
 }
 
@@ -517,12 +570,9 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    TYPED(dtype, const T *p = prob; T *d = dlogits;
-          for (int64_t r = 0; r < rows; r++, p += classes, d += classes) {
-              int64_t k = label_index(get(dtype, labels, r), classes);
-              for (int64_t j = 0; j < classes; j++)
-                  d[j] = (T)(scale * (p[j] - (j == k)));
-          });
+    loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = prob,
+                   .labels = labels, .y = dlogits};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_backward_range, &l);
     return BLOB_OK;
 }
 
@@ -535,4 +585,27 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob_get_stream(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
+}
+
+/* ---- The checks above, for the other math files ---- */
+
+blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_a,
+                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
+                             const void *B, const void *C)
+{
+    return check_gemm(fn, dtype, trans_a, trans_b, M, N, K, A, B, C);
+}
+
+blob_status blob__check_dtype(const char *fn, blob_dtype dtype)
+{
+    return check_dtype(fn, dtype);
+}
+
+blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
+                              const void *p)
+{
+    if (n < 0)
+        return blob__fail(BLOB_EINVAL, fn, "negative size %lld of %s", (long long)n, name);
+    BLOB_TRY(check_count(fn, dtype, 1, n));
+    return check_ptr(fn, name, p, n);
 }

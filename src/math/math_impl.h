@@ -1,12 +1,33 @@
-/* Internal: knobs of the host math shared with the tests. Never installed. */
+/* Internal: knobs of the host math shared with the tests, and what the math files share.
+ * Never installed. */
 #ifndef BLOB_MATH_IMPL_H
 #define BLOB_MATH_IMPL_H
 
 #include <stdint.h>
 
+#include "blob/math.h"
+
 /* The largest size passed to one CBLAS call (OpenBLAS takes 32-bit ints): longer vectors
  * and larger matrix dims are split into pieces of at most this many. INT_MAX by default;
  * tests lower it to prove the splitting. Must be >= 1. */
 extern int64_t blob__blas_chunk;
+
+/* ---- Shared by the math files: argument checks recording under fn (math.c), modes ---- */
+
+/* The checks of blob_*_gemm: dtype, transpose flags, sizes, A, B and C. */
+blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_a,
+                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
+                             const void *B, const void *C);
+/* A valid dtype. */
+blob_status blob__check_dtype(const char *fn, blob_dtype dtype);
+/* An array `name` of n >= 0 elements of dtype that is addressable and not NULL if n > 0. */
+blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
+                              const void *p);
+
+/* A math mode in the enum (mode.c). */
+blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);
+/* The mode a GPU product of dtype runs in: the process-wide one for BLOB_MATH_DEFAULT,
+ * and always BLOB_MATH_FP32 (exact) for float64. */
+blob_math_mode blob__math_mode_for(blob_dtype dtype, blob_math_mode mode);
 
 #endif

@@ -137,11 +137,22 @@ void blob_syncedmem_free(blob_syncedmem *m)
     blob__obj_free(m);
 }
 
-size_t blob_syncedmem_size(const blob_syncedmem *m) { return m->size; }
-blob_head blob_syncedmem_head(const blob_syncedmem *m) { return m->head; }
-int blob_syncedmem_device(const blob_syncedmem *m) { return m->device; }
-bool blob_syncedmem_host_pinned(const blob_syncedmem *m) { return m->host && m->host_pinned; }
-bool blob_syncedmem_pending(const blob_syncedmem *m) { return m->pending; }
+/* A query: for NULL, the detail is recorded and the neutral value returned. */
+#define BLOB__QUERY(type, name, neutral, expr)                                 \
+    type blob_syncedmem_##name(const blob_syncedmem *m)                        \
+    {                                                                          \
+        if (!m) {                                                              \
+            blob__fail(BLOB_EINVAL, "blob_syncedmem_" #name, "block is NULL"); \
+            return neutral;                                                    \
+        }                                                                      \
+        return expr;                                                           \
+    }
+BLOB__QUERY(size_t, size, 0, m->size)
+BLOB__QUERY(blob_head, head, BLOB_UNINITIALIZED, m->head)
+BLOB__QUERY(int, device, BLOB_HOST_ONLY, m->device)
+BLOB__QUERY(bool, host_pinned, false, m->host && m->host_pinned)
+BLOB__QUERY(bool, pending, false, m->pending)
+#undef BLOB__QUERY
 
 bool blob__syncedmem_shared(const blob_syncedmem *m)
 {

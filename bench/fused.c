@@ -1,0 +1,398 @@
+/* The GPU rows of the training step's building blocks (CUDA builds): 8, the multi-tensor
+ * optimizer step beside a device-to-device copy of the same bytes and PyTorch's fused
+ * optimizers; 9, the GEMM with its bias and ReLU fused beside cuBLAS with the bias and
+ * the ReLU as separate kernels, and PyTorch's relu(linear). */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define CTRY(expr)                                                                   \
+    do {                                                                             \
+        cudaError_t ctry_ = (expr);                                                  \
+        if (ctry_ != cudaSuccess) {                                                  \
+            (void)cudaGetLastError();                                                \
+            return bench_fail("%s: %s", #expr, cudaGetErrorName(ctry_));             \
+        }                                                                            \
+    } while (0)
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Parameters of the optimizer rows, float32 elements (64 MiB and 256 MiB). */
+static const int64_t optim_sizes[] = {(int64_t)16 << 20, (int64_t)64 << 20};
+/* The layers of section 9: batch, inputs, outputs. */
+static const int64_t linear_shapes[][3] = {{64, 784, 256},  {64, 256, 128},  {64, 128, 10},
+                                           {256, 784, 256}, {256, 256, 128}, {256, 128, 10},
+                                           {512, 4096, 4096}};
+static const blob_math_mode modes[] = {BLOB_MATH_FP32, BLOB_MATH_TF32, BLOB_MATH_BF16};
+
+enum { TENSORS = 8 };
+
+/* The tensors of n parameters: four weights of 40, 30, 20 and 10% of them less 1024, each
+ * followed by a bias of 1024 (torch_ref.py splits them the same way). */
+static void split(int64_t n, int64_t sizes[TENSORS])
+{
+    static const int64_t percent[4] = {40, 30, 20, 10};
+    for (int i = 0; i < 4; i++) {
+        sizes[2 * i] = n * percent[i] / 100 - 1024;
+        sizes[2 * i + 1] = 1024;
+    }
+}
+
+void bench_fused_torch_args(char *buf, size_t size)
+{
+    size_t len = strlen(buf);
+    len += (size_t)snprintf(buf + len, size - len, " --optim ");
+    for (size_t i = 0; i < COUNT(optim_sizes) && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, i ? ",%lld" : "%lld",
+                                (long long)optim_sizes[i]);
+    len += (size_t)snprintf(buf + len, size - len, " --linear ");
+    for (size_t i = 0; i < COUNT(linear_shapes) && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, i ? ",%lldx%lldx%lld" : "%lldx%lldx%lld",
+                                (long long)linear_shapes[i][0], (long long)linear_shapes[i][1],
+                                (long long)linear_shapes[i][2]);
+}
+
+static double time_us(int (*run)(void *, int), void *ctx, int batch, int reps)
+{
+    bench_op op = {run, NULL, ctx};
+    return bench_time(&op, batch, reps, &bench_gpu_events) / 1e3;
+}
+
+/* ---- 8: the optimizer step ---- */
+
+typedef struct {
+    blob_optim opt;
+    int64_t counts[TENSORS];
+    void *arr[4][TENSORS]; /* parameters, gradients, first and second history */
+    int64_t *step;
+    void *c0, *c1;         /* the copy's buffers */
+    size_t copy_bytes;     /* half the bytes the step moves */
+} optim_ctx;
+
+static int optim_run(void *ctx, int n)
+{
+    optim_ctx *o = ctx;
+    for (int i = 0; i < n; i++)
+        BTRY(blob_gpu_optim_step(&o->opt, BLOB_FLOAT32, TENSORS, o->counts, o->arr[0],
+                                 (const void *const *)o->arr[1], o->arr[2], o->arr[3], o->step));
+    return 0;
+}
+
+static int optim_copy_run(void *ctx, int n)
+{
+    optim_ctx *o = ctx;
+    for (int i = 0; i < n; i++)
+        CTRY(cudaMemcpyAsync(o->c1, o->c0, o->copy_bytes, cudaMemcpyDeviceToDevice, 0));
+    return 0;
+}
+
+/* Arrays of opt's kind: 0.747 in the parameters, 1.6e-10 in the gradients, zero history. */
+static int optim_setup(optim_ctx *o, int64_t n)
+{
+    split(n, o->counts);
+    const int arrays = 2 + blob_optim_history_count(&o->opt);
+    int64_t total = 0;
+    for (int t = 0; t < TENSORS; t++) {
+        total += o->counts[t];
+        const size_t bytes = (size_t)o->counts[t] * sizeof(float);
+        for (int a = 0; a < arrays; a++) {
+            CTRY(cudaMalloc(&o->arr[a][t], bytes));
+            CTRY(cudaMemset(o->arr[a][t], a == 0 ? 0x3f : a == 1 ? 0x2f : 0, bytes));
+        }
+    }
+    CTRY(cudaMalloc((void **)&o->step, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t)));
+    CTRY(cudaMemset(o->step, 0, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t)));
+    /* reads of every array, writes of all but the gradient: 4 bytes each */
+    o->copy_bytes = (size_t)total * sizeof(float) * (size_t)(2 * arrays - 1) / 2;
+    CTRY(cudaMalloc(&o->c0, o->copy_bytes));
+    CTRY(cudaMalloc(&o->c1, o->copy_bytes));
+    CTRY(cudaMemset(o->c0, 0x3f, o->copy_bytes));
+    return 0;
+}
+
+static void optim_free(optim_ctx *o)
+{
+    for (int a = 0; a < 4; a++)
+        for (int t = 0; t < TENSORS; t++)
+            cudaFree(o->arr[a][t]);
+    cudaFree(o->step);
+    cudaFree(o->c0);
+    cudaFree(o->c1);
+    (void)cudaGetLastError();
+}
+
+static int optim_row(const blob_optim *opt, const char *torch_key, int64_t n, double *v)
+{
+    optim_ctx o = {.opt = *opt};
+    const bool big = n > ((int64_t)16 << 20);
+    const int batch = big ? 3 : 10, reps = big ? 7 : 9;
+    int rc = optim_setup(&o, n);
+    /* blob, copy, copy, blob: each the mean of its two medians */
+    double b1 = NAN, c1 = NAN, c2 = NAN, b2 = NAN;
+    if (rc == 0 && (isnan(b1 = time_us(optim_run, &o, batch, reps)) ||
+                    isnan(c1 = time_us(optim_copy_run, &o, batch, reps)) ||
+                    isnan(c2 = time_us(optim_copy_run, &o, batch, reps)) ||
+                    isnan(b2 = time_us(optim_run, &o, batch, reps))))
+        rc = -1;
+    if (rc == 0) {
+        const double moved = 2.0 * (double)o.copy_bytes;
+        v[0] = (b1 + b2) / 2;
+        v[1] = (c1 + c2) / 2;
+        v[2] = moved / (v[0] * 1e3);
+        v[3] = moved / (v[1] * 1e3);
+        v[4] = v[2] / v[3];
+        v[5] = torch_ref(torch_key, (double)n) / 1e3;
+        v[6] = v[5] / v[0];
+    }
+    optim_free(&o);
+    return rc;
+}
+
+void bench_gpu_optim(void)
+{
+    static const char *const cols[] = {"blob us", "copy us", "blob GB/s", "copy GB/s",
+                                       "blob/copy", "torch us", "torch/blob"};
+    report_section("8", "Optimizer step over 8 float32 tensors on the GPU, CUDA events", 7,
+                   cols);
+    blob_optim sgd = blob_optim_default(BLOB_OPTIM_SGD, 0.01);
+    sgd.momentum = 0.9;
+    sgd.weight_decay = 5e-4;
+    const blob_optim adamw = blob_optim_default(BLOB_OPTIM_ADAMW, 1e-3);
+    const struct {
+        const char *name, *key;
+        const blob_optim *opt;
+    } kinds[] = {{"SGD momentum+wd", "sgd", &sgd}, {"AdamW", "adamw", &adamw}};
+    for (size_t k = 0; k < COUNT(kinds); k++)
+        for (size_t i = 0; i < COUNT(optim_sizes); i++) {
+            char label[64], size[32];
+            double v[7] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+            snprintf(label, sizeof label, "%s, %s", kinds[k].name,
+                     fmt_bytes((size_t)optim_sizes[i] * sizeof(float), size));
+            if (optim_row(kinds[k].opt, kinds[k].key, optim_sizes[i], v) != 0)
+                report_error(label, bench_error());
+            else /* PyTorch, when it ran, must not be faster */
+                report_row(label, v, GOAL_OPTIM, v[4] >= 0.9 && !(v[6] < 1));
+        }
+    report_note("blob: blob_gpu_optim_step (one kernel) over weights of 40/30/20/10%% of the "
+                "parameters and four biases of 1024; GB/s count every byte read and written "
+                "(20 per parameter for SGD with momentum, 28 for AdamW)");
+    report_note("copy: cudaMemcpyAsync D2D moving the same bytes (half read, half written); "
+                "torch: torch.optim.SGD / AdamW(fused=True).step() on the same tensors");
+    report_note("blob and copy timed in the order blob, copy, copy, blob; each figure the "
+                "mean of its two medians");
+}
+
+/* ---- 9: GEMM + bias + ReLU ---- */
+
+typedef struct {
+    cublasHandle_t h;
+    blob_math_mode mode;
+    int64_t B, I, O;
+    float *x, *w, *b, *y, *ones;
+    void *mask;
+} linear_ctx;
+
+static int linear_fused_run(void *ctx, int n)
+{
+    linear_ctx *l = ctx;
+    for (int i = 0; i < n; i++)
+        BTRY(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l->B, l->O, l->I,
+                                    l->x, l->w, l->y, BLOB_EPILOGUE_BIAS_RELU, l->b, l->mask,
+                                    l->mode));
+    return 0;
+}
+
+/* cuBLAS's product in the mode (column-major y^T = w x^T), the bias added by a rank-1
+ * product with a column of ones (as Caffe's InnerProduct does), then the ReLU. */
+static int linear_unfused_run(void *ctx, int n)
+{
+    linear_ctx *l = ctx;
+    const float one = 1, zero = 0;
+    const cublasComputeType_t compute = l->mode == BLOB_MATH_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                        : l->mode == BLOB_MATH_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                    : CUBLAS_COMPUTE_32F;
+    const int B = (int)l->B, I = (int)l->I, O = (int)l->O;
+    for (int i = 0; i < n; i++) {
+        cublasStatus_t s = cublasGemmEx(l->h, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, l->w,
+                                        CUDA_R_32F, I, l->x, CUDA_R_32F, I, &zero, l->y,
+                                        CUDA_R_32F, O, compute, CUBLAS_GEMM_DEFAULT);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasSgemm(l->h, CUBLAS_OP_N, CUBLAS_OP_N, O, B, 1, &one, l->b, O, l->ones, 1,
+                            &one, l->y, O);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return bench_fail("cuBLAS: status %d", (int)s);
+        BTRY(blob_gpu_relu_forward(BLOB_FLOAT32, l->B * l->O, l->y, l->y));
+    }
+    return 0;
+}
+
+static int linear_setup(linear_ctx *l)
+{
+    const size_t f = sizeof(float);
+    CTRY(cudaMalloc((void **)&l->x, f * (size_t)(l->B * l->I)));
+    CTRY(cudaMalloc((void **)&l->w, f * (size_t)(l->O * l->I)));
+    CTRY(cudaMalloc((void **)&l->b, f * (size_t)l->O));
+    CTRY(cudaMalloc((void **)&l->y, f * (size_t)(l->B * l->O)));
+    CTRY(cudaMalloc((void **)&l->ones, f * (size_t)l->B));
+    CTRY(cudaMalloc(&l->mask, blob_relu_mask_bytes(l->B, l->O)));
+    CTRY(cudaMemset(l->x, 0x3c, f * (size_t)(l->B * l->I))); /* 0.012 */
+    CTRY(cudaMemset(l->w, 0x3c, f * (size_t)(l->O * l->I)));
+    CTRY(cudaMemset(l->b, 0xbc, f * (size_t)l->O));          /* -0.023 */
+    BTRY(blob_gpu_set(BLOB_FLOAT32, l->B, 1, l->ones));
+    return 0;
+}
+
+static void linear_free(linear_ctx *l)
+{
+    void *p[] = {l->x, l->w, l->b, l->y, l->ones, l->mask};
+    for (size_t i = 0; i < COUNT(p); i++)
+        cudaFree(p[i]);
+    (void)cudaGetLastError();
+}
+
+static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, double *v)
+{
+    linear_ctx l = {h, mode, linear_shapes[shape][0], linear_shapes[shape][1],
+                    linear_shapes[shape][2], NULL, NULL, NULL, NULL, NULL, NULL};
+    const double flops = 2.0 * (double)(l.B * l.I * l.O);
+    const int batch = flops > 1e10 ? 20 : 200, reps = 11;
+    int rc = linear_setup(&l);
+    double f1 = NAN, u1 = NAN, u2 = NAN, f2 = NAN;
+    if (rc == 0 && (isnan(f1 = time_us(linear_fused_run, &l, batch, reps)) ||
+                    isnan(u1 = time_us(linear_unfused_run, &l, batch, reps)) ||
+                    isnan(u2 = time_us(linear_unfused_run, &l, batch, reps)) ||
+                    isnan(f2 = time_us(linear_fused_run, &l, batch, reps))))
+        rc = -1;
+    bool fused = false;
+    if (rc == 0 && blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l.B, l.O,
+                                                l.I, BLOB_EPILOGUE_BIAS_RELU, true, mode,
+                                                &fused) != BLOB_OK)
+        rc = bench_fail("blob_gpu_gemm_epilogue_fused: %s", blob_last_error());
+    if (rc == 0) {
+        char key[24];
+        snprintf(key, sizeof key, "linear_%s", blob_math_mode_name(mode));
+        v[0] = (f1 + f2) / 2;
+        v[1] = (u1 + u2) / 2;
+        v[2] = v[1] / v[0];
+        v[3] = torch_ref(key, (double)shape) / 1e3;
+        v[4] = flops / (v[0] * 1e6);
+        v[5] = fused;
+    }
+    linear_free(&l);
+    return rc;
+}
+
+/* Kernels of one layer's forward and backward captured in a graph, the backward through
+ * the ReLU of the layer below included: with the fused epilogues (3 calls), or with plain
+ * GEMMs and separate bias, ReLU and bias-gradient kernels as Caffe runs them (8 calls).
+ * Shape: the MLP's first layer at batch 64. */
+static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
+{
+    const int64_t B = 64, I = 784, O = 256;
+    linear_ctx l = {NULL, BLOB_MATH_FP32, B, I, O, NULL, NULL, NULL, NULL, NULL, NULL};
+    float *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL, *db_in = NULL;
+    void *mask_in = NULL; /* the ReLU mask of the layer below, B x I */
+    void *s = NULL;
+    blob_graph *g = NULL;
+    int rc = linear_setup(&l);
+    const size_t f = sizeof(float);
+    if (rc == 0 && (cudaMalloc((void **)&dy, f * (size_t)(B * O)) != cudaSuccess ||
+                    cudaMalloc((void **)&dx, f * (size_t)(B * I)) != cudaSuccess ||
+                    cudaMalloc((void **)&dw, f * (size_t)(O * I)) != cudaSuccess ||
+                    cudaMalloc((void **)&db, f * (size_t)O) != cudaSuccess ||
+                    cudaMalloc((void **)&db_in, f * (size_t)I) != cudaSuccess ||
+                    cudaMalloc(&mask_in, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
+                    cudaMemset(mask_in, 0x5a, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
+                    cudaMemset(dy, 0x3c, f * (size_t)(B * O)) != cudaSuccess))
+        rc = bench_fail("cudaMalloc failed");
+    blob_status st = rc == 0 ? blob_stream_create(&s) : BLOB_OK;
+    blob_set_stream(s);
+    const blob_trans N = BLOB_NO_TRANS, T = BLOB_TRANS;
+    /* y = relu(x W^T + b); dx = dy W through the ReLU below, and its bias gradient;
+     * dW = dy^T x; db = colsum(dy) */
+    for (int pass = 0; rc == 0 && st == BLOB_OK && pass < 2; pass++) { /* warm-up, capture */
+        if (pass == 1 && (st = blob_graph_begin(s)) != BLOB_OK)
+            break;
+        if (fused) {
+            st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, T, B, O, I, l.x, l.w, l.y,
+                                        BLOB_EPILOGUE_BIAS_RELU, l.b, l.mask, 0);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, N, B, I, O, dy, l.w, dx,
+                                            BLOB_EPILOGUE_DRELU_BGRAD, db_in, mask_in, 0);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, T, N, O, I, B, dy, l.x, dw,
+                                            BLOB_EPILOGUE_BGRADA, db, NULL, 0);
+        } else {
+            st = blob_gpu_gemm(BLOB_FLOAT32, N, T, B, O, I, 1, l.x, l.w, 0, l.y);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, O, 1, 1, l.ones, l.b, 1, l.y);
+            if (st == BLOB_OK)
+                st = blob_gpu_relu_forward(BLOB_FLOAT32, B * O, l.y, l.y);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, I, O, 1, dy, l.w, 0, dx);
+            if (st == BLOB_OK) /* the input stands in for the layer below's output */
+                st = blob_gpu_relu_backward(BLOB_FLOAT32, B * I, l.x, dx, dx);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemv(BLOB_FLOAT32, T, B, I, 1, dx, l.ones, 0, db_in);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemm(BLOB_FLOAT32, T, N, O, I, B, 1, dy, l.x, 0, dw);
+            if (st == BLOB_OK)
+                st = blob_gpu_gemv(BLOB_FLOAT32, T, B, O, 1, dy, l.ones, 0, db);
+        }
+        if (pass == 1) {
+            blob_status end = blob_graph_end(s, &g);
+            st = st != BLOB_OK ? st : end;
+        }
+    }
+    if (rc == 0 && st == BLOB_OK)
+        st = blob_graph_count_nodes(g, kernels, total);
+    if (rc == 0 && st != BLOB_OK)
+        rc = bench_fail("%s (%s)", blob_status_name(st), blob_last_error());
+    blob_graph_free(g);
+    blob_set_stream(NULL);
+    blob_stream_destroy(s);
+    linear_free(&l);
+    cudaFree(dy), cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(db_in), cudaFree(mask_in);
+    (void)cudaGetLastError();
+    return rc;
+}
+
+void bench_gpu_fused_gemm(void)
+{
+    static const char *const cols[] = {"fused us", "unfused us", "unfused/fused", "torch us",
+                                       "TFLOP/s", "lt fused"};
+    report_section("9", "relu(x W^T + b) with the mask, float32 storage, CUDA events", 6, cols);
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        report_error("cublasCreate", "failed");
+        return;
+    }
+    for (size_t m = 0; m < COUNT(modes); m++)
+        for (size_t s = 0; s < COUNT(linear_shapes); s++) {
+            char label[64];
+            double v[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+            snprintf(label, sizeof label, "%lldx%lld -> %lld, %s",
+                     (long long)linear_shapes[s][0], (long long)linear_shapes[s][1],
+                     (long long)linear_shapes[s][2], blob_math_mode_name(modes[m]));
+            if (linear_row(h, s, modes[m], v) != 0)
+                report_error(label, bench_error());
+            else
+                report_row(label, v, GOAL_NONE, false);
+        }
+    cublasDestroy(h);
+    int64_t fk = -1, ft = -1, uk = -1, ut = -1;
+    if (layer_kernels(true, &fk, &ft) == 0 && layer_kernels(false, &uk, &ut) == 0)
+        report_note("a layer's forward and backward (64x784 -> 256) in a graph: %lld kernels "
+                    "(%lld nodes) fused, %lld kernels (%lld nodes) with separate bias, ReLU "
+                    "and bias-gradient kernels (blob_graph_count_nodes)",
+                    (long long)fk, (long long)ft, (long long)uk, (long long)ut);
+    else
+        report_error("layer kernels", bench_error());
+    report_note("fused: blob_gpu_gemm_epilogue(BIAS_RELU, with the ReLU mask) in the mode; "
+                "lt fused: 1 when cuBLASLt fuses it, 0 when it runs as cuBLAS + kernels");
+    report_note("unfused: cublasGemmEx in the mode's compute type, the bias by cublasSgemm "
+                "with a ones column, blob_gpu_relu_forward; torch: relu(F.linear(x, W, b)) "
+                "with float32 matmul precision highest / high / medium");
+}

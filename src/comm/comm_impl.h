@@ -1,0 +1,148 @@
+/* Internal: the communicator and its lists, shared by the files of src/comm, and the
+ * pure pieces (bucket plan, contiguity, table comparison) that the tests reach. Never
+ * installed. */
+#ifndef BLOB_COMM_IMPL_H
+#define BLOB_COMM_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "blob/comm.h"
+#include "ccl.h"
+
+/* An operation queued on the communicator's stream, not yet known to be complete. */
+typedef struct {
+    void *event;     /* recorded on the stream behind the operation */
+    double deadline; /* blob__comm_now() by which it must complete */
+    char what[96];   /* "all_reduce #12 (bucket 3 of 5)" */
+} blob__comm_op;
+
+struct blob_comm {
+    int rank, size, device;
+    size_t bucket_bytes;
+    const blob__ccl *ccl;
+    void *stream;  /* the communicator's stream (blob_stream_create's, so that blocks
+                      used on it may outlive the communicator); NULL for 1 rank */
+    void *order_event; /* orders it and the caller's stream (the owner's thread only) */
+    uint64_t seq;  /* collectives started: names them in messages */
+    int lists;     /* lists created, to name them */
+
+    /* Guarded by mu, which the watchdog thread takes too. NCCL calls on handle are made
+     * with mu held and never block for long (the communicator is nonblocking); CUDA
+     * calls that may wait for the device are made without it, so that the watchdog can
+     * always abort a hung handle. */
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    double timeout_s;
+    void *handle;  /* NCCL's communicator; NULL for 1 rank and once aborted */
+    blob__comm_op *ops;
+    size_t num_ops, cap_ops;
+    void **spare_events;
+    size_t num_spare, cap_spare;
+    blob_status failure; /* BLOB_OK while the communicator works */
+    char failure_msg[400];
+    bool stopping;
+    bool watching;
+    pthread_t watchdog;
+};
+
+/* A bucket: elements [begin, end) of the list's diffs laid end to end, which overlap
+ * blobs first..last. */
+typedef struct {
+    int64_t begin, end;
+    int first, last;
+} blob__comm_bucket;
+
+struct blob_comm_list {
+    blob_comm *c;
+    int id;          /* 1 for the communicator's first list, ... */
+    int n;
+    blob **blobs;
+    int64_t *counts; /* at registration */
+    int64_t *offset; /* of each blob's first element; offset[n] is the total */
+    blob_dtype dtype;
+    size_t elem;
+    int num_buckets;
+    blob__comm_bucket *buckets;
+    /* the step begun and not ended */
+    bool open;
+    blob_comm_op op;
+    bool *ready;     /* handed over */
+    char **dev;      /* device sides taken for the collective in progress: the diffs
+                        handed over, or the data of a broadcast */
+    int next;        /* the next bucket to reduce (they go from the last down) */
+};
+
+/* One rank's registration as exchanged at list creation. */
+typedef struct {
+    int64_t n;        /* blobs */
+    int64_t status;   /* BLOB_OK, or why this rank could not register */
+    int64_t bad_blob; /* the blob at fault, or -1 */
+} blob__comm_header;
+
+typedef struct {
+    int64_t count;
+    int64_t dtype;    /* -1: no such blob on this rank */
+} blob__comm_entry;
+
+/* Split blobs of counts[0..n) into buckets of at most bucket_elems elements, walking
+ * from the last blob back: a bucket takes whole blobs while they fit; a blob larger
+ * than a bucket is cut into full buckets from its end, its front piece left to share a
+ * bucket with the blobs before it. Blobs of count 0 hold no elements. Writes at most
+ * max buckets to out (ascending) and returns how many there are. */
+int blob__comm_plan(const int64_t *counts, int n, int64_t bucket_elems, blob__comm_bucket *out,
+                    int max);
+
+/* Whether the diffs of blobs first..last (counts[i] elements of elem bytes at ptrs[i])
+ * lie back to back in that order; blobs of count 0 are skipped. */
+bool blob__comm_contiguous(char *const *ptrs, const int64_t *counts, int first, int last,
+                           size_t elem);
+
+/* Compare the world ranks' registrations: headers[r], and n_max entries of rank r at
+ * tables[r * n_max]. BLOB_OK if all agree; otherwise the status every rank returns,
+ * with the detail (which rank, which blob) recorded. */
+blob_status blob__comm_compare(const blob__comm_header *headers, const blob__comm_entry *tables,
+                               int world, int64_t n_max);
+
+/* Monotonic seconds, and a sleep of that many. */
+double blob__comm_now(void);
+void blob__comm_sleep(double seconds);
+
+/* Bring c down (mu held): the first failure wins and is kept; NCCL's handle is aborted
+ * so that nothing waits for it any more. Returns the failure, its detail recorded. */
+blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
+                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#define COMM_FAIL(c, status, ...) blob__comm_fail((c), __func__, (status), __VA_ARGS__)
+
+/* The failure that brought c down, recorded again for this thread under func. */
+blob_status blob__comm_failed(blob_comm *c, const char *func);
+
+/* mu held: wait until the handle has finished its last call, what (within the timeout;
+ * hint says why it would not). */
+blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
+                              const char *hint);
+#define BLOB__COMM_PEER_HINT "NCCL is waiting for a rank that did not take part"
+
+/* mu held: watch the work just queued on c->stream, named what, until it completes. */
+blob_status blob__comm_track(blob_comm *c, const char *func, const char *what);
+
+/* Make `waiter` wait (on the device) for the work queued on `stream` so far, by c's
+ * ordering event: the caller's stream and the communicator's, either way. */
+blob_status blob__comm_order(blob_comm *c, void *waiter, void *stream);
+
+/* Gather bytes of host memory at in from every rank into out (size * bytes, rank r's
+ * at r * bytes) and wait for it. A failure brings c down. */
+blob_status blob__comm_gather_host(blob_comm *c, const char *func, const void *in, size_t bytes,
+                                   void *out);
+
+/* Bring c down with the failure just recorded on this thread, as the failure of what
+ * (mu not held). For failures after which the ranks may no longer make the same calls. */
+blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status,
+                              const char *what);
+
+/* Check that c is a working multi-rank communicator that the calling thread may use:
+ * its failure if it failed, BLOB_EDEVICE if its GPU is not current. */
+blob_status blob__comm_usable(blob_comm *c, const char *func);
+
+#endif

@@ -1,0 +1,545 @@
+/* Lists of blobs: the registration check across ranks, the bucket plan, broadcast, and
+ * the bucketed all-reduce of diffs, overlapped with the caller's backward. */
+#include <stdio.h>
+#include <string.h>
+
+#include "blob/alloc.h"
+#include "blob/device.h"
+#include "../core/core.h"
+#include "comm_impl.h"
+
+/* ---- the pure pieces ---- */
+
+int blob__comm_plan(const int64_t *counts, int n, int64_t bucket_elems, blob__comm_bucket *out,
+                    int max)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += counts[i];
+    int num = 0;
+#define EMIT(b, e)                                                  \
+    do {                                                            \
+        if (num < max)                                              \
+            out[num] = (blob__comm_bucket){(b), (e), -1, -1};       \
+        num++;                                                      \
+    } while (0)
+    int64_t end = total; /* where the open bucket ends */
+    int64_t size = 0;    /* elements in it */
+    int64_t start = total; /* of blob i */
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t c = counts[i];
+        start -= c;
+        if (c == 0)
+            continue;
+        if (size > 0 && size + c > bucket_elems) {
+            EMIT(end - size, end);
+            end -= size;
+            size = 0;
+        }
+        int64_t rest = c; /* a blob too large for a bucket: full buckets from its end */
+        while (size + rest > bucket_elems) {
+            EMIT(start + rest - bucket_elems, start + rest);
+            end -= bucket_elems;
+            rest -= bucket_elems;
+        }
+        size += rest;
+    }
+    if (size > 0)
+        EMIT(end - size, end);
+#undef EMIT
+    if (num > max)
+        return num;
+    for (int i = 0; i < num / 2; i++) { /* ascending */
+        blob__comm_bucket t = out[i];
+        out[i] = out[num - 1 - i];
+        out[num - 1 - i] = t;
+    }
+    int b = 0;
+    int64_t at = 0; /* first element of blob */
+    for (int k = 0; k < num; k++) {
+        while (at + counts[b] <= out[k].begin)
+            at += counts[b++];
+        out[k].first = b;
+        int last = b;
+        int64_t last_at = at;
+        while (last_at + counts[last] < out[k].end)
+            last_at += counts[last++];
+        out[k].last = last;
+    }
+    return num;
+}
+
+bool blob__comm_contiguous(char *const *ptrs, const int64_t *counts, int first, int last,
+                           size_t elem)
+{
+    const char *next = NULL; /* where the next blob's diff must start */
+    for (int i = first; i <= last; i++) {
+        if (counts[i] == 0)
+            continue;
+        if (next && ptrs[i] != next)
+            return false;
+        next = ptrs[i] + (size_t)counts[i] * elem;
+    }
+    return true;
+}
+
+static void describe(char *buf, size_t size, const blob__comm_entry *e, int64_t n)
+{
+    if (e->dtype < 0)
+        snprintf(buf, size, "no such blob (it registered %lld)", (long long)n);
+    else
+        snprintf(buf, size, "%lld %s elements", (long long)e->count,
+                 e->dtype == BLOB_FLOAT32 ? "float32" : e->dtype == BLOB_FLOAT64 ? "float64"
+                                                                                 : "unknown");
+}
+
+blob_status blob__comm_compare(const blob__comm_header *headers, const blob__comm_entry *tables,
+                               int world, int64_t n_max)
+{
+    for (int r = 0; r < world; r++)
+        if (headers[r].status != BLOB_OK) {
+            char where[32] = "";
+            if (headers[r].bad_blob >= 0)
+                snprintf(where, sizeof where, "blob %lld: ", (long long)headers[r].bad_blob);
+            return blob__fail((blob_status)headers[r].status, "blob_comm_list_create",
+                              "rank %d could not register its list (%s%s; that rank's own "
+                              "error says more)",
+                              r, where, blob_strerror((blob_status)headers[r].status));
+        }
+    for (int64_t i = 0; i < n_max; i++)
+        for (int r = 1; r < world; r++) {
+            const blob__comm_entry *a = &tables[i], *b = &tables[r * n_max + i];
+            if (a->count == b->count && a->dtype == b->dtype)
+                continue;
+            char da[64], db[64];
+            describe(da, sizeof da, a, headers[0].n);
+            describe(db, sizeof db, b, headers[r].n);
+            return blob__fail(BLOB_ESHAPE, "blob_comm_list_create",
+                              "the ranks registered different lists: blob %lld differs: rank 0 "
+                              "has %s, rank %d has %s",
+                              (long long)i, da, r, db);
+        }
+    return BLOB_OK;
+}
+
+/* ---- lists ---- */
+
+static void list_release(blob_comm_list *l)
+{
+    blob__obj_free(l->blobs);
+    blob__obj_free(l->counts);
+    blob__obj_free(l->offset);
+    blob__obj_free(l->buckets);
+    blob__obj_free(l->ready);
+    blob__obj_free(l->dev);
+    blob__obj_free(l);
+}
+
+/* The list's arrays for n blobs; a list with a NULL array means out of memory. */
+static blob_comm_list *list_alloc(int n)
+{
+    blob_comm_list *l = blob__obj_alloc(sizeof *l);
+    if (!l)
+        return NULL;
+    size_t un = (size_t)n;
+    l->blobs = blob__obj_alloc(un * sizeof *l->blobs);
+    l->counts = blob__obj_alloc(un * sizeof *l->counts);
+    l->offset = blob__obj_alloc((un + 1) * sizeof *l->offset);
+    l->ready = blob__obj_alloc(un * sizeof *l->ready);
+    l->dev = blob__obj_alloc(un * sizeof *l->dev);
+    return l;
+}
+
+/* This rank's own check of its list: BLOB_OK, or the status and *bad the blob at fault
+ * (detail recorded). */
+static blob_status check_blobs(const blob_comm *c, blob *const *blobs, int n, int *bad)
+{
+    *bad = -1;
+    for (int i = 0; i < n; i++) {
+        *bad = i;
+        if (!blobs[i])
+            return BLOB_FAIL(BLOB_EINVAL, "blob %d is NULL", i);
+        if (blob_get_dtype(blobs[i]) != blob_get_dtype(blobs[0]))
+            return BLOB_FAIL(BLOB_EINVAL, "blob %d's dtype differs from blob 0's (a list has "
+                             "one dtype)", i);
+        for (int j = 0; j < i; j++)
+            if (blobs[j] == blobs[i])
+                return BLOB_FAIL(BLOB_EINVAL, "blob %d is blob %d again", i, j);
+        if (c->size > 1 && blob_device(blobs[i]) != c->device)
+            return BLOB_FAIL(BLOB_EDEVICE, "blob %d is on %s %d, the communicator's GPU is %d", i,
+                             blob_device(blobs[i]) < 0 ? "the host, not a GPU:" : "GPU",
+                             blob_device(blobs[i]), c->device);
+    }
+    *bad = -1;
+    return BLOB_OK;
+}
+
+/* Every rank exchanges its registration and all compare them (c has several ranks). */
+static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status local, int bad)
+{
+    const char *func = "blob_comm_list_create";
+    blob__comm_header mine = {local == BLOB_OK ? l->n : 0, local, bad};
+    size_t world = (size_t)c->size;
+    blob__comm_header *headers = blob__obj_alloc(world * sizeof *headers);
+    if (!headers)
+        return blob__comm_poison(c, func, BLOB_ENOMEM, "the registration exchange");
+    blob_status st = blob__comm_gather_host(c, func, &mine, sizeof mine, headers);
+    int64_t n_max = 0;
+    for (size_t r = 0; r < world && st == BLOB_OK; r++)
+        if (headers[r].n > n_max)
+            n_max = headers[r].n;
+    blob__comm_entry *entries = NULL, *tables = NULL;
+    if (st == BLOB_OK && n_max > 0) {
+        entries = blob__obj_alloc((size_t)n_max * sizeof *entries);
+        tables = blob__obj_alloc(world * (size_t)n_max * sizeof *tables);
+        if (!entries || !tables)
+            st = blob__comm_poison(c, func, BLOB_ENOMEM, "the registration exchange");
+    }
+    if (st == BLOB_OK && n_max > 0) {
+        for (int64_t i = 0; i < n_max; i++) {
+            bool have = i < mine.n;
+            entries[i].count = have ? l->counts[i] : -1;
+            entries[i].dtype = have ? (int64_t)l->dtype : -1;
+        }
+        st = blob__comm_gather_host(c, func, entries, (size_t)n_max * sizeof *entries, tables);
+    }
+    if (st == BLOB_OK)
+        st = blob__comm_compare(headers, tables, c->size, n_max);
+    blob__obj_free(headers);
+    blob__obj_free(entries);
+    blob__obj_free(tables);
+    return st;
+}
+
+blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *const *blobs, int n)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!c)
+        return BLOB_FAIL(BLOB_EINVAL, "c is NULL");
+    if (c->size > 1)
+        BLOB_TRY(blob__comm_usable(c, __func__));
+    /* A rank that cannot register still takes part in the exchange, so that all fail
+     * together instead of the others waiting for it. */
+    int bad = -1;
+    blob_status local = BLOB_OK;
+    if (!blobs || n < 1)
+        local = BLOB_FAIL(BLOB_EINVAL, blobs ? "%d blobs" : "blobs is NULL", n);
+    else
+        local = check_blobs(c, blobs, n, &bad);
+    blob_comm_list *l = local == BLOB_OK ? list_alloc(n) : NULL;
+    if (local == BLOB_OK && (!l || !l->blobs || !l->counts || !l->offset || !l->ready || !l->dev))
+        local = BLOB_ENOMEM; /* detail recorded by the allocation */
+    if (local == BLOB_OK) {
+        l->c = c;
+        l->n = n;
+        l->dtype = blob_get_dtype(blobs[0]);
+        l->elem = blob_dtype_size(l->dtype);
+        for (int i = 0; i < n; i++) {
+            l->blobs[i] = blobs[i];
+            l->counts[i] = blob_count(blobs[i]);
+            l->offset[i + 1] = l->offset[i] + l->counts[i];
+        }
+        int64_t bucket_elems = (int64_t)(c->bucket_bytes / l->elem);
+        if (bucket_elems < 1)
+            bucket_elems = 1;
+        l->num_buckets = blob__comm_plan(l->counts, n, bucket_elems, NULL, 0);
+        if (l->num_buckets > 0) {
+            l->buckets = blob__obj_alloc((size_t)l->num_buckets * sizeof *l->buckets);
+            if (l->buckets)
+                blob__comm_plan(l->counts, n, bucket_elems, l->buckets, l->num_buckets);
+            else
+                local = BLOB_ENOMEM;
+        }
+    }
+    blob_status st = local;
+    if (c->size > 1) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = agree(c, l, local, bad);
+        if (st == local && st != BLOB_OK) /* this rank's own error, with its own detail */
+            st = BLOB_FAIL(local, "%s", detail);
+    }
+    if (st != BLOB_OK) {
+        if (l)
+            list_release(l);
+        return st;
+    }
+    pthread_mutex_lock(&c->mu);
+    l->id = ++c->lists;
+    pthread_mutex_unlock(&c->mu);
+    *out = l;
+    return BLOB_OK;
+}
+
+void blob_comm_list_free(blob_comm_list *l)
+{
+    if (l)
+        list_release(l);
+}
+
+/* ---- collectives on lists ---- */
+
+/* A failed collective call: on several ranks the communicator goes down with it, since
+ * the others may already have started the collective. */
+static blob_status call_failed(blob_comm_list *l, const char *func, blob_status st,
+                               const char *what)
+{
+    if (l->c->size > 1)
+        return blob__comm_poison(l->c, func, st, what);
+    return st;
+}
+
+static blob_status check_counts(const blob_comm_list *l, int first, int n)
+{
+    for (int i = first; i < first + n; i++)
+        if (blob_count(l->blobs[i]) != l->counts[i])
+            return BLOB_FAIL(BLOB_ESHAPE, "blob %d of list %d has %lld elements, %lld when it "
+                             "was registered", i, l->id, (long long)blob_count(l->blobs[i]),
+                             (long long)l->counts[i]);
+    return BLOB_OK;
+}
+
+/* The device side of blob i's data or diff for the communicator's stream (which the
+ * blob's own ordering makes wait for its last user). */
+static blob_status device_side(blob_comm_list *l, int i, bool diff, bool write, char **out)
+{
+    blob *b = l->blobs[i];
+    void *p = NULL;
+    blob_status st;
+    if (diff)
+        st = blob_mutable_gpu_diff(b, &p);
+    else if (write)
+        st = blob_mutable_gpu_data(b, &p);
+    else
+        st = blob_gpu_data(b, (const void **)&p);
+    *out = p;
+    return st;
+}
+
+blob_status blob_comm_broadcast(blob_comm_list *l, int root)
+{
+    if (!l)
+        return BLOB_FAIL(BLOB_EINVAL, "l is NULL");
+    blob_comm *c = l->c;
+    blob_status st = BLOB_OK;
+    if (root < 0 || root >= c->size)
+        st = BLOB_FAIL(BLOB_ERANGE, "root %d not in [0, %d)", root, c->size);
+    else if (l->open)
+        st = BLOB_FAIL(BLOB_ESTATE, "a reduce step of list %d is open", l->id);
+    if (st == BLOB_OK)
+        st = check_counts(l, 0, l->n);
+    if (st != BLOB_OK)
+        return call_failed(l, __func__, st, "broadcast");
+    if (c->size == 1)
+        return BLOB_OK;
+    BLOB_TRY(blob__comm_usable(c, __func__));
+    void *caller = blob_get_stream();
+    st = blob__comm_order(c, c->stream, caller);
+    blob_set_stream(c->stream);
+    for (int i = 0; i < l->n && st == BLOB_OK; i++)
+        st = device_side(l, i, false, c->rank != root, &l->dev[i]);
+    blob_set_stream(caller);
+    if (st != BLOB_OK)
+        return blob__comm_poison(c, __func__, st, "broadcast");
+    char what[96];
+    pthread_mutex_lock(&c->mu);
+    snprintf(what, sizeof what, "broadcast #%llu (list %d, %d blobs, root %d)",
+             (unsigned long long)++c->seq, l->id, l->n, root);
+    if (c->failure != BLOB_OK)
+        st = blob__comm_failed(c, __func__);
+    bool grouped = false;
+    if (st == BLOB_OK) {
+        st = c->ccl->group_begin();
+        grouped = st == BLOB_OK;
+    }
+    for (int i = 0; i < l->n && st == BLOB_OK; i++)
+        if (l->counts[i])
+            st = c->ccl->broadcast(c->handle, l->dev[i], (size_t)l->counts[i], l->dtype, root,
+                                   c->stream);
+    if (grouped) { /* closed even after a failure, before any abort */
+        blob_status end = c->ccl->group_end();
+        if (st == BLOB_OK)
+            st = end;
+    }
+    if (st != BLOB_OK && c->failure == BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+    }
+    if (st == BLOB_OK)
+        st = blob__comm_settle(c, __func__, what, BLOB__COMM_PEER_HINT);
+    if (st == BLOB_OK)
+        st = blob__comm_track(c, __func__, what);
+    pthread_mutex_unlock(&c->mu);
+    if (st == BLOB_OK && blob__comm_order(c, caller, c->stream) != BLOB_OK)
+        st = blob__comm_poison(c, __func__, BLOB_ECUDA, what);
+    return st;
+}
+
+/* Copy the pieces of bucket k between the diffs and buf: into buf when pack. */
+static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, char *buf,
+                               bool pack)
+{
+    for (int i = k->first; i <= k->last; i++) {
+        int64_t from = l->offset[i] > k->begin ? l->offset[i] : k->begin;
+        int64_t to = l->offset[i + 1] < k->end ? l->offset[i + 1] : k->end;
+        if (from >= to)
+            continue;
+        char *piece = buf + (size_t)(from - k->begin) * l->elem;
+        char *diff = l->dev[i] + (size_t)(from - l->offset[i]) * l->elem;
+        size_t bytes = (size_t)(to - from) * l->elem;
+        BLOB_TRY(blob__be->copy_async(pack ? piece : diff, pack ? diff : piece, bytes, BLOB__D2D,
+                                      l->c->stream));
+    }
+    return BLOB_OK;
+}
+
+/* All-reduce bucket kb on the communicator's stream: in place when its diffs lie back
+ * to back, else packed into a buffer of the caching allocator and unpacked after. */
+static blob_status reduce_bucket(blob_comm_list *l, int kb)
+{
+    const char *func = "blob_comm_reduce";
+    blob_comm *c = l->c;
+    const blob__comm_bucket *k = &l->buckets[kb];
+    size_t count = (size_t)(k->end - k->begin);
+    bool in_place = blob__comm_contiguous(l->dev, l->counts, k->first, k->last, l->elem);
+    char *buf = NULL;
+    blob_status st = BLOB_OK;
+    if (in_place) {
+        buf = l->dev[k->first] + (size_t)(k->begin - l->offset[k->first]) * l->elem;
+    } else {
+        void *p = NULL;
+        st = blob_place_alloc(blob_place_device(c->device), count * l->elem, c->stream, &p);
+        buf = p;
+        if (st == BLOB_OK)
+            st = move_pieces(l, k, buf, true);
+    }
+    char what[96];
+    pthread_mutex_lock(&c->mu);
+    snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
+             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, count);
+    if (st != BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+    } else if (c->failure != BLOB_OK) {
+        st = blob__comm_failed(c, func);
+    } else if ((st = c->ccl->all_reduce(c->handle, buf, count, l->dtype, l->op, c->stream)) !=
+               BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+    } else {
+        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
+        st = blob__comm_poison(c, func, BLOB_ECUDA, what);
+    if (!in_place) /* reused on the communicator's stream, after the work queued there */
+        blob_place_free(blob_place_device(c->device), buf);
+    if (st == BLOB_OK) {
+        pthread_mutex_lock(&c->mu);
+        st = blob__comm_track(c, func, what);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return st;
+}
+
+/* Hand over blobs [first, first + n) not handed over yet, then reduce every bucket
+ * whose turn has come and whose blobs are all handed over. */
+static blob_status hand_over(blob_comm_list *l, int first, int n, const char *func)
+{
+    blob_comm *c = l->c;
+    BLOB_TRY(blob__comm_usable(c, func));
+    blob_status st = check_counts(l, first, n);
+    bool fresh = false;
+    for (int i = first; i < first + n; i++)
+        fresh |= !l->ready[i];
+    void *caller = blob_get_stream();
+    if (st == BLOB_OK && fresh) /* after what the caller queued so far */
+        st = blob__comm_order(c, c->stream, caller);
+    blob_set_stream(c->stream);
+    for (int i = first; i < first + n && st == BLOB_OK; i++)
+        if (!l->ready[i]) {
+            st = device_side(l, i, true, true, &l->dev[i]);
+            l->ready[i] = st == BLOB_OK;
+        }
+    blob_set_stream(caller);
+    if (st != BLOB_OK)
+        return blob__comm_poison(c, func, st, "handing over diffs");
+    for (; l->next >= 0; l->next--) {
+        const blob__comm_bucket *k = &l->buckets[l->next];
+        for (int i = k->first; i <= k->last; i++)
+            if (!l->ready[i])
+                return BLOB_OK;
+        BLOB_TRY(reduce_bucket(l, l->next));
+    }
+    return BLOB_OK;
+}
+
+blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op)
+{
+    if (!l)
+        return BLOB_FAIL(BLOB_EINVAL, "l is NULL");
+    blob_status st = BLOB_OK;
+    if (op != BLOB_COMM_SUM && op != BLOB_COMM_MEAN)
+        st = BLOB_FAIL(BLOB_EINVAL, "unknown op %d", (int)op);
+    else if (l->open)
+        st = BLOB_FAIL(BLOB_ESTATE, "a reduce step of list %d is open already", l->id);
+    if (st != BLOB_OK)
+        return call_failed(l, __func__, st, "reduce_begin");
+    if (l->c->size > 1)
+        BLOB_TRY(blob__comm_usable(l->c, __func__));
+    l->open = true;
+    l->op = op;
+    memset(l->ready, 0, (size_t)l->n * sizeof *l->ready);
+    l->next = l->num_buckets - 1;
+    return BLOB_OK;
+}
+
+blob_status blob_comm_reduce_ready(blob_comm_list *l, int first, int n)
+{
+    if (!l)
+        return BLOB_FAIL(BLOB_EINVAL, "l is NULL");
+    blob_status st = BLOB_OK;
+    if (!l->open)
+        st = BLOB_FAIL(BLOB_ESTATE, "no reduce step of list %d is open", l->id);
+    else if (first < 0 || n < 0 || first > l->n - n)
+        st = BLOB_FAIL(BLOB_ERANGE, "blobs [%d, %d + %d) of a list of %d", first, first, n,
+                       l->n);
+    if (st != BLOB_OK)
+        return call_failed(l, __func__, st, "reduce_ready");
+    if (l->c->size == 1) {
+        st = check_counts(l, first, n);
+        for (int i = first; i < first + n && st == BLOB_OK; i++)
+            l->ready[i] = true;
+        return st;
+    }
+    return hand_over(l, first, n, __func__);
+}
+
+blob_status blob_comm_reduce_end(blob_comm_list *l)
+{
+    if (!l)
+        return BLOB_FAIL(BLOB_EINVAL, "l is NULL");
+    if (!l->open)
+        return call_failed(l, __func__,
+                           BLOB_FAIL(BLOB_ESTATE, "no reduce step of list %d is open", l->id),
+                           "reduce_end");
+    blob_comm *c = l->c;
+    l->open = false;
+    if (c->size == 1)
+        return check_counts(l, 0, l->n);
+    BLOB_TRY(hand_over(l, 0, l->n, __func__));
+    if (blob__comm_order(c, blob_get_stream(), c->stream) != BLOB_OK)
+        return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");
+    return blob_comm_status(c);
+}
+
+blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op)
+{
+    BLOB_TRY(blob_comm_reduce_begin(l, op));
+    return blob_comm_reduce_end(l);
+}

@@ -1,0 +1,283 @@
+/* How ranks meet without MPI: the id in hex (an environment variable) or in a record
+ * written atomically to a file that every rank can read. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/core.h"
+#include "comm_impl.h"
+
+/* The record: magic, version, world size, id length, id, CRC-32 of what precedes it;
+ * integers little-endian. */
+static const unsigned char record_magic[8] = {'b', 'l', 'o', 'b', 'c', 'o', 'm', 'm'};
+#define RECORD_VERSION 1u
+#define OFF_VERSION 8
+#define OFF_WORLD 12
+#define OFF_LENGTH 16
+#define OFF_ID 20
+#define OFF_CRC (OFF_ID + BLOB_COMM_ID_BYTES)
+_Static_assert(OFF_CRC + 4 == BLOB_COMM_ID_RECORD_SIZE, "record layout");
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* CRC-32 (IEEE, reflected), as zlib computes it. */
+static uint32_t crc32(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    }
+    return ~c;
+}
+
+blob_status blob_comm_id_encode(const blob_comm_id *id, int world_size, void *buf, size_t size)
+{
+    if (!id || !buf)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    if (world_size < 1)
+        return BLOB_FAIL(BLOB_EINVAL, "world size %d < 1", world_size);
+    if (size < BLOB_COMM_ID_RECORD_SIZE)
+        return BLOB_FAIL(BLOB_ERANGE, "buffer of %zu bytes, a record needs %d", size,
+                         BLOB_COMM_ID_RECORD_SIZE);
+    unsigned char *p = buf;
+    memcpy(p, record_magic, sizeof record_magic);
+    put_u32(p + OFF_VERSION, RECORD_VERSION);
+    put_u32(p + OFF_WORLD, (uint32_t)world_size);
+    put_u32(p + OFF_LENGTH, BLOB_COMM_ID_BYTES);
+    memcpy(p + OFF_ID, id->bytes, BLOB_COMM_ID_BYTES);
+    put_u32(p + OFF_CRC, crc32(p, OFF_CRC));
+    return BLOB_OK;
+}
+
+blob_status blob_comm_id_decode(blob_comm_id *out, int *world_size, const void *buf, size_t len)
+{
+    if (!out || !world_size || !buf)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    const unsigned char *p = buf;
+    size_t head = len < sizeof record_magic ? len : sizeof record_magic;
+    if (len == 0 || memcmp(p, record_magic, head) != 0)
+        return BLOB_FAIL(BLOB_EFORMAT, "not a rendezvous record (%zu bytes, no magic)", len);
+    if (len < OFF_LENGTH + 4)
+        return BLOB_FAIL(BLOB_EFORMAT, "record truncated: %zu of %d bytes", len,
+                         BLOB_COMM_ID_RECORD_SIZE);
+    uint32_t version = get_u32(p + OFF_VERSION);
+    if (version != RECORD_VERSION)
+        return BLOB_FAIL(BLOB_EFORMAT, "record version %u (this library reads version %u)",
+                         version, RECORD_VERSION);
+    uint32_t length = get_u32(p + OFF_LENGTH);
+    if (length != BLOB_COMM_ID_BYTES)
+        return BLOB_FAIL(BLOB_EFORMAT, "record holds an id of %u bytes, expected %d", length,
+                         BLOB_COMM_ID_BYTES);
+    if (len != BLOB_COMM_ID_RECORD_SIZE)
+        return BLOB_FAIL(BLOB_EFORMAT, "record %s: %zu of %d bytes",
+                         len < BLOB_COMM_ID_RECORD_SIZE ? "truncated" : "has trailing bytes",
+                         len, BLOB_COMM_ID_RECORD_SIZE);
+    uint32_t crc = crc32(p, OFF_CRC);
+    if (get_u32(p + OFF_CRC) != crc)
+        return BLOB_FAIL(BLOB_EFORMAT, "record damaged: checksum %08x, computed %08x",
+                         get_u32(p + OFF_CRC), crc);
+    uint32_t world = get_u32(p + OFF_WORLD);
+    if (world < 1 || world > INT32_MAX)
+        return BLOB_FAIL(BLOB_EFORMAT, "record names a world size of %u", world);
+    memcpy(out->bytes, p + OFF_ID, BLOB_COMM_ID_BYTES);
+    *world_size = (int)world;
+    return BLOB_OK;
+}
+
+blob_status blob_comm_id_to_hex(const blob_comm_id *id, char *buf, size_t size)
+{
+    if (!id || !buf)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    if (size < BLOB_COMM_ID_HEX_SIZE)
+        return BLOB_FAIL(BLOB_ERANGE, "buffer of %zu bytes, the hex form needs %d", size,
+                         BLOB_COMM_ID_HEX_SIZE);
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < BLOB_COMM_ID_BYTES; i++) {
+        buf[2 * i] = digits[id->bytes[i] >> 4];
+        buf[2 * i + 1] = digits[id->bytes[i] & 15];
+    }
+    buf[2 * BLOB_COMM_ID_BYTES] = '\0';
+    return BLOB_OK;
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+blob_status blob_comm_id_from_hex(blob_comm_id *out, const char *hex)
+{
+    if (!out || !hex)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    size_t len = strnlen(hex, 2 * BLOB_COMM_ID_BYTES + 1);
+    if (len != 2 * BLOB_COMM_ID_BYTES)
+        return BLOB_FAIL(BLOB_EINVAL, "an id is %d hex digits, got %s%zu characters",
+                         2 * BLOB_COMM_ID_BYTES, len > 2 * BLOB_COMM_ID_BYTES ? "more than " : "",
+                         len);
+    blob_comm_id id;
+    for (int i = 0; i < BLOB_COMM_ID_BYTES; i++) {
+        int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return BLOB_FAIL(BLOB_EINVAL, "not a hex digit at position %d",
+                             hi < 0 ? 2 * i : 2 * i + 1);
+        id.bytes[i] = (unsigned char)(hi << 4 | lo);
+    }
+    *out = id;
+    return BLOB_OK;
+}
+
+static blob_status io_fail(const char *func, const char *what, const char *path)
+{
+    return blob__fail(BLOB_EIO, func, "%s %s: %s", what, path, strerror(errno));
+}
+
+/* fsync the directory holding path, so that a rename in it survives a crash. File
+ * systems that cannot sync directories say EINVAL; that is not an error here. */
+static blob_status sync_dir(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 0 && path[n - 1] != '/')
+        n--;
+    char dir[4096];
+    if (n == 0)
+        snprintf(dir, sizeof dir, ".");
+    else if (n < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s", (int)n, path);
+    else
+        return BLOB_FAIL(BLOB_EINVAL, "path too long");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return io_fail(__func__, "cannot open the directory", dir);
+    int r = fsync(fd);
+    int err = errno;
+    close(fd);
+    errno = err;
+    if (r != 0 && err != EINVAL)
+        return io_fail(__func__, "cannot sync the directory", dir);
+    return BLOB_OK;
+}
+
+blob_status blob_comm_id_write_file(const blob_comm_id *id, int world_size, const char *path)
+{
+    if (!id || !path)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    if (!*path)
+        return BLOB_FAIL(BLOB_EINVAL, "empty path");
+    unsigned char rec[BLOB_COMM_ID_RECORD_SIZE];
+    BLOB_TRY(blob_comm_id_encode(id, world_size, rec, sizeof rec));
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
+        return BLOB_FAIL(BLOB_EINVAL, "path too long");
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return io_fail(__func__, "cannot create a temporary file beside", path);
+    size_t done = 0;
+    blob_status st = BLOB_OK;
+    while (done < sizeof rec && st == BLOB_OK) {
+        ssize_t w = write(fd, rec + done, sizeof rec - done);
+        if (w > 0)
+            done += (size_t)w;
+        else if (w < 0 && errno != EINTR)
+            st = io_fail(__func__, "cannot write", tmp);
+    }
+    if (st == BLOB_OK && fsync(fd) != 0)
+        st = io_fail(__func__, "cannot sync", tmp);
+    if (close(fd) != 0 && st == BLOB_OK)
+        st = io_fail(__func__, "cannot close", tmp);
+    if (st == BLOB_OK && rename(tmp, path) != 0)
+        st = io_fail(__func__, "cannot rename the temporary file to", path);
+    if (st != BLOB_OK) {
+        unlink(tmp);
+        return st;
+    }
+    return sync_dir(path);
+}
+
+/* Read at most size bytes of fd: the count, or -1 with errno. */
+static ssize_t read_all(int fd, unsigned char *buf, size_t size)
+{
+    size_t n = 0;
+    while (n < size) {
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        n += (size_t)r;
+    }
+    return (ssize_t)n;
+}
+
+blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size, const char *path,
+                                   double timeout_s)
+{
+    if (!out || !world_size || !path)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    if (!(timeout_s >= 0) || isinf(timeout_s))
+        return BLOB_FAIL(BLOB_EINVAL, "timeout %g s is not a finite number >= 0", timeout_s);
+    double deadline = blob__comm_now() + timeout_s;
+    int fd;
+    /* O_NONBLOCK: a FIFO at the path must not block the open */
+    while ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
+        if (errno != ENOENT)
+            return io_fail(__func__, "cannot open", path);
+        double left = deadline - blob__comm_now();
+        if (left <= 0)
+            return BLOB_FAIL(BLOB_ETIMEDOUT,
+                             "rendezvous file %s did not appear within %.1f s (rank 0 writes "
+                             "it: is rank 0 running, and given the same path?)",
+                             path, timeout_s);
+        blob__comm_sleep(left < 0.02 ? left : 0.02);
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        blob_status st = io_fail(__func__, "cannot stat", path);
+        close(fd);
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return BLOB_FAIL(BLOB_EFORMAT, "%s is not a regular file", path);
+    }
+    unsigned char rec[BLOB_COMM_ID_RECORD_SIZE + 1]; /* one more shows trailing bytes */
+    ssize_t n = read_all(fd, rec, sizeof rec);
+    int err = errno;
+    close(fd);
+    if (n < 0) {
+        errno = err;
+        return io_fail(__func__, "cannot read", path);
+    }
+    blob_status st = blob_comm_id_decode(out, world_size, rec, (size_t)n);
+    if (st != BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        return BLOB_FAIL(st, "%s: %s", path, detail);
+    }
+    return BLOB_OK;
+}

@@ -1,0 +1,163 @@
+/* The GEMM epilogues as kernels, run after a plain cuBLAS product when cuBLASLt offers no
+ * fused algorithm: bias and ReLU with the bit mask in one elementwise pass, the masked
+ * ReLU gradient (with its column sums when the bias gradient is asked for), and the row
+ * or column sums of an input for BGRADA / BGRADB. */
+#include "lt.cuh"
+
+/* The mask bit of C[i,j], with row_bits bits per row of C (blob/math.h). */
+static __device__ bool mask_bit(const unsigned char *mask, int64_t row_bits, int64_t i,
+                                int64_t j)
+{
+    const int64_t b = i * row_bits + j;
+    return (mask[b / 8] >> (b % 8)) & 1;
+}
+
+/* C[i,j] = (relu)(C[i,j] + bias[j]) over the padded index space i * row_bits + j, one warp
+ * per 32 bits of the mask: each warp's bits come from one ballot and lane 0 stores them.
+ * row_bits is a multiple of 128, so every warp of the grid-stride loop is whole. */
+template <typename T>
+static __global__ void bias_relu_mask(int64_t M, int64_t N, int64_t row_bits, T *C,
+                                      const T *bias, uint32_t *mask)
+{
+    GRID_LOOP(idx, M * row_bits)
+    {
+        const int64_t i = idx / row_bits, j = idx - i * row_bits;
+        bool pos = false;
+        if (j < N) {
+            T v = C[i * N + j] + (bias ? bias[j] : T(0));
+            pos = v > T(0);
+            C[i * N + j] = pos ? v : T(0);
+        }
+        const unsigned bits = __ballot_sync(0xffffffffu, pos);
+        if (idx % 32 == 0)
+            mask[idx / 32] = bits;
+    }
+}
+
+template <typename T>
+struct BiasRelu {
+    int64_t N;
+    const void *bias;
+    bool relu;
+    void *C;
+    __device__ void operator()(int64_t i) const
+    {
+        T v = ((T *)C)[i] + (bias ? ((const T *)bias)[i % N] : T(0));
+        ((T *)C)[i] = relu && !(v > T(0)) ? T(0) : v;
+    }
+};
+
+template <typename T>
+struct Drelu {
+    int64_t N, row_bits;
+    const void *mask;
+    void *C;
+    __device__ void operator()(int64_t i) const
+    {
+        if (!mask_bit((const unsigned char *)mask, row_bits, i / N, i % N))
+            ((T *)C)[i] = T(0);
+    }
+};
+
+/* out[j] = sum_i X[i*cols + j] over rows; with mask, X is C of DRELU_BGRAD and gets its
+ * masked entries zeroed on the way. One thread per column: reads are coalesced across
+ * the threads of a warp. */
+template <typename T>
+static __global__ void col_sums(int64_t rows, int64_t cols, T *X, const unsigned char *mask,
+                                int64_t row_bits, T *out)
+{
+    GRID_LOOP(j, cols)
+    {
+        T s = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            T v = X[i * cols + j];
+            if (mask && !mask_bit(mask, row_bits, i, j)) {
+                v = T(0);
+                X[i * cols + j] = v;
+            }
+            s += v;
+        }
+        out[j] = s;
+    }
+}
+
+/* out[i] = sum_j X[i*cols + j]: one warp per row. */
+template <typename T>
+static __global__ void row_sums(int64_t rows, int64_t cols, const T *X, T *out)
+{
+    const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < rows; i += warps) {
+        T s = 0;
+        for (int64_t j = lane; j < cols; j += 32)
+            s += X[i * cols + j];
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            out[i] = s;
+    }
+}
+
+template <typename T>
+static blob_status apply(const char *func, cudaStream_t s, blob_trans trans_a,
+                         blob_trans trans_b, int64_t M, int64_t N, int64_t K, const T *A,
+                         const T *B, T *C, blob_epilogue e, T *bias, void *mask)
+{
+    const int64_t row_bits = BLOB_RELU_MASK_ROW_BITS(N);
+    switch (e) {
+    case BLOB_EPILOGUE_NONE:
+        return BLOB_OK;
+    case BLOB_EPILOGUE_BIAS:
+    case BLOB_EPILOGUE_RELU:
+    case BLOB_EPILOGUE_BIAS_RELU: {
+        const bool relu = e != BLOB_EPILOGUE_BIAS;
+        if (relu && mask) {
+            if (M * row_bits == 0)
+                return BLOB_OK;
+            bias_relu_mask<T><<<grid_for(M * row_bits, THREADS), THREADS, 0, s>>>(
+                M, N, row_bits, C, bias, (uint32_t *)mask);
+            return launch_check("bias_relu_mask", func);
+        }
+        return each(func, s, M * N, BiasRelu<T>{N, bias, relu, C});
+    }
+    case BLOB_EPILOGUE_DRELU:
+        return each(func, s, M * N, Drelu<T>{N, row_bits, mask, C});
+    case BLOB_EPILOGUE_DRELU_BGRAD:
+        if (N == 0)
+            return BLOB_OK;
+        col_sums<T><<<grid_for(N, THREADS), THREADS, 0, s>>>(M, N, C,
+                                                             (const unsigned char *)mask,
+                                                             row_bits, bias);
+        return launch_check("col_sums", func);
+    case BLOB_EPILOGUE_BGRADA:
+    case BLOB_EPILOGUE_BGRADB: {
+        /* the stored input, and whether its sums run along its rows */
+        const bool a = e == BLOB_EPILOGUE_BGRADA;
+        const T *X = a ? A : B;
+        const int64_t out = a ? M : N;
+        if (out == 0)
+            return BLOB_OK;
+        if (a ? trans_a == BLOB_NO_TRANS : trans_b == BLOB_TRANS) {
+            row_sums<T><<<grid_for(out * 32, THREADS), THREADS, 0, s>>>(out, K, X, bias);
+            return launch_check("row_sums", func);
+        }
+        col_sums<T><<<grid_for(out, THREADS), THREADS, 0, s>>>(K, out, (T *)X, nullptr, 0,
+                                                               bias);
+        return launch_check("col_sums", func);
+    }
+    }
+    return BLOB_OK;
+}
+
+blob_status blob__epilogue_apply(const char *func, void *stream, blob_dtype dtype,
+                                 blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
+                                 int64_t K, const void *A, const void *B, void *C,
+                                 blob_epilogue epilogue, void *bias, void *mask)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    return dtype == BLOB_FLOAT32
+               ? apply(func, s, trans_a, trans_b, M, N, K, (const float *)A, (const float *)B,
+                       (float *)C, epilogue, (float *)bias, mask)
+               : apply(func, s, trans_a, trans_b, M, N, K, (const double *)A,
+                       (const double *)B, (double *)C, epilogue, (double *)bias, mask);
+}

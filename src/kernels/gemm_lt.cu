@@ -1,0 +1,490 @@
+/* GEMM with fused epilogues over cuBLASLt (blob_gpu_gemm_epilogue).
+ *
+ * Row-major matrices are handed to column-major cuBLASLt as their transposes: C^T (N x M)
+ * = op(B)^T op(A)^T, so cuBLASLt's A is our B and its B our A. Its bias vector runs along
+ * the rows of its D, which are our columns: the bias of BIAS and DRELU_BGRAD is per
+ * column of C, as a layer's is. Its BGRADA sums its A (our op(B)) and its BGRADB its B
+ * (our op(A)), so our BGRADA is its BGRADB and the other way round. Its ReLU bit mask is
+ * column-major with a leading dimension in bits: row i of our C at bit i * ld.
+ *
+ * Each thread keeps, per device, a cuBLASLt handle, and a small cache of plans (the
+ * matmul and layout descriptors and the algorithm the heuristic chose) keyed by the whole
+ * problem, pointer alignments included, so a call in steady state only sets the bias and
+ * mask pointers and launches. A problem cuBLASLt cannot fuse is remembered as such and
+ * runs as a cuBLAS product followed by the epilogue kernels of epilogue.cu. The workspace
+ * comes from the device allocator once per thread, device and stream. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+
+#include "blob/alloc.h"
+#include "lt.cuh"
+
+static constexpr int MAX_PLANS = 64;
+static constexpr int MAX_WORKSPACES = 8;
+
+static blob_status lt_fail(cublasStatus_t st, const char *call, const char *func)
+{
+    (void)cudaGetLastError();
+    return blob__fail(BLOB_ECUBLAS, func, "%s failed: %s", call, cublasGetStatusName(st));
+}
+
+#define LT_TRY(func, call)                                 \
+    do {                                                   \
+        cublasStatus_t lt_st_ = (call);                    \
+        if (lt_st_ != CUBLAS_STATUS_SUCCESS)               \
+            return lt_fail(lt_st_, #call, (func));         \
+    } while (0)
+
+/* The whole problem, compared bytewise: no padding, built from a zeroed struct. */
+struct Key {
+    int32_t device, dtype, mode, epilogue, trans_a, trans_b;
+    int64_t M, N, K;
+    uint8_t align[5]; /* log2 of the alignment of A, B, C, bias, mask (capped at 256) */
+    uint8_t with_mask;
+    uint8_t unused[2];
+};
+static_assert(sizeof(Key) == 6 * 4 + 3 * 8 + 8, "Key has padding");
+
+struct Plan {
+    Key key;
+    bool fused; /* false: cuBLASLt has no algorithm; run the fallback */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t used; /* for LRU eviction */
+};
+
+struct Workspace {
+    int device;
+    void *stream;
+    unsigned generation; /* of the backend whose allocator gave it */
+    void *ptr;
+    size_t bytes;
+};
+
+struct LtState {
+    int devices;
+    cublasLtHandle_t *handle; /* [devices] */
+    Plan plans[MAX_PLANS];
+    int num_plans;
+    uint64_t clock;
+    Workspace ws[MAX_WORKSPACES];
+    int num_ws;
+};
+
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+static int state_key_err;
+
+static void plan_destroy(Plan *p)
+{
+    (void)cublasLtMatmulDescDestroy(p->op);
+    (void)cublasLtMatrixLayoutDestroy(p->a);
+    (void)cublasLtMatrixLayoutDestroy(p->b);
+    (void)cublasLtMatrixLayoutDestroy(p->c);
+}
+
+static void workspace_free(Workspace *w)
+{
+    if (w->generation == blob__backend_generation)
+        blob_place_free(blob_place_device(w->device), w->ptr);
+}
+
+static void state_destroy(void *p)
+{
+    LtState *st = (LtState *)p;
+    for (int i = 0; i < st->num_plans; i++)
+        plan_destroy(&st->plans[i]);
+    for (int i = 0; i < st->num_ws; i++)
+        workspace_free(&st->ws[i]);
+    for (int d = 0; d < st->devices; d++)
+        if (st->handle[d])
+            (void)cublasLtDestroy(st->handle[d]);
+    free(st->handle);
+    free(st);
+}
+
+static void state_key_create(void)
+{
+    state_key_err = pthread_key_create(&state_key, state_destroy);
+}
+
+void blob__lt_thread_release(void)
+{
+    pthread_once(&state_once, state_key_create);
+    void *st = state_key_err ? NULL : pthread_getspecific(state_key);
+    if (!st)
+        return;
+    (void)pthread_setspecific(state_key, NULL);
+    state_destroy(st);
+}
+
+/* The calling thread's state and its cuBLASLt handle for the current device. */
+static blob_status state_for(const char *func, LtState **out, int *device,
+                             cublasLtHandle_t *handle)
+{
+    pthread_once(&state_once, state_key_create);
+    if (state_key_err)
+        return blob__fail(BLOB_ENOMEM, func, "pthread_key_create failed (%d)", state_key_err);
+    LtState *st = (LtState *)pthread_getspecific(state_key);
+    if (!st) {
+        int count;
+        CUDA_TRY(func, cudaGetDeviceCount(&count));
+        st = (LtState *)calloc(1, sizeof *st);
+        cublasLtHandle_t *h = (cublasLtHandle_t *)calloc((size_t)count, sizeof *h);
+        if (!st || !h || pthread_setspecific(state_key, st) != 0) {
+            free(st);
+            free(h);
+            return blob__fail(BLOB_ENOMEM, func, "no host memory for the cuBLASLt state");
+        }
+        st->devices = count;
+        st->handle = h;
+    }
+    int dev;
+    BLOB_TRY(blob__current_device(&dev));
+    if (dev < 0 || dev >= st->devices)
+        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev,
+                          st->devices);
+    if (!st->handle[dev])
+        LT_TRY(func, cublasLtCreate(&st->handle[dev]));
+    *out = st;
+    *device = dev;
+    *handle = st->handle[dev];
+    return BLOB_OK;
+}
+
+/* Bytes of the workspace: what cuBLAS itself takes on Hopper, less before it. */
+static size_t workspace_bytes(int device)
+{
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+        (void)cudaGetLastError();
+    return (size_t)(major >= 9 ? 32 : 4) << 20;
+}
+
+/* The workspace of (device, stream), allocated on first use; an old one is handed back
+ * to the allocator (ordered on its stream) when the table is full. */
+static blob_status workspace_for(LtState *st, int device, void *stream,
+                                 Workspace **out)
+{
+    for (int i = 0; i < st->num_ws; i++) {
+        Workspace *w = &st->ws[i];
+        if (w->generation != blob__backend_generation) { /* a former table's: forget it */
+            *w = st->ws[--st->num_ws];
+            i--;
+            continue;
+        }
+        if (w->device == device && w->stream == stream) {
+            *out = w;
+            return BLOB_OK;
+        }
+    }
+    const size_t bytes = workspace_bytes(device);
+    void *p;
+    BLOB_TRY(blob_place_alloc(blob_place_device(device), bytes, stream, &p));
+    if (st->num_ws == MAX_WORKSPACES) {
+        workspace_free(&st->ws[0]);
+        st->ws[0] = st->ws[--st->num_ws];
+    }
+    Workspace *w = &st->ws[st->num_ws++];
+    *w = Workspace{device, stream, blob__backend_generation, p, bytes};
+    *out = w;
+    return BLOB_OK;
+}
+
+blob_status blob__lt_prepare(void *stream)
+{
+    LtState *st;
+    int dev;
+    cublasLtHandle_t h;
+    BLOB_TRY(state_for(__func__, &st, &dev, &h));
+    Workspace *w;
+    return workspace_for(st, dev, stream, &w);
+}
+
+static uint8_t align_log2(const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    uint8_t n = 0;
+    while (n < 8 && !(a & ((uintptr_t)1 << n)))
+        n++;
+    return n;
+}
+
+static cublasLtEpilogue_t lt_epilogue(blob_epilogue e, bool with_mask)
+{
+    switch (e) {
+    case BLOB_EPILOGUE_NONE:
+        return CUBLASLT_EPILOGUE_DEFAULT;
+    case BLOB_EPILOGUE_BIAS:
+        return CUBLASLT_EPILOGUE_BIAS;
+    case BLOB_EPILOGUE_RELU:
+        return with_mask ? CUBLASLT_EPILOGUE_RELU_AUX : CUBLASLT_EPILOGUE_RELU;
+    case BLOB_EPILOGUE_BIAS_RELU:
+        return with_mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_BIAS;
+    case BLOB_EPILOGUE_DRELU:
+        return CUBLASLT_EPILOGUE_DRELU;
+    case BLOB_EPILOGUE_DRELU_BGRAD:
+        return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case BLOB_EPILOGUE_BGRADA:
+        return CUBLASLT_EPILOGUE_BGRADB; /* see the top of the file */
+    case BLOB_EPILOGUE_BGRADB:
+        return CUBLASLT_EPILOGUE_BGRADA;
+    }
+    return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+static cublasComputeType_t compute_type(blob_dtype dtype, blob_math_mode mode)
+{
+    if (dtype == BLOB_FLOAT64)
+        return CUBLAS_COMPUTE_64F;
+    return mode == BLOB_MATH_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+           : mode == BLOB_MATH_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                    : CUBLAS_COMPUTE_32F;
+}
+
+template <typename V>
+static cublasStatus_t set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                               const V &v)
+{
+    return cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v);
+}
+
+/* Point the plan's descriptor at this call's bias and mask. */
+static blob_status set_pointers(const char *func, Plan *p, void *bias, void *mask)
+{
+    if (bias)
+        LT_TRY(func, set_desc(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+    if (mask)
+        LT_TRY(func, set_desc(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, mask));
+    return BLOB_OK;
+}
+
+/* Whether cuBLASLt turned a problem down (it cannot fuse it here) rather than failed. */
+static bool refused(cublasStatus_t s)
+{
+    return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE ||
+           s == CUBLAS_STATUS_ARCH_MISMATCH;
+}
+
+/* Make the descriptors of key and ask the heuristic for its best algorithm; p->fused
+ * says whether there is one. bias and mask are this call's pointers (the heuristic reads
+ * their alignment). On failure nothing is left allocated. */
+static blob_status plan_make(const char *func, cublasLtHandle_t h, const Key &k, void *bias,
+                             void *mask, Plan *p)
+{
+    const size_t ws = workspace_bytes(k.device);
+    const blob_dtype dtype = (blob_dtype)k.dtype;
+    const cudaDataType_t t = dtype == BLOB_FLOAT32 ? CUDA_R_32F : CUDA_R_64F;
+    const bool ta = k.trans_a == BLOB_TRANS, tb = k.trans_b == BLOB_TRANS;
+    const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* its A: our B */
+    const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* its B: our A */
+    *p = Plan{};
+    p->key = k;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasStatus_t s =
+        cublasLtMatmulDescCreate(&p->op, compute_type(dtype, (blob_math_mode)k.mode), t);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = set_desc(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                     lt_epilogue((blob_epilogue)k.epilogue, k.with_mask));
+    if (s == CUBLAS_STATUS_SUCCESS && bias)
+        s = set_desc(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    if (s == CUBLAS_STATUS_SUCCESS && mask) {
+        s = set_desc(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, mask);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = set_desc(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                         (int64_t)BLOB_RELU_MASK_ROW_BITS(k.N));
+    }
+    /* its A: op(B)^T is N x K; stored as B^T (N x K, ld N) or B (K x N, ld K) */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->a, t, tb ? k.K : k.N, tb ? k.N : k.K,
+                                       tb ? k.K : k.N);
+    /* its B: op(A)^T is K x M */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->b, t, ta ? k.M : k.K, ta ? k.K : k.M,
+                                       ta ? k.M : k.K);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->c, t, k.N, k.M, k.N);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    const uint32_t align[4] = {1u << k.align[1], 1u << k.align[0], 1u << k.align[2],
+                               1u << k.align[2]};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
+                                                 sizeof align[i]);
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref, 1, &result,
+                                           &found);
+        if (refused(s)) { /* no algorithm for this configuration */
+            s = CUBLAS_STATUS_SUCCESS;
+            found = 0;
+        }
+    }
+    if (pref)
+        (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        plan_destroy(p);
+        return lt_fail(s, "cuBLASLt plan", func);
+    }
+    p->fused = found > 0 && result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= ws;
+    p->algo = result.algo;
+    return BLOB_OK;
+}
+
+/* The cached plan of key, made (evicting the least recently used) if missing. */
+static blob_status plan_for(const char *func, LtState *st, cublasLtHandle_t h, const Key &k,
+                            void *bias, void *mask, Plan **out)
+{
+    Plan *p = nullptr;
+    for (int i = 0; i < st->num_plans && !p; i++)
+        if (!memcmp(&st->plans[i].key, &k, sizeof k))
+            p = &st->plans[i];
+    if (!p) {
+        Plan fresh;
+        BLOB_TRY(plan_make(func, h, k, bias, mask, &fresh));
+        if (st->num_plans < MAX_PLANS) {
+            p = &st->plans[st->num_plans++];
+        } else {
+            p = &st->plans[0];
+            for (int i = 1; i < MAX_PLANS; i++)
+                if (st->plans[i].used < p->used)
+                    p = &st->plans[i];
+            plan_destroy(p);
+        }
+        *p = fresh;
+    }
+    p->used = ++st->clock;
+    *out = p;
+    return BLOB_OK;
+}
+
+static Key make_key(int device, blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
+                    blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
+                    const void *B, const void *C, blob_epilogue e, const void *bias,
+                    const void *mask)
+{
+    Key k;
+    memset(&k, 0, sizeof k);
+    k.device = device;
+    k.dtype = dtype;
+    k.mode = dtype == BLOB_FLOAT32 ? mode : BLOB_MATH_FP32;
+    k.epilogue = e;
+    k.trans_a = trans_a;
+    k.trans_b = trans_b;
+    k.M = M;
+    k.N = N;
+    k.K = K;
+    const void *ptrs[5] = {A, B, C, bias, mask};
+    for (int i = 0; i < 5; i++)
+        k.align[i] = align_log2(ptrs[i]);
+    k.with_mask = mask != nullptr;
+    return k;
+}
+
+/* The product by cuBLAS (in the mode), then the epilogue kernels. */
+static blob_status unfused(const char *func, void *stream, blob_dtype dtype,
+                           blob_math_mode mode, blob_trans trans_a, blob_trans trans_b,
+                           int64_t M, int64_t N, int64_t K, const void *A, const void *B,
+                           void *C, blob_epilogue e, void *bias, void *mask)
+{
+    if (M > 0 && N > 0) {
+        if (K == 0)
+            CUDA_TRY(func, cudaMemsetAsync(C, 0, (size_t)(M * N) * blob_dtype_size(dtype),
+                                           (cudaStream_t)stream));
+        else if (dtype == BLOB_FLOAT32 && mode != BLOB_MATH_FP32)
+            BLOB_TRY(blob__k_gemm_mode(stream, mode, trans_a, trans_b, M, N, K, 1.0, A, B,
+                                       0.0, C));
+        else
+            BLOB_TRY(blob__k_gemm(stream, dtype, trans_a, trans_b, M, N, K, 1.0, A, B, 0.0, C));
+    }
+    return blob__epilogue_apply(func, stream, dtype, trans_a, trans_b, M, N, K, A, B, C, e,
+                                bias, mask);
+}
+
+/* The plan of a problem (NULL for the empty ones, which never fuse). */
+static blob_status find_plan(const char *func, blob_dtype dtype, blob_math_mode mode,
+                             blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
+                             int64_t K, const void *A, const void *B, const void *C,
+                             blob_epilogue e, void *bias, void *mask, LtState **st,
+                             cublasLtHandle_t *h, int *device, Plan **plan)
+{
+    *plan = nullptr;
+    BLOB_TRY(state_for(func, st, device, h));
+    if (M == 0 || N == 0 || K == 0)
+        return BLOB_OK;
+    const Key k = make_key(*device, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, e, bias,
+                           mask);
+    return plan_for(func, *st, *h, k, bias, mask, plan);
+}
+
+extern "C" blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
+                                             blob_trans trans_a, blob_trans trans_b, int64_t M,
+                                             int64_t N, int64_t K, const void *A, const void *B,
+                                             void *C, blob_epilogue epilogue, void *bias,
+                                             void *mask)
+{
+    LtState *st;
+    cublasLtHandle_t h;
+    int dev;
+    Plan *p;
+    BLOB_TRY(find_plan(__func__, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias,
+                       mask, &st, &h, &dev, &p));
+    if (p && p->fused) {
+        Workspace *w;
+        BLOB_TRY(workspace_for(st, dev, stream, &w));
+        BLOB_TRY(set_pointers(__func__, p, bias, mask));
+        const float one32 = 1, zero32 = 0;
+        const double one64 = 1, zero64 = 0;
+        const bool f = dtype == BLOB_FLOAT32;
+        cublasStatus_t s = cublasLtMatmul(h, p->op, f ? (const void *)&one32 : &one64, B, p->a,
+                                          A, p->b, f ? (const void *)&zero32 : &zero64, C, p->c,
+                                          C, p->c, &p->algo, w->ptr, w->bytes,
+                                          (cudaStream_t)stream);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            return BLOB_OK;
+        if (!refused(s))
+            return lt_fail(s, "cublasLtMatmul", __func__);
+        (void)cudaGetLastError();
+        p->fused = false; /* refused at launch: take the other path from now on */
+    }
+    return unfused(__func__, stream, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, epilogue,
+                   bias, mask);
+}
+
+extern "C" blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode,
+                                                   blob_trans trans_a, blob_trans trans_b,
+                                                   int64_t M, int64_t N, int64_t K,
+                                                   blob_epilogue epilogue, bool with_mask,
+                                                   bool *fused)
+{
+    /* stand-ins, 256-byte aligned like the allocator's blocks; never dereferenced */
+    void *const aligned = (void *)(uintptr_t)4096;
+    const bool bias = epilogue == BLOB_EPILOGUE_BIAS || epilogue == BLOB_EPILOGUE_BIAS_RELU ||
+                      epilogue >= BLOB_EPILOGUE_DRELU_BGRAD;
+    const bool mask = with_mask || epilogue == BLOB_EPILOGUE_DRELU ||
+                      epilogue == BLOB_EPILOGUE_DRELU_BGRAD;
+    LtState *st;
+    cublasLtHandle_t h;
+    int dev;
+    Plan *p;
+    BLOB_TRY(find_plan(__func__, dtype, mode, trans_a, trans_b, M, N, K, aligned, aligned, aligned,
+                       epilogue, bias ? aligned : nullptr, mask ? aligned : nullptr, &st, &h,
+                       &dev, &p));
+    *fused = p && p->fused;
+    return BLOB_OK;
+}

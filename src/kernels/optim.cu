@@ -1,0 +1,266 @@
+/* The multi-tensor optimizer step (blob_gpu_optim_step): one launch updates up to 512
+ * tensors. The tensors' pointers and sizes travel in the kernel's parameters (a
+ * __grid_constant__ struct of up to 32 KB, CUDA 12.1+ on Volta and newer), a smaller
+ * struct when few tensors are updated. The tensors are cut into chunks of 8 KB per
+ * array; enough blocks to fill the GPU loop over them, each chunk found by binary search
+ * over the chunk offsets and moved with 16-byte loads and stores, two per array per
+ * thread, all issued before any arithmetic. A chunk that is short (a tensor's last) or
+ * misaligned takes the scalar path.
+ *
+ * The step number lives in device memory: every block reads it, and in the last launch
+ * of a step the last block to finish increments it (the blocks count themselves in the
+ * second word, which that block sets back to 0), so a captured graph replays correctly. */
+#include <math.h>
+
+#include "common.cuh"
+#include "optim_formula.h"
+
+static constexpr int VECS = 2;          /* 16-byte vectors per array per thread */
+static constexpr int SMALL_CAP = 32;    /* tensors per launch, small parameter struct */
+static constexpr int LARGE_CAP = 512;   /* tensors per launch, large parameter struct */
+
+template <typename T>
+struct Vec;
+template <>
+struct Vec<float> {
+    typedef float4 type;
+};
+template <>
+struct Vec<double> {
+    typedef double2 type;
+};
+
+template <typename T>
+struct Scalars {
+    BLOB__OPTIM_SCALAR_FIELDS(T)
+};
+
+template <typename T>
+__host__ __device__ static constexpr int64_t chunk_elems()
+{
+    return (int64_t)THREADS * VECS * (16 / sizeof(T));
+}
+
+template <typename T, int CAP>
+struct Args {
+    int count;                     /* tensors of this launch (none: only the step count) */
+    bool last;                     /* this launch ends the step: increment it */
+    int64_t chunk_start[CAP + 1];  /* first chunk of each tensor, and the total */
+    int64_t n[CAP];
+    T *data[CAP];
+    const T *diff[CAP];
+    T *h1[CAP], *h2[CAP];
+    Scalars<T> s;                  /* the step-dependent fields are set on the device */
+    double lr, beta1, beta2;
+    unsigned long long *step;      /* [0] steps taken, [1] blocks finished */
+};
+
+/* Count this block as finished; the last one increments the step. */
+template <typename T, int CAP>
+static __device__ void finish_step(const Args<T, CAP> &a)
+{
+    if (!a.last)
+        return;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence(); /* the step was read before this block counts itself */
+        if (atomicAdd(&a.step[1], 1ull) == gridDim.x - 1) {
+            a.step[0] += 1;
+            a.step[1] = 0;
+        }
+    }
+}
+
+/* Update chunk c (of chunk_elems<T>() elements, fewer at a tensor's end). */
+template <typename T, int KIND, int CAP>
+static __device__ void update_chunk(const Args<T, CAP> &a, const Scalars<T> &s, int64_t c)
+{
+    /* the tensor holding chunk c: the last one starting at or before it */
+    int lo = 0, hi = a.count - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (a.chunk_start[mid] <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    constexpr int64_t CHUNK = chunk_elems<T>();
+    const int64_t off = (c - a.chunk_start[lo]) * CHUNK, rest = a.n[lo] - off;
+    const int64_t len = rest < CHUNK ? rest : CHUNK;
+    T *__restrict__ w = a.data[lo] + off;
+    const T *__restrict__ g = a.diff[lo] + off;
+    T *__restrict__ h = a.h1[lo] ? a.h1[lo] + off : nullptr;
+    T *__restrict__ v = a.h2[lo] ? a.h2[lo] + off : nullptr;
+    if (len == CHUNK && (((uintptr_t)w | (uintptr_t)g | (uintptr_t)h | (uintptr_t)v) & 15) == 0) {
+        typedef typename Vec<T>::type V;
+        constexpr int E = 16 / sizeof(T);
+        V wv[VECS], gv[VECS], hv[VECS], vv[VECS];
+#pragma unroll
+        for (int k = 0; k < VECS; k++) {
+            const int i = threadIdx.x + k * THREADS;
+            wv[k] = ((const V *)w)[i];
+            gv[k] = ((const V *)g)[i];
+            if (h)
+                hv[k] = ((const V *)h)[i];
+            if (v)
+                vv[k] = ((const V *)v)[i];
+        }
+#pragma unroll
+        for (int k = 0; k < VECS; k++) {
+            T *pw = (T *)&wv[k], *pg = (T *)&gv[k], *ph = (T *)&hv[k], *pv = (T *)&vv[k];
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, pw[e], pg[e], ph[e], pv[e]);
+        }
+#pragma unroll
+        for (int k = 0; k < VECS; k++) {
+            const int i = threadIdx.x + k * THREADS;
+            ((V *)w)[i] = wv[k];
+            if (h)
+                ((V *)h)[i] = hv[k];
+            if (v)
+                ((V *)v)[i] = vv[k];
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < len; i += THREADS) {
+            T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
+            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], g[i], hi_, vi_);
+            if (h)
+                h[i] = hi_;
+            if (v)
+                v[i] = vi_;
+        }
+    }
+}
+
+/* Blocks loop over the chunks of all tensors of the launch. */
+template <typename T, int KIND, int CAP>
+static __global__ void __launch_bounds__(THREADS)
+    optim_kernel(const __grid_constant__ Args<T, CAP> a)
+{
+    __shared__ Scalars<T> shared;
+    if (threadIdx.x == 0) {
+        shared = a.s;
+        if (KIND != BLOB_OPTIM_SGD_CAFFE) { /* the others depend on the step number */
+            const unsigned long long t = *(volatile unsigned long long *)a.step + 1;
+            BLOB__OPTIM_FILL_STEP(T, shared, a.lr, a.beta1, a.beta2, t);
+        }
+    }
+    __syncthreads();
+    const Scalars<T> s = shared;
+    const int64_t chunks = a.count > 0 ? a.chunk_start[a.count] : 0;
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x)
+        update_chunk<T, KIND, CAP>(a, s, c);
+    finish_step(a);
+}
+
+/* Blocks of a launch: enough to fill the GPU, each then loops over chunks. */
+static blob_status grid_size(const char *func, int64_t chunks, unsigned *blocks)
+{
+    static int sm_count[64]; /* per device, read once */
+    int dev;
+    BLOB_TRY(blob__current_device(&dev));
+    int sms = dev >= 0 && dev < 64 ? sm_count[dev] : 0;
+    if (!sms) {
+        CUDA_TRY(func, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        if (dev >= 0 && dev < 64)
+            sm_count[dev] = sms;
+    }
+    const int64_t most = (int64_t)sms * 8;
+    *blocks = (unsigned)(chunks < 1 ? 1 : chunks < most ? chunks : most);
+    return BLOB_OK;
+}
+
+/* Launch the tensors [first, end) of the non-empty ones (idx) with a CAP-sized struct. */
+template <typename T, int KIND, int CAP>
+static blob_status launch(const char *func, cudaStream_t stream, const blob_optim *opt,
+                          const int *idx, int first, int end, bool last, const int64_t *counts,
+                          void *const *data, const void *const *diff, void *const *hist1,
+                          void *const *hist2, int64_t *step)
+{
+    static_assert(sizeof(Args<T, CAP>) <= 32764, "kernel parameters over 32 KB");
+    Args<T, CAP> a; /* every field read by the kernel is set below */
+    a.count = end - first;
+    a.last = last;
+    a.chunk_start[0] = 0;
+    for (int j = 0; j < a.count; j++) {
+        const int i = idx[first + j];
+        a.n[j] = counts[i];
+        a.data[j] = (T *)data[i];
+        a.diff[j] = (const T *)diff[i];
+        a.h1[j] = hist1 ? (T *)hist1[i] : nullptr;
+        a.h2[j] = hist2 ? (T *)hist2[i] : nullptr;
+        a.chunk_start[j + 1] =
+            a.chunk_start[j] + (counts[i] + chunk_elems<T>() - 1) / chunk_elems<T>();
+    }
+    BLOB__OPTIM_FILL(T, a.s, opt, 1);
+    a.lr = opt->lr;
+    a.beta1 = opt->beta1;
+    a.beta2 = opt->beta2;
+    a.step = (unsigned long long *)step;
+    unsigned blocks;
+    BLOB_TRY(grid_size(func, a.chunk_start[a.count], &blocks));
+    optim_kernel<T, KIND, CAP><<<blocks, THREADS, 0, stream>>>(a);
+    return launch_check("optim_kernel", func);
+}
+
+template <typename T, int KIND>
+static blob_status step_all(const char *func, cudaStream_t stream, const blob_optim *opt,
+                            int n, const int64_t *counts, void *const *data,
+                            const void *const *diff, void *const *hist1, void *const *hist2,
+                            int64_t *step)
+{
+    /* the non-empty tensors, in order */
+    int small[SMALL_CAP], *idx = small, m = 0;
+    if (n > SMALL_CAP && !(idx = (int *)malloc((size_t)n * sizeof *idx)))
+        return blob__fail(BLOB_ENOMEM, func, "no host memory for %d tensor indices", n);
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0)
+            idx[m++] = i;
+    blob_status st = BLOB_OK;
+    if (m <= SMALL_CAP) {
+        st = launch<T, KIND, SMALL_CAP>(func, stream, opt, idx, 0, m, true, counts, data, diff,
+                                        hist1, hist2, step);
+    } else {
+        for (int first = 0; first < m && st == BLOB_OK; first += LARGE_CAP) {
+            const int end = m - first > LARGE_CAP ? first + LARGE_CAP : m;
+            st = launch<T, KIND, LARGE_CAP>(func, stream, opt, idx, first, end, end == m,
+                                            counts, data, diff, hist1, hist2, step);
+        }
+    }
+    if (idx != small)
+        free(idx);
+    return st;
+}
+
+template <typename T>
+static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim *opt, int n,
+                              const int64_t *counts, void *const *data, const void *const *diff,
+                              void *const *hist1, void *const *hist2, int64_t *step)
+{
+    const int hist = blob_optim_history_count(opt);
+    void *const *h1 = hist >= 1 ? hist1 : nullptr, *const *h2 = hist >= 2 ? hist2 : nullptr;
+    switch (opt->kind) {
+    case BLOB_OPTIM_SGD:
+        return step_all<T, BLOB_OPTIM_SGD>(func, s, opt, n, counts, data, diff, h1, h2, step);
+    case BLOB_OPTIM_SGD_CAFFE:
+        return step_all<T, BLOB_OPTIM_SGD_CAFFE>(func, s, opt, n, counts, data, diff, h1, h2,
+                                                 step);
+    case BLOB_OPTIM_ADAM:
+        return step_all<T, BLOB_OPTIM_ADAM>(func, s, opt, n, counts, data, diff, h1, h2, step);
+    case BLOB_OPTIM_ADAMW:
+        return step_all<T, BLOB_OPTIM_ADAMW>(func, s, opt, n, counts, data, diff, h1, h2, step);
+    }
+    return blob__fail(BLOB_EINVAL, func, "bad optimizer kind %d", (int)opt->kind);
+}
+
+extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype,
+                                          int n, const int64_t *counts, void *const *data,
+                                          const void *const *diff, void *const *hist1,
+                                          void *const *hist2, int64_t *step)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    return dtype == BLOB_FLOAT32
+               ? step_typed<float>(__func__, s, opt, n, counts, data, diff, hist1, hist2, step)
+               : step_typed<double>(__func__, s, opt, n, counts, data, diff, hist1, hist2, step);
+}

@@ -1,0 +1,187 @@
+/* Multi-tensor optimizer steps on raw arrays (blob/math.h): the checks shared by both
+ * sides, the host loop, and the GPU side handing validated arguments to the launcher.
+ * The update of one element is written once, in optim_formula.h, for both sides. */
+#include <math.h>
+#include <stdio.h>
+
+#include "blob/device.h"
+#include "blob/math.h"
+#include "../core/core.h"
+#include "../kernels/kernels.h"
+#include "../kernels/optim_formula.h"
+#include "math_impl.h"
+
+blob_optim blob_optim_default(blob_optim_kind kind, double lr)
+{
+    blob_optim o = {.kind = kind, .lr = lr};
+    if (kind == BLOB_OPTIM_ADAM || kind == BLOB_OPTIM_ADAMW) {
+        o.beta1 = 0.9;
+        o.beta2 = 0.999;
+        o.eps = 1e-8;
+        o.weight_decay = kind == BLOB_OPTIM_ADAMW ? 0.01 : 0;
+    }
+    return o;
+}
+
+int blob_optim_history_count(const blob_optim *opt)
+{
+    if (!opt) {
+        BLOB_FAIL(BLOB_EINVAL, "opt is NULL");
+        return -1;
+    }
+    switch (opt->kind) {
+    case BLOB_OPTIM_SGD:
+        return opt->momentum != 0;
+    case BLOB_OPTIM_SGD_CAFFE:
+        return 1;
+    case BLOB_OPTIM_ADAM:
+    case BLOB_OPTIM_ADAMW:
+        return 2;
+    }
+    return -1;
+}
+
+/* The fields of opt that its kind uses, as PyTorch checks them. */
+static blob_status check_optim(const char *fn, const blob_optim *opt)
+{
+    if (!opt)
+        return blob__fail(BLOB_EINVAL, fn, "opt is NULL");
+    if (blob_optim_history_count(opt) < 0)
+        return blob__fail(BLOB_EINVAL, fn, "bad optimizer kind %d", (int)opt->kind);
+#define NEED(cond, ...)                                    \
+    do {                                                   \
+        if (!(cond))                                       \
+            return blob__fail(BLOB_EINVAL, fn, __VA_ARGS__); \
+    } while (0)
+    NEED(opt->lr >= 0 && isfinite(opt->lr), "bad learning rate %g", opt->lr);
+    NEED(opt->weight_decay >= 0 && isfinite(opt->weight_decay), "bad weight decay %g",
+         opt->weight_decay);
+    if (opt->kind == BLOB_OPTIM_SGD || opt->kind == BLOB_OPTIM_SGD_CAFFE) {
+        NEED(opt->momentum >= 0 && isfinite(opt->momentum), "bad momentum %g", opt->momentum);
+        NEED(isfinite(opt->dampening), "bad dampening %g", opt->dampening);
+        NEED(!opt->nesterov || (opt->kind == BLOB_OPTIM_SGD && opt->momentum > 0 &&
+                                opt->dampening == 0),
+             "Nesterov momentum needs SGD with momentum > 0 and dampening 0");
+    } else {
+        NEED(opt->beta1 >= 0 && opt->beta1 < 1, "bad beta1 %g (not in [0, 1))", opt->beta1);
+        NEED(opt->beta2 >= 0 && opt->beta2 < 1, "bad beta2 %g (not in [0, 1))", opt->beta2);
+        NEED(opt->eps >= 0 && isfinite(opt->eps), "bad eps %g", opt->eps);
+        NEED(!opt->nesterov, "Nesterov momentum needs SGD");
+    }
+#undef NEED
+    return BLOB_OK;
+}
+
+static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype dtype, int n,
+                              const int64_t *counts, void *const *data,
+                              const void *const *diff, void *const *hist1, void *const *hist2,
+                              const int64_t *step)
+{
+    BLOB_TRY(check_optim(fn, opt));
+    BLOB_TRY(blob__check_dtype(fn, dtype));
+    if (!step)
+        return blob__fail(BLOB_EINVAL, fn, "step is NULL");
+    if (n < 0)
+        return blob__fail(BLOB_EINVAL, fn, "negative tensor count %d", n);
+    const int hist = blob_optim_history_count(opt);
+    const void *lists[] = {counts, data, diff, hist1, hist2};
+    static const char *const names[] = {"counts", "data", "diff", "hist1", "hist2"};
+    for (int l = 0; n > 0 && l < 3 + hist; l++)
+        if (!lists[l])
+            return blob__fail(BLOB_EINVAL, fn, "%s is NULL with %d tensors", names[l], n);
+    for (int i = 0; i < n; i++) {
+        const void *arrays[] = {data[i], diff[i], hist >= 1 ? hist1[i] : NULL,
+                                hist >= 2 ? hist2[i] : NULL};
+        for (int a = 0; a < 2 + hist; a++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s[%d]", names[1 + a], i);
+            BLOB_TRY(blob__check_array(fn, dtype, counts[i], name, arrays[a]));
+        }
+    }
+    return BLOB_OK;
+}
+
+/* ---- Host side ---- */
+
+#define HOST_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
+
+typedef struct {
+    BLOB__OPTIM_SCALAR_FIELDS(float)
+} scalars_f32;
+typedef struct {
+    BLOB__OPTIM_SCALAR_FIELDS(double)
+} scalars_f64;
+
+/* The arguments of one tensor's loop: the scalars of the step (of the element type) and
+ * the arrays (h and v NULL when unused). */
+typedef struct {
+    const void *s;
+    void *w;
+    const void *g;
+    void *h, *v;
+} step_args;
+
+/* NAME: the elements [lo, hi) of one tensor, for kind K in element type T (a
+ * blob__host_for body). */
+#define STEP_RANGE(NAME, T, SCALARS, K)                                                   \
+    static void NAME(void *args, int64_t lo, int64_t hi)                                  \
+    {                                                                                     \
+        const step_args *a = args;                                                        \
+        const SCALARS s = *(const SCALARS *)a->s;                                         \
+        T *w = a->w, *h = a->h, *v = a->v;                                                \
+        const T *g = a->g;                                                                \
+        for (int64_t j = lo; j < hi; j++) {                                               \
+            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                        \
+            BLOB__OPTIM_ELEMENT(T, K, s, HOST_SQRT, w[j], g[j], h_, v_);                  \
+            if (h)                                                                        \
+                h[j] = h_;                                                                \
+            if (v)                                                                        \
+                v[j] = v_;                                                                \
+        }                                                                                 \
+    }
+STEP_RANGE(sgd_f32, float, scalars_f32, BLOB_OPTIM_SGD)
+STEP_RANGE(sgd_caffe_f32, float, scalars_f32, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE(adam_f32, float, scalars_f32, BLOB_OPTIM_ADAM)
+STEP_RANGE(adamw_f32, float, scalars_f32, BLOB_OPTIM_ADAMW)
+STEP_RANGE(sgd_f64, double, scalars_f64, BLOB_OPTIM_SGD)
+STEP_RANGE(sgd_caffe_f64, double, scalars_f64, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE(adam_f64, double, scalars_f64, BLOB_OPTIM_ADAM)
+STEP_RANGE(adamw_f64, double, scalars_f64, BLOB_OPTIM_ADAMW)
+
+/* [dtype][kind] */
+static const blob__range_fn step_ranges[2][4] = {
+    {sgd_f32, sgd_caffe_f32, adam_f32, adamw_f32},
+    {sgd_f64, sgd_caffe_f64, adam_f64, adamw_f64},
+};
+
+blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
+                                const int64_t *counts, void *const *data,
+                                const void *const *diff, void *const *hist1,
+                                void *const *hist2, int64_t *step)
+{
+    BLOB_TRY(check_step(__func__, opt, dtype, n, counts, data, diff, hist1, hist2, step));
+    const int hist = blob_optim_history_count(opt);
+    scalars_f32 s32;
+    scalars_f64 s64;
+    BLOB__OPTIM_FILL(float, s32, opt, step[0] + 1);
+    BLOB__OPTIM_FILL(double, s64, opt, step[0] + 1);
+    for (int i = 0; i < n; i++) {
+        step_args a = {dtype == BLOB_FLOAT32 ? (const void *)&s32 : (const void *)&s64, data[i],
+                       diff[i], hist >= 1 ? hist1[i] : NULL, hist >= 2 ? hist2[i] : NULL};
+        blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[dtype][opt->kind],
+                       &a);
+    }
+    step[0]++;
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
+                                const int64_t *counts, void *const *data,
+                                const void *const *diff, void *const *hist1,
+                                void *const *hist2, int64_t *step)
+{
+    BLOB_TRY(check_step(__func__, opt, dtype, n, counts, data, diff, hist1, hist2, step));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_optim_step(blob_get_stream(), opt, dtype, n, counts, data, diff, hist1, hist2,
+                              step);
+}

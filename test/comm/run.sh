@@ -1,0 +1,137 @@
+#!/bin/sh
+# The launcher's tests (every build), then the multi-process communicator tests, which
+# need two GPUs and NCCL and are skipped with a count otherwise.
+# Usage: test/comm/run.sh BUILD_DIR   (make check-comm)
+set -u
+build=${1:?usage: run.sh BUILD_DIR}
+launch=$build/tools/blob-launch
+probe=$build/test/comm_probe
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); echo "  ok    $1"; }
+fail() { failed=$((failed + 1)); echo "  FAIL  $1"; sed 's/^/        | /' "$tmp/out" 2>/dev/null | tail -20; }
+now() { date +%s.%N; }
+# elapsed START: seconds since START, e.g. 1.25
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+# below X Y: X < Y
+below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+# expect NAME WANT_STATUS COMMAND...: run, keep the output in $tmp/out
+expect() {
+    name=$1 want=$2
+    shift 2
+    "$@" >"$tmp/out" 2>&1
+    got=$?
+    if [ "$got" = "$want" ]; then pass "$name"; else echo "        exit status $got, expected $want" >>"$tmp/out"; fail "$name"; fi
+}
+has() { grep -q "$1" "$tmp/out"; }
+
+echo "launcher"
+expect "every rank gets its variables" 0 "$launch" --nproc 3 sh -c \
+    'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $BLOB_COMM_ID_FILE"'
+if [ "$(grep -c ' 3 3 0 127.0.0.1 /' "$tmp/out")" = 3 ] && has '^0 0 ' && has '^1 1 ' && has '^2 2 ' &&
+    [ "$(awk '{ print $7 }' "$tmp/out" | sort -u | wc -l)" = 1 ]; then
+    pass "ranks 0..2 of 3, one rendezvous file"
+else
+    fail "ranks 0..2 of 3, one rendezvous file"
+fi
+expect "two hosts: global ranks of node 1" 0 "$launch" --nproc 2 --nnodes 2 --node-rank 1 \
+    --rendezvous "$tmp/id" sh -c 'echo "rank $RANK of $WORLD_SIZE"'
+if has 'rank 2 of 4' && has 'rank 3 of 4'; then pass "ranks 2 and 3 of 4"; else fail "ranks 2 and 3 of 4"; fi
+expect "the first failed rank's status" 3 "$launch" --nproc 2 sh -c 'exit $((RANK * 3))'
+t0=$(now)
+expect "a failing rank stops the others" 7 "$launch" --nproc 3 --grace 1 sh -c \
+    'if [ "$RANK" = 1 ]; then sleep 0.2; exit 7; fi; sleep 30'
+t=$(elapsed "$t0")
+if below "$t" 3; then pass "... within 3 s ($t s)"; else fail "... within 3 s ($t s)"; fi
+t0=$(now)
+expect "ranks that ignore SIGTERM get SIGKILL after the grace period" 9 "$launch" --nproc 2 \
+    --grace 1 sh -c 'if [ "$RANK" = 0 ]; then sleep 0.2; exit 9; fi; trap "" TERM; sleep 30'
+t=$(elapsed "$t0")
+if below "$t" 4; then pass "... within 4 s ($t s)"; else fail "... within 4 s ($t s)"; fi
+expect "a rank killed by a signal" 137 "$launch" --nproc 2 sh -c \
+    'if [ "$RANK" = 1 ]; then kill -KILL $$; fi; sleep 30'
+"$launch" --nproc 2 sh -c 'trap "echo got TERM \$RANK; exit 0" TERM; echo up; while :; do sleep 0.1; done' \
+    >"$tmp/out" 2>&1 &
+pid=$!
+i=0
+while [ "$(grep -c up "$tmp/out")" -lt 2 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+kill -TERM $pid
+wait $pid
+st=$?
+if [ $st = 143 ] && has 'got TERM 0' && has 'got TERM 1'; then pass "SIGTERM is forwarded to every rank"; else
+    echo "        exit status $st" >>"$tmp/out"; fail "SIGTERM is forwarded to every rank"; fi
+expect "a program that cannot run" 127 "$launch" --nproc 2 "$tmp/no-such-program"
+expect "no --nproc" 2 "$launch" true
+expect "no program" 2 "$launch" --nproc 2
+expect "several hosts without a rendezvous file" 2 "$launch" --nproc 1 --nnodes 2 --node-rank 0 true
+echo stale >"$tmp/id"
+expect "node 0 removes a stale rendezvous file first" 0 "$launch" --nproc 1 --rendezvous "$tmp/id" \
+    sh -c 'test ! -e "$BLOB_COMM_ID_FILE"'
+if [ ! -e "$tmp/id" ]; then pass "... and the file is gone after"; else fail "... and the file is gone after"; fi
+expect "its temporary directory is removed" 0 "$launch" --nproc 1 sh -c 'echo "$BLOB_COMM_ID_FILE"'
+if [ ! -e "$(dirname "$(cat "$tmp/out")")" ]; then pass "... at the end"; else fail "... at the end"; fi
+
+gpu_tests=17
+gpus=$("$probe" gpus 2>/dev/null || echo 0)
+if [ "$gpus" -lt 2 ]; then
+    echo "skipped: $gpu_tests multi-process tests (they need two GPUs; $gpus found)"
+else
+    timeout=3
+    export BLOB_COMM_TIMEOUT=$timeout
+    for transport in nvlink sockets; do
+        if [ $transport = sockets ]; then
+            # what two hosts would use: no peer-to-peer, no shared memory, no InfiniBand
+            export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1
+        fi
+        echo "two processes, $transport"
+        expect "all-reduce sum and mean, exact ($transport)" 0 \
+            env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 "$probe" allreduce 4
+        expect "training steps, weights equal ($transport)" 0 "$launch" --nproc 2 "$probe" train 20 -1 -1
+        t0=$(now)
+        expect "a rank SIGKILLed mid-run: the launcher fails ($transport)" 137 \
+            "$launch" --nproc 2 --grace 20 "$probe" train 20 1 5
+        if has 'rank 0: step 5 failed after'; then pass "... the other rank gets an error ($transport)"; else
+            fail "... the other rank gets an error ($transport)"; fi
+        t=$(sed -n 's/^rank 0: step 5 failed after \([0-9.]*\) s.*/\1/p' "$tmp/out")
+        if [ -n "$t" ] && below "$t" $((timeout + 5)); then pass "... within the deadline + 5 s ($t s)"; else
+            fail "... within the deadline + 5 s (${t:-no} s)"; fi
+        if has 'rank 0: weights intact: those of step 4'; then pass "... its weights are those of step 4"; else
+            fail "... its weights are those of step 4"; fi
+        echo "        (the run took $(elapsed "$t0") s)"
+        unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_IB_DISABLE
+    done
+    echo "two processes, failures at the start"
+    expect "different lists: BLOB_ESHAPE on every rank within a second" 0 \
+        "$launch" --nproc 2 "$probe" mismatch
+    t0=$(now)
+    expect "a rendezvous file that never comes: BLOB_ETIMEDOUT by the deadline" 4 \
+        env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 BLOB_COMM_ID_FILE="$tmp/never" "$probe" init
+    t=$(elapsed "$t0")
+    if has 'did not appear' && below "$t" $((timeout + 2)); then pass "... in $t s"; else fail "... in $t s"; fi
+    printf 'blobcomm but not a record' >"$tmp/bad"
+    expect "a corrupt rendezvous file: BLOB_EFORMAT at once" 5 \
+        env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 BLOB_COMM_ID_FILE="$tmp/bad" "$probe" init
+    # two ranks arrive, the world needs three
+    t0=$(now)
+    pids=
+    for r in 0 1; do
+        RANK=$r LOCAL_RANK=$r WORLD_SIZE=3 BLOB_COMM_ID_FILE="$tmp/id3" "$probe" init >"$tmp/init$r" 2>&1 &
+        pids="$pids $!"
+    done
+    st=0
+    for pid in $pids; do wait "$pid" || st=$((st + $?)); done
+    cat "$tmp/init0" "$tmp/init1" >"$tmp/out"
+    t=$(elapsed "$t0")
+    if [ $st = 8 ] && [ "$(grep -c 'ETIMEDOUT' "$tmp/out")" = 2 ] && below "$t" $((timeout + 5)); then
+        pass "a world larger than the ranks that come: BLOB_ETIMEDOUT on both ($t s)"
+    else
+        echo "        statuses summed to $st" >>"$tmp/out"
+        fail "a world larger than the ranks that come: BLOB_ETIMEDOUT on both ($t s)"
+    fi
+fi
+
+echo "comm: $passed passed, $failed failed"
+[ $failed = 0 ]
