@@ -20,8 +20,8 @@ even R the mean of the two middle ones, as net_step.c computes it too). Four way
 
 The nets (--net) are those of examples/nets, with the same widths:
   mlp, mlp1024, mlp4096  inner products with ReLU between them, on flattened images;
-  lenet                  Caffe's LeNet with ReLU after the convolutions too: conv 5x5
-                         (20) -> max pool 2x2/2 -> ReLU -> conv 5x5 (50) -> max pool
+  lenet                  a LeNet with ReLU after the convolutions too: conv 5x5 pad 2
+                         (16) -> max pool 2x2/2 -> ReLU -> conv 5x5 (32) -> max pool
                          2x2/2 -> ReLU -> inner product (500) -> ReLU -> inner product
                          (10) (ReLU after pooling, as examples/nets/lenet.c has it).
 A step is zero_grad, forward, cross-entropy, backward, SGD with momentum 0.9 and weight
@@ -59,13 +59,15 @@ def mlp(*widths):
     return torch.nn.Sequential(*layers), (widths[0],)
 
 
-def lenet(conv1, conv2, hidden):
-    """LeNet for 1x28x28 images with ReLU after the convolutions (and their pooling)."""
+def lenet(conv1, conv2, hidden, pad):
+    """LeNet for 1x28x28 images with ReLU after the convolutions (and their pooling), the
+    first convolution padded by pad."""
     nn = torch.nn
+    side = ((28 + 2 * pad - 4) // 2 - 4) // 2  # conv 5x5, pool /2, conv 5x5, pool /2
     return nn.Sequential(
-        nn.Conv2d(1, conv1, 5), nn.MaxPool2d(2, 2), nn.ReLU(),
+        nn.Conv2d(1, conv1, 5, padding=pad), nn.MaxPool2d(2, 2), nn.ReLU(),
         nn.Conv2d(conv1, conv2, 5), nn.MaxPool2d(2, 2), nn.ReLU(),
-        nn.Flatten(), nn.Linear(conv2 * 4 * 4, hidden), nn.ReLU(),
+        nn.Flatten(), nn.Linear(conv2 * side * side, hidden), nn.ReLU(),
         nn.Linear(hidden, 10)), (1, 28, 28)
 
 
@@ -74,7 +76,7 @@ NETS = {
     "mlp": lambda: mlp(784, 256, 128, 10),
     "mlp1024": lambda: mlp(784, 1024, 1024, 1024, 10),
     "mlp4096": lambda: mlp(784, 4096, 4096, 4096, 10),
-    "lenet": lambda: lenet(20, 50, 500),
+    "lenet": lambda: lenet(16, 32, 500, 2),
 }
 
 
