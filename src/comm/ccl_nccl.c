@@ -1,5 +1,7 @@
-/* The collective library of builds with NCCL: nonblocking communicators (a join or a
- * launch returns at once and is polled), so that no call can wait for a dead peer. */
+/* The collective library of builds with NCCL: nonblocking parents (a join, a split or
+ * a launch returns at once and is polled), so that no call on them can wait for a dead
+ * peer, and blocking children split from them for the all-reduces of every step (a
+ * launch on a nonblocking communicator starts a thread in NCCL, tens of microseconds). */
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -95,6 +97,30 @@ static blob_status nccl_init_local(void **handles, int n, const int *devices)
     return st;
 }
 
+/* Every child is a blocking communicator of the parent's ranks, in the same order. */
+static blob_status nccl_split(void *const *parents, void **const *children, int n)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    for (int i = 0; i < n; i++)
+        *children[i] = NULL;
+    NCCL_TRY(ncclGroupStart());
+    blob_status st = BLOB_OK;
+    for (int i = 0; i < n && st == BLOB_OK; i++) {
+        ncclComm_t parent = (ncclComm_t)parents[i];
+        int rank = 0;
+        ncclResult_t r = ncclCommUserRank(parent, &rank);
+        if (r == ncclSuccess)
+            r = ncclCommSplit(parent, 0, rank, (ncclComm_t *)children[i], &cfg);
+        if (r != ncclSuccess && r != ncclInProgress)
+            st = nccl_fail(r, "ncclCommSplit", __func__);
+    }
+    ncclResult_t r = ncclGroupEnd();
+    if (st == BLOB_OK && r != ncclSuccess && r != ncclInProgress)
+        st = nccl_fail(r, "ncclGroupEnd", __func__);
+    return st;
+}
+
 static blob_status nccl_state(void *handle, bool *ready)
 {
     ncclResult_t async = ncclSuccess;
@@ -166,6 +192,7 @@ static const blob__ccl nccl_table = {
     .new_id = nccl_new_id,
     .init = nccl_init,
     .init_local = nccl_init_local,
+    .split = nccl_split,
     .state = nccl_state,
     .all_reduce = nccl_all_reduce,
     .broadcast = nccl_broadcast,
