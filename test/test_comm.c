@@ -413,10 +413,12 @@ static void dev_event_destroy(void *event)
 {
     pthread_mutex_lock(&fake_ccl_mu);
     progress_all();
-    for (int i = 0; i < fake_num_queues; i++)
-        for (size_t j = fake_queues[i].head; j < fake_queues[i].len; j++)
-            if (fake_queues[i].items[j].event == event)
-                fake_queues[i].items[j].kind = Q_DROPPED;
+    for (int i = 0; i < fake_num_queues && event; i++)
+        for (size_t j = fake_queues[i].head; j < fake_queues[i].len; j++) {
+            fake_item *it = &fake_queues[i].items[j];
+            if ((it->kind == Q_RECORD || it->kind == Q_WAIT) && it->event == event)
+                it->kind = Q_DROPPED;
+        }
     for (int i = 0; i < fake_num_events; i++)
         if (fake_events[i].event == event)
             fake_events[i] = fake_events[--fake_num_events];
