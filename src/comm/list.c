@@ -219,14 +219,18 @@ static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status loca
     return st;
 }
 
-/* Elements of the list's largest bucket. */
-static size_t largest_bucket(const blob_comm_list *l)
+/* Elements of the all-reduces that connect c's child for l: as many as in its largest
+ * bucket, at most BLOB__COMM_CONNECT_MAX_BYTES; 0 when those are connected already. */
+static size_t elems_to_connect(const blob_comm *c, const blob_comm_list *l)
 {
     int64_t most = 0;
     for (int k = 0; k < l->num_buckets; k++)
         if (l->buckets[k].end - l->buckets[k].begin > most)
             most = l->buckets[k].end - l->buckets[k].begin;
-    return (size_t)most;
+    size_t elems = (size_t)most;
+    if (elems > BLOB__COMM_CONNECT_MAX_BYTES / l->elem)
+        elems = BLOB__COMM_CONNECT_MAX_BYTES / l->elem;
+    return elems * l->elem > c->connected_bytes ? elems : 0;
 }
 
 /* Connect c's child for all-reduces of up to max_elems elements of dtype: one of each
@@ -238,8 +242,6 @@ static blob_status connect_child(blob_comm *c, blob_dtype dtype, size_t elem, vo
                                  size_t max_elems)
 {
     const char *func = "blob_comm_list_create";
-    if (max_elems * elem > BLOB__COMM_CONNECT_MAX_BYTES)
-        max_elems = BLOB__COMM_CONNECT_MAX_BYTES / elem;
     if (blob__be->memset_async(scratch, 0, max_elems * elem, c->stream) != BLOB_OK)
         return blob__comm_poison(c, func, BLOB_ECUDA, "clearing the connection buffer");
     blob_status st = BLOB_OK;
@@ -302,10 +304,8 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
                 local = BLOB_ENOMEM;
         }
     }
-    /* the scratch of the all-reduces that connect the child for this list's buckets */
-    size_t connect = local == BLOB_OK && c->size > 1 ? largest_bucket(l) : 0;
-    if (connect && connect * l->elem <= c->connected_bytes)
-        connect = 0;
+    /* the buffer of the all-reduces that connect the child for this list's buckets */
+    size_t connect = local == BLOB_OK && c->size > 1 ? elems_to_connect(c, l) : 0;
     void *scratch = NULL;
     if (connect)
         local = blob_place_alloc(blob_place_device(c->device), connect * l->elem, c->stream,
