@@ -162,12 +162,14 @@ static blob_status child_stream(nccl_handle *h, ncclComm_t parent)
     return BLOB_OK;
 }
 
-/* Every child is a blocking communicator of the parent's ranks, in the same order. The
- * handle is there at once; NCCL sets its communicator when the split completes. */
+/* Every child is a blocking communicator of the parent's ranks, in the same order,
+ * sharing no resources with it (so that either may be aborted alone). The handle is
+ * there at once; NCCL sets its communicator when the split completes. */
 static blob_status nccl_split(void *const *parents, void **const *children, int n)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
+    cfg.splitShare = 0;
     int saved = -1;
     CUDA_TRY(cudaGetDevice(&saved));
     blob_status st = BLOB_OK;
