@@ -503,18 +503,16 @@ static blob_status fake_init_local(void **handles, int n, const int *devices)
     return BLOB_OK;
 }
 
-static blob_status fake_split(void *const *parents, void **const *children, int n)
+static blob_status fake_split(void *parent, void **child)
 {
+    fake_handle *p = parent;
     pthread_mutex_lock(&fake_ccl_mu);
-    for (int i = 0; i < n; i++) {
-        fake_handle *p = parents[i];
-        if (!p->w->child)
-            p->w->child = new_world(p->w->size);
-        fake_handle *h = fake_join(p->w->child, p->rank);
-        h->child = true;
-        p->split = true;
-        *children[i] = h;
-    }
+    if (!p->w->child)
+        p->w->child = new_world(p->w->size);
+    fake_handle *h = fake_join(p->w->child, p->rank);
+    h->child = true;
+    p->split = true;
+    *child = h;
     pthread_mutex_unlock(&fake_ccl_mu);
     return BLOB_OK;
 }

@@ -34,12 +34,11 @@ typedef struct blob__ccl {
     /* Start joining all n ranks of a group in this process: handles[i] on devices[i]
      * (the current device is changed). On failure no handle is left. */
     blob_status (*init_local)(void **handles, int n, const int *devices);
-    /* Start splitting each of the n parents (all ranks of one process, or this
-     * process's one rank; every rank of the world takes part) into a blocking child of
-     * the same ranks. *children[i] must stay valid until state(parents[i]) is ready:
-     * then it holds the child, or NULL. On failure (here or in state()) the parents are
-     * aborted, then any child that is set. */
-    blob_status (*split)(void *const *parents, void **const *children, int n);
+    /* Start splitting parent (every rank of the world splits its own) into a blocking
+     * child of the same ranks. *child must stay valid until state(parent) is ready: then
+     * it holds the child, or NULL. On failure (here or in state()) the parent is aborted,
+     * then the child if it is set. */
+    blob_status (*split)(void *parent, void **child);
     /* *ready: the last call (or the join, or the split) has finished. An error means
      * the handle is broken (a peer failed, a transport error): abort it. */
     blob_status (*state)(void *handle, bool *ready);

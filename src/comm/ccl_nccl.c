@@ -162,48 +162,41 @@ static blob_status child_stream(nccl_handle *h, ncclComm_t parent)
     return BLOB_OK;
 }
 
-/* Every child is a blocking communicator of the parent's ranks, in the same order,
+/* The child is a blocking communicator of the parent's ranks, in the same order,
  * sharing no resources with it (so that either may be aborted alone). The handle is
- * there at once; NCCL sets its communicator when the split completes. */
-static blob_status nccl_split(void *const *parents, void **const *children, int n)
+ * there at once; NCCL sets its communicator when the split completes. The split on a
+ * nonblocking parent returns at once, so that one thread may split the parents of
+ * several ranks one after the other. */
+static blob_status nccl_split(void *parent, void **child)
 {
+    ncclComm_t from = comm_of(parent);
+    nccl_handle *h = blob__obj_alloc(sizeof *h);
+    if (!h)
+        return BLOB_ENOMEM;
+    int saved = -1;
+    blob_status st = BLOB_OK;
+    cudaError_t e = cudaGetDevice(&saved);
+    if (e != cudaSuccess)
+        st = blob__cuda_fail(e, "cudaGetDevice", __func__);
+    if (st == BLOB_OK) {
+        st = child_stream(h, from);
+        (void)cudaSetDevice(saved);
+    }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 1;
     cfg.splitShare = 0;
-    int saved = -1;
-    CUDA_TRY(cudaGetDevice(&saved));
-    blob_status st = BLOB_OK;
-    for (int i = 0; i < n; i++) {
-        *children[i] = blob__obj_alloc(sizeof(nccl_handle));
-        if (!*children[i])
-            st = BLOB_ENOMEM;
-        else if (st == BLOB_OK)
-            st = child_stream(*children[i], comm_of(parents[i]));
-    }
-    (void)cudaSetDevice(saved);
+    int rank = 0;
+    ncclResult_t r = ncclSuccess;
+    if (st == BLOB_OK && (r = ncclCommUserRank(from, &rank)) == ncclSuccess)
+        r = ncclCommSplit(from, 0, rank, &h->comm, &cfg);
+    if (st == BLOB_OK && r != ncclSuccess && r != ncclInProgress)
+        st = nccl_fail(r, "ncclCommSplit", __func__);
     if (st != BLOB_OK) {
-        for (int i = 0; i < n; i++) {
-            if (*children[i])
-                release(*children[i]);
-            *children[i] = NULL;
-        }
+        release(h); /* the split never started, or failed before it ran */
         return st;
     }
-    NCCL_TRY(ncclGroupStart());
-    for (int i = 0; i < n && st == BLOB_OK; i++) {
-        ncclComm_t parent = comm_of(parents[i]);
-        nccl_handle *child = *children[i];
-        int rank = 0;
-        ncclResult_t r = ncclCommUserRank(parent, &rank);
-        if (r == ncclSuccess)
-            r = ncclCommSplit(parent, 0, rank, &child->comm, &cfg);
-        if (r != ncclSuccess && r != ncclInProgress)
-            st = nccl_fail(r, "ncclCommSplit", __func__);
-    }
-    ncclResult_t r = ncclGroupEnd();
-    if (st == BLOB_OK && r != ncclSuccess && r != ncclInProgress)
-        st = nccl_fail(r, "ncclGroupEnd", __func__);
-    return st;
+    *child = h;
+    return BLOB_OK;
 }
 
 static blob_status nccl_state(void *handle, bool *ready)

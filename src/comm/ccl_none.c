@@ -28,9 +28,9 @@ static blob_status none_init_local(void **handles, int n, const int *devices)
     return no_nccl("blob_comm_create_local");
 }
 
-static blob_status none_split(void *const *parents, void **const *children, int n)
+static blob_status none_split(void *parent, void **child)
 {
-    (void)parents, (void)children, (void)n;
+    (void)parent, (void)child;
     return no_nccl("blob_comm_create");
 }
 

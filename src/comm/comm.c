@@ -586,15 +586,8 @@ static blob_status start(blob_comm **cs, int n, const char *func)
     }
     if (st != BLOB_OK)
         return st;
-    void *parents[n];
-    void **children[n];
-    memset(parents, 0, sizeof parents); /* (all set below; this quiets GCC) */
-    memset(children, 0, sizeof children);
-    for (int i = 0; i < n; i++) {
-        parents[i] = cs[i]->handle;
-        children[i] = &cs[i]->child;
-    }
-    st = cs[0]->ccl->split(parents, children, n);
+    for (int i = 0; i < n && st == BLOB_OK; i++)
+        st = cs[i]->ccl->split(cs[i]->handle, &cs[i]->child);
     blob__comm_name split_name = {.kind = BLOB__OP_SPLIT};
     for (int i = 0; i < n && st == BLOB_OK; i++) {
         pthread_mutex_lock(&cs[i]->mu);
