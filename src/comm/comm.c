@@ -592,8 +592,11 @@ static blob_status start(blob_comm **cs, int n, const char *func)
     for (int i = 0; i < n && st == BLOB_OK; i++) {
         pthread_mutex_lock(&cs[i]->mu);
         st = blob__comm_settle(cs[i], func, &split_name, BLOB__COMM_PEER_HINT);
+        bool ready;
         if (st == BLOB_OK && !cs[i]->child)
             st = blob__comm_fail(cs[i], func, BLOB_ECOMM, "the split made no communicator");
+        else if (st == BLOB_OK && cs[i]->ccl->state(cs[i]->child, &ready) != BLOB_OK)
+            st = blob__comm_fail_op(cs[i], func, BLOB_ECOMM, &split_name);
         pthread_mutex_unlock(&cs[i]->mu);
     }
     for (int i = 0; i < n && st == BLOB_OK; i++)
