@@ -27,6 +27,23 @@ static const char *default_path(bool gpu, const char *host, char *buf, size_t si
     return buf;
 }
 
+/* The sections to run: all, or those named in a comma-separated list ("8,9,C"). */
+static const char *only;
+
+static bool want(const char *section)
+{
+    if (!only)
+        return true;
+    size_t n = strlen(section);
+    for (const char *p = only; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && !strncmp(p, section, n))
+            return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     const char *out = getenv("BLOB_BENCH_OUT");
@@ -34,10 +51,13 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
         } else if (!strcmp(argv[i], "--no-torch")) {
             with_torch = false;
         } else {
-            fprintf(stderr, "usage: %s [-o results.json] [--no-torch]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-o results.json] [--no-torch] [--only 1,2,...,9,C,D]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -61,24 +81,31 @@ int main(int argc, char **argv)
     char path[256];
     report_open(out && *out ? out : default_path(gpu, host, path, sizeof path));
 
-    if (gpu) {
+    if (!gpu)
+        printf("\nSections 1-3, 8, 9, C and the GPU rows of 4 and 6 skipped: no GPU found.\n");
+    if (gpu && want("1"))
         bench_gpu_alloc();
+    if (gpu && want("2"))
         bench_gpu_pinned();
+    if (gpu && want("3"))
         bench_gpu_sync();
-    } else {
-        printf("\nSections 1-3, 8, 9 and the GPU rows of 4 and 6 skipped: no GPU found.\n");
-    }
-    bench_access(gpu);
-    bench_reshape();
-    if (gpu) {
+    if (want("4"))
+        bench_access(gpu);
+    if (want("5"))
+        bench_reshape();
+    if (gpu && want("6"))
         bench_gpu_update();
+    if (gpu && want("8"))
         bench_gpu_optim();
+    if (gpu && want("9"))
         bench_gpu_fused_gemm();
-    }
-    bench_update_host();
-    bench_loop(gpu);
-    bench_dlpack(gpu);
-    if (gpu)
+    if (want("6"))
+        bench_update_host();
+    if (want("7"))
+        bench_loop(gpu);
+    if (want("D"))
+        bench_dlpack(gpu);
+    if (gpu && want("C"))
         bench_gpu_conv();
     bench_gpu_close();
     blob_thread_release();
