@@ -7,8 +7,11 @@
  * (bench/net_torch.py, which times the same way) when torch imports.
  *
  *   net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... [--device cpu|gpu]
- *            [--steps N] [--repeats R] [--torch PATH]
+ *            [--streams 1|2] [--steps N] [--repeats R] [--torch PATH]
  *
+ * --streams 1 runs libblob's GPU steps on one stream (net_config.one_stream) instead of
+ * the default two (the layers' parameter gradients beside the chain of the bottom
+ * gradients).
  * Defaults: --net mlp, --batch 64 --batch 256, the process's math mode (BLOB_MATH_MODE).
  * Each figure: 20 warm-up steps, then R times: synchronize, wall clock over N steps
  * alternating between two resident batches, synchronize; the median is reported (for
@@ -32,6 +35,8 @@
 #define MAX_BATCHES 8
 #define MAX_MATHS 3
 #define CLASSES 10 /* every net here classifies Fashion-MNIST */
+
+static bool one_stream; /* --streams 1 */
 
 /* One kind of libblob's net (fused or plain), us per step (0: not measured). */
 typedef struct {
@@ -103,7 +108,8 @@ static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind 
 {
     net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32, .batch = batch,
                       .seed = 1, .lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4,
-                      .graph = run != EAGER, .plain = plain, .loss_only = true};
+                      .graph = run != EAGER, .plain = plain, .loss_only = true,
+                      .one_stream = one_stream};
     blob_figures *k = &f->kind[plain];
     int64_t xshape[4] = {batch};
     for (int i = 0; i < def->input_axes; i++)
@@ -288,7 +294,8 @@ static void print_table(const net_def *def, const char *math, nn_mode mode,
 static void usage(void)
 {
     fprintf(stderr, "usage: net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... "
-                    "[--device cpu|gpu] [--steps N] [--repeats R] [--torch bench/net_torch.py]"
+                    "[--device cpu|gpu] [--streams 1|2] [--steps N] [--repeats R] "
+                    "[--torch bench/net_torch.py]"
                     "\nnets:");
     for (int i = 0; net_def_at(i); i++)
         fprintf(stderr, " %s", net_def_at(i)->name);
@@ -337,6 +344,8 @@ int main(int argc, char **argv)
             maths[num_maths++] = math_mode(v);
         else if (v && !strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
             device = v;
+        else if (v && !strcmp(a, "--streams") && (!strcmp(v, "1") || !strcmp(v, "2")))
+            one_stream = !strcmp(v, "1");
         else if (v && !strcmp(a, "--steps") && atoi(v) > 0)
             steps = atoi(v);
         else if (v && !strcmp(a, "--repeats") && atoi(v) > 0 && atoi(v) <= MAX_REPEATS)
@@ -417,9 +426,9 @@ int main(int argc, char **argv)
     int gpu;
     if (mode == NN_GPU && blob_device_get(&gpu) == BLOB_OK)
         snprintf(where, sizeof where, "GPU %d", gpu);
-    printf("net_step: libblob on %s%s%s; median of %d runs of %d steps after %d warm-up "
-           "steps\n", where, *torch_device ? ", PyTorch on " : "", torch_device, repeats,
-           steps, WARMUP);
+    printf("net_step: libblob on %s%s%s%s; median of %d runs of %d steps after %d warm-up "
+           "steps\n", where, mode == NN_GPU ? (one_stream ? " (one stream)" : " (two streams)")
+           : "", *torch_device ? ", PyTorch on " : "", torch_device, repeats, steps, WARMUP);
     if (mode == NN_CPU)
         printf("host BLAS: %s (torch: as many threads)\n", blas.summary);
     for (int m = 0; m < num_maths; m++)

@@ -1,6 +1,8 @@
+#include <stdio.h>
 #include <string.h>
 
 #include "../src/core/core.h"
+#include "fake_backend.h"
 #include "testutil.h"
 
 START_TEST(test_names_and_messages)
@@ -32,6 +34,7 @@ START_TEST(test_no_gpu_reports)
     ck_status(blob_stream_create(&s), BLOB_ENODEV);
     ck_assert_ptr_null(s);
     ck_status(blob_device_synchronize(), BLOB_ENODEV);
+    ck_status(blob_stream_wait_stream(NULL, (void *)&s), BLOB_ENODEV);
     blob_syncedmem *m;
     ck_ok(blob_syncedmem_create(&m, 16, BLOB_DEVICE_DEFAULT));
     ck_assert_int_eq(blob_syncedmem_device(m), BLOB_HOST_ONLY);
@@ -104,6 +107,106 @@ START_TEST(test_gpu_graph_replay)
 }
 END_TEST
 
+/* A wait orders a stream after the work queued so far on another, through one pooled
+ * event (the fake runs the waited-for work when the wait is queued). */
+START_TEST(test_stream_wait_stream)
+{
+    void *a, *b;
+    unsigned char *p;
+    ck_ok(blob_stream_create(&a));
+    ck_ok(blob_stream_create(&b));
+    ck_ok(blob_place_alloc(blob_place_device(0), 64, b, (void **)&p));
+    memset(p, 0, 64);
+    ck_ok(blob__be->memset_async(p, 7, 64, b));
+    ck_assert_int_eq(fake_queued(), 1);
+    fake_fail_alloc_at(1, false); /* no event can be made: nothing waits */
+    ck_status(blob_stream_wait_stream(a, b), BLOB_ECUDA);
+    ck_assert_int_eq(fake_queued(), 1);
+    ck_ok(blob_stream_wait_stream(b, b)); /* a stream waiting for itself: nothing to do */
+    ck_ok(blob_stream_wait_stream(NULL, NULL));
+    ck_assert_uint_eq(fake_get_stats().events_created, 0);
+    ck_ok(blob_stream_wait_stream(a, b));
+    ck_assert_int_eq(fake_queued(), 0); /* a's later work comes after b's memset */
+    ck_assert_int_eq(p[0], 7);
+    ck_assert_int_eq(p[63], 7);
+    ck_ok(blob_stream_wait_stream(NULL, a)); /* the default stream waits, and is waited for */
+    ck_ok(blob_stream_wait_stream(b, NULL));
+    ck_ok(blob_stream_wait_stream(b, a));
+    ck_assert_uint_eq(fake_get_stats().events_created, 1); /* the pool's one event */
+    ck_ok(blob_device_set(1)); /* events are per device */
+    ck_ok(blob_stream_wait_stream(NULL, b));
+    ck_assert_uint_eq(fake_get_stats().events_created, 2);
+    ck_ok(blob_device_set(0));
+    blob_place_free(blob_place_device(0), p);
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_destroy(b));
+    ck_assert_uint_eq(fake_get_stats().violations, 0);
+}
+END_TEST
+
+/* y = 2x on a side stream forked from s after x is set, z = 1 on s meanwhile, then s
+ * joins the side stream and adds y to z: eagerly, and captured as a graph with a
+ * parallel branch that is replayed. Large enough that a missing wait shows. */
+START_TEST(test_gpu_stream_fork_join)
+{
+    enum { N = 1 << 22 };
+    int64_t shape[] = {N};
+    blob *xy, *z;
+    void *s, *side, *x, *y, *dz;
+    ck_ok(blob_stream_create(&s));
+    ck_ok(blob_stream_create(&side));
+    blob_set_stream(s);
+    ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    ck_ok(blob_mutable_gpu_data(xy, &x));
+    ck_ok(blob_mutable_gpu_diff(xy, &y));
+    ck_ok(blob_mutable_gpu_data(z, &dz));
+    for (int run = 0; run < 2; run++) {
+        const bool graph = run == 1;
+        blob_graph *g = NULL;
+        if (graph)
+            ck_ok(blob_graph_begin(s));
+        ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 3.0 + run, x));
+        ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 0.0, y));
+        ck_ok(blob_stream_wait_stream(side, s)); /* fork */
+        blob_set_stream(side);
+        ck_ok(blob_gpu_axpy(BLOB_FLOAT32, N, 2.0, x, y));
+        blob_set_stream(s);
+        ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 1.0, dz));
+        ck_ok(blob_stream_wait_stream(s, side)); /* join */
+        ck_ok(blob_gpu_axpy(BLOB_FLOAT32, N, 1.0, y, dz));
+        if (graph) {
+            ck_ok(blob_graph_end(s, &g));
+            int64_t kernels = 0, total = 0;
+            ck_ok(blob_graph_count_nodes(g, &kernels, &total));
+            printf("fork/join graph: %lld kernels, %lld nodes\n", (long long)kernels,
+                   (long long)total);
+            ck_ok(blob_gpu_set(BLOB_FLOAT32, N, -1.0, dz)); /* replaced by the replay */
+            ck_ok(blob_graph_launch(g, s));
+        }
+        ck_ok(blob_stream_synchronize(s));
+        const float *h, *hy;
+        ck_ok(blob_cpu_data(z, (const void **)&h));
+        ck_ok(blob_cpu_diff(xy, (const void **)&hy));
+        const float want_y = 2.0f * (3.0f + (float)run), want_z = 1.0f + want_y;
+        for (int i = 0; i < N; i++) {
+            if (h[i] != want_z || hy[i] != want_y)
+                ck_abort_msg("%s run: element %d: y %g (want %g), z %g (want %g)",
+                             graph ? "graph" : "eager", i, hy[i], want_y, h[i], want_z);
+        }
+        ck_ok(blob_mutable_gpu_data(xy, &x)); /* the device sides again, for the next run */
+        ck_ok(blob_mutable_gpu_diff(xy, &y));
+        ck_ok(blob_mutable_gpu_data(z, &dz));
+        blob_graph_free(g);
+    }
+    blob_set_stream(NULL);
+    blob_free(xy);
+    blob_free(z);
+    ck_ok(blob_stream_destroy(side));
+    ck_ok(blob_stream_destroy(s));
+}
+END_TEST
+
 Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
@@ -112,11 +215,16 @@ Suite *status_suite(void)
     tcase_add_test(tc, test_last_error_detail);
     tcase_add_test(tc, test_graph_arguments);
     suite_add_tcase(s, tc);
+    TCase *fake = tcase_create("fake");
+    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
+    tcase_add_test(fake, test_stream_wait_stream);
+    suite_add_tcase(s, fake);
     TCase *nogpu = req_tcase("nogpu", "nogpu");
     req_add_test(nogpu, test_no_gpu_reports);
     suite_add_tcase(s, nogpu);
     TCase *gpu = gpu_tcase("gpu");
     req_add_test(gpu, test_gpu_graph_replay);
+    req_add_test(gpu, test_gpu_stream_fork_join);
     suite_add_tcase(s, gpu);
     return s;
 }

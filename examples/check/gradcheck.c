@@ -9,7 +9,8 @@
  *  3. Six SGD steps of the MLP and of LeNet in single precision, fused and plain, on the
  *     CPU, on the GPU eagerly and on the GPU with CUDA graphs: the losses and the final
  *     weights agree, also the fused with the plain on the CPU; the results read one step
- *     late (net_output_ago) are those read at once.
+ *     late (net_output_ago) are those read at once. On the GPU the eager steps with the
+ *     net's side stream (the default) agree to SAME_TOL with those on one stream.
  *
  * GPU parts are skipped, saying so, when no GPU is present. Exits 1 on any failure.
  */
@@ -22,6 +23,7 @@
 #define EPS 1e-6      /* finite-difference step */
 #define GRAD_TOL 1e-6 /* |analytic - numeric| <= GRAD_TOL * max(1, |analytic| + |numeric|) */
 #define AGREE_TOL 1e-3 /* relative, float32 CPU vs GPU after a few steps */
+#define SAME_TOL 1e-6  /* relative, float32 GPU with and without the side stream */
 
 static int passed, failed, skipped;
 
@@ -465,7 +467,7 @@ static blob_status read_params(net *n, run_result *r)
  * checkpoint would, and collect the losses and final parameters. Each step's results
  * are read again after the next step is queued, as the trainer reads them. */
 static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool plain,
-                             run_result *r)
+                             bool one_stream, run_result *r)
 {
     void *stream = NULL;
     net *n = NULL;
@@ -476,7 +478,8 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
     uint64_t rng = 9;
     net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32,
                       .batch = BATCH, .seed = 3, .lr = 0.05, .momentum = 0.9,
-                      .weight_decay = 1e-3, .graph = graph, .plain = plain};
+                      .weight_decay = 1e-3, .graph = graph, .plain = plain,
+                      .one_stream = one_stream};
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
     blob_set_stream(stream);
     if (st == BLOB_OK)
@@ -523,7 +526,7 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
 }
 
 static void compare(const char *net_name, const char *what, const run_result *ref,
-                    const run_result *r)
+                    const run_result *r, double tol)
 {
     double loss_err = 0, param_err = 0, scale = 0;
     for (int s = 0; s < STEPS; s++)
@@ -533,7 +536,7 @@ static void compare(const char *net_name, const char *what, const run_result *re
         scale = fmax(scale, fabs(ref->params[i]));
     }
     param_err /= scale;
-    bool ok = loss_err <= AGREE_TOL && param_err <= AGREE_TOL && !r->late_mismatches &&
+    bool ok = loss_err <= tol && param_err <= tol && !r->late_mismatches &&
               !ref->late_mismatches;
     printf("agreement %-6s %-24s %d steps: loss %.6f vs %.6f, max loss error %.1e, max "
            "weight error %.1e%s  %s\n", net_name, what, STEPS, r->loss[STEPS - 1],
@@ -546,39 +549,49 @@ static void compare(const char *net_name, const char *what, const run_result *re
         failed++;
 }
 
-/* The CPU run of a net (fused or plain) against its GPU runs, eager and with graphs;
- * returns whether the CPU run succeeded. */
+/* The CPU run of a net (fused or plain) against its GPU runs, eager and with graphs,
+ * and the eager one against an eager one on one stream; returns whether the CPU run
+ * succeeded. */
 static bool check_kind(const net_def *def, bool plain, bool gpu, run_result *cpu)
 {
     const char *kind = plain ? "plain" : "fused";
-    run_result eager = {0}, graph = {0};
+    run_result eager = {0}, graph = {0}, one = {0};
     char what[64];
     blob_status st;
-    if ((st = run_steps(def, NN_CPU, false, plain, cpu)) != BLOB_OK) {
+    if ((st = run_steps(def, NN_CPU, false, plain, false, cpu)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the CPU", kind, def->name);
         report(st, what);
         return false;
     }
     else if (!gpu) {
-        printf("agreement %-6s %s CPU vs GPU: skipped (no GPU)\n", def->name, kind);
-        skipped += 2;
+        printf("agreement %-6s %s CPU vs GPU eager and graph, GPU 1 vs 2 streams: skipped "
+               "(no GPU)\n", def->name, kind);
+        skipped += 3;
     }
-    else if ((st = run_steps(def, NN_GPU, false, plain, &eager)) != BLOB_OK) {
+    else if ((st = run_steps(def, NN_GPU, false, plain, false, &eager)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU", kind, def->name);
         report(st, what);
     }
-    else if ((st = run_steps(def, NN_GPU, true, plain, &graph)) != BLOB_OK) {
+    else if ((st = run_steps(def, NN_GPU, true, plain, false, &graph)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU with graphs", kind, def->name);
+        report(st, what);
+    }
+    else if ((st = run_steps(def, NN_GPU, false, plain, true, &one)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s %s on the GPU on one stream", kind,
+                 def->name);
         report(st, what);
     }
     else {
         snprintf(what, sizeof what, "%s CPU vs GPU eager", kind);
-        compare(def->name, what, cpu, &eager);
+        compare(def->name, what, cpu, &eager, AGREE_TOL);
         snprintf(what, sizeof what, "%s CPU vs GPU graph", kind);
-        compare(def->name, what, cpu, &graph);
+        compare(def->name, what, cpu, &graph, AGREE_TOL);
+        snprintf(what, sizeof what, "%s GPU 1 vs 2 streams", kind);
+        compare(def->name, what, &one, &eager, SAME_TOL);
     }
     free(eager.params);
     free(graph.params);
+    free(one.params);
     return true;
 }
 
@@ -594,7 +607,7 @@ static void check_training(const char *net_name, bool gpu)
     run_result fused = {0}, plain = {0};
     bool have_fused = check_kind(def, false, gpu, &fused);
     if (check_kind(def, true, gpu, &plain) && have_fused)
-        compare(net_name, "fused vs plain CPU", &plain, &fused);
+        compare(net_name, "fused vs plain CPU", &plain, &fused, AGREE_TOL);
     free(fused.params);
     free(plain.params);
 }

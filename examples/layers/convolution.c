@@ -14,6 +14,7 @@ typedef struct {
     blob_conv_geometry plane;
     int64_t num, chunk;       /* images in the batch, and per im2col */
     blob *col;                /* (channels kernel_h kernel_w) x (chunk out_h out_w) */
+    blob *dcol;               /* with a side stream: the columns' gradient, as col */
     blob *product;            /* num_output x (chunk out_h out_w): output, then top diff */
     blob *ones;               /* chunk out_h out_w ones: the bias is a GEMM with them */
     bool col_fresh;           /* col holds the columns of the whole batch's last forward */
@@ -50,6 +51,8 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
                                                                       chunk * plane};
     NN_TRY(blob_reshape(top, 4, top_shape));
     NN_TRY(blob_reshape(cv->col, 2, col_shape));
+    if (l->side_stream) /* the columns' gradient beside the columns that dW reads */
+        NN_TRY(blob_reshape(cv->dcol, 2, col_shape));
     NN_TRY(blob_reshape(cv->product, 2, product_shape));
     NN_TRY(nn__reshape_ones(l, cv->ones, chunk * plane));
     cv->g = g;
@@ -124,6 +127,34 @@ static blob_status conv_forward(nn_layer *l, blob *const *bottom, blob *top)
     return BLOB_OK;
 }
 
+/* The parameter gradients of the chunk of `images` images from n0, whose top diff in
+ * the channel-major layout is dout; the listener is told after the last chunk. */
+static blob_status conv_param_grads(nn_layer *l, const void *dout, const void *x, int64_t n0,
+                                    int64_t images, const void *ones, void *col, void *dw,
+                                    void *db)
+{
+    conv_layer *cv = conv_of(l);
+    const nn_math *m = l->m;
+    const blob_dtype dt = l->dtype;
+    const conv_sizes z = sizes_of(cv);
+    const int64_t cols = images * z.plane;
+    const double beta = n0 ? 1.0 : 0.0; /* later chunks add to the param diffs */
+    NN_TRY(m->gemv(dt, BLOB_NO_TRANS, cv->p.num_output, cols, 1.0, dout, ones, beta, db));
+    if (!cv->col_fresh)
+        NN_TRY(m->im2col(dt, &cv->g, images, at(x, n0 * z.in_image, z.elem), col));
+    for (int64_t g = 0; g < cv->p.groups; g++) {
+        const void *pg = at(dout, g * z.m * cols, z.elem);
+        NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_TRANS, z.m, z.k, cols, 1.0, pg,
+                       at(col, g * z.k * cols, z.elem), beta, at(dw, g * z.m * z.k, z.elem)));
+    }
+    return n0 + images == cv->num ? nn__params_ready(l) : BLOB_OK;
+}
+
+/* With a side stream and the batch in one chunk, the parameter gradients (they read the
+ * top diff, or its reorder in product, and col, which they may fill from the bottom's
+ * data, and write the parameter diffs) run beside the bottom gradient, which reads the
+ * same top diff and W's data and writes dcol and the bottom's diff: nothing one writes,
+ * the other touches. Several chunks share col and product, so they run in order. */
 static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down,
                                  blob *const *bottom)
 {
@@ -131,8 +162,9 @@ static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down,
     const nn_math *m = l->m;
     const blob_dtype dt = l->dtype;
     const conv_sizes z = sizes_of(cv);
+    const bool side = propagate_down && l->side_stream && cv->chunk == cv->num;
     const void *dy, *x, *w, *ones;
-    void *dw, *db, *col, *product, *dx = NULL;
+    void *dw, *db, *col, *product, *dx = NULL, *dcol = NULL;
     NN_TRY(m->diff(top, &dy));
     NN_TRY(m->data(bottom[0], &x));
     NN_TRY(m->data(l->params[0], &w));
@@ -143,6 +175,8 @@ static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down,
     NN_TRY(m->mutable_data(cv->product, &product));
     if (propagate_down)
         NN_TRY(m->mutable_diff(bottom[0], &dx));
+    if (side)
+        NN_TRY(m->mutable_data(cv->dcol, &dcol));
     if (cv->num == 0) { /* no image: the gradients are 0 */
         NN_TRY(m->set(dt, blob_count(l->params[0]), 0.0, dw));
         return m->set(dt, blob_count(l->params[1]), 0.0, db);
@@ -150,33 +184,30 @@ static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down,
     for (int64_t n0 = 0; n0 < cv->num; n0 += cv->chunk) {
         const int64_t images = cv->num - n0 < cv->chunk ? cv->num - n0 : cv->chunk;
         const int64_t cols = images * z.plane;
-        const double beta = n0 ? 1.0 : 0.0; /* later chunks add to the param diffs */
         const void *dout = at(dy, n0 * z.out_image, z.elem); /* channel-major if one image */
         if (images > 1) {
             NN_TRY(m->im2col(dt, &cv->plane, images, dout, product));
             dout = product;
         }
-        NN_TRY(m->gemv(dt, BLOB_NO_TRANS, cv->p.num_output, cols, 1.0, dout, ones, beta, db));
-        if (!cv->col_fresh)
-            NN_TRY(m->im2col(dt, &cv->g, images, at(x, n0 * z.in_image, z.elem), col));
-        for (int64_t g = 0; g < cv->p.groups; g++) {
-            const void *pg = at(dout, g * z.m * cols, z.elem);
-            NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_TRANS, z.m, z.k, cols, 1.0, pg,
-                           at(col, g * z.k * cols, z.elem), beta, at(dw, g * z.m * z.k, z.elem)));
-        }
-        if (n0 + images == cv->num) /* the last chunk: the parameter diffs are complete */
-            NN_TRY(nn__params_ready(l));
+        void *caller = NULL;
+        blob_status st = side ? nn__side_begin(l, &caller) : BLOB_OK;
+        if (st == BLOB_OK)
+            st = conv_param_grads(l, dout, x, n0, images, ones, col, dw, db);
+        if (side)
+            nn__side_end(caller);
+        NN_TRY(st);
         if (!propagate_down)
             continue;
-        /* the columns' gradient replaces the columns, then goes back to the images */
+        /* the columns' gradient (in place of the columns, unless beside them), then back
+         * to the images */
+        void *dc = side ? dcol : col;
         for (int64_t g = 0; g < cv->p.groups; g++) {
             const void *wg = at(w, g * z.m * z.k, z.elem);
             NN_TRY(m->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, z.k, cols, z.m, 1.0, wg,
-                           at(dout, g * z.m * cols, z.elem), 0.0,
-                           at(col, g * z.k * cols, z.elem)));
+                           at(dout, g * z.m * cols, z.elem), 0.0, at(dc, g * z.k * cols, z.elem)));
         }
-        NN_TRY(m->col2im(dt, &cv->g, images, col, at(dx, n0 * z.in_image, z.elem)));
-        cv->col_fresh = false;
+        NN_TRY(m->col2im(dt, &cv->g, images, dc, at(dx, n0 * z.in_image, z.elem)));
+        cv->col_fresh = cv->col_fresh && side;
     }
     return BLOB_OK;
 }
@@ -185,6 +216,7 @@ static void conv_destroy(nn_layer *l)
 {
     conv_layer *cv = conv_of(l);
     blob_free(cv->col);
+    blob_free(cv->dcol);
     blob_free(cv->product);
     blob_free(cv->ones);
 }
@@ -229,6 +261,7 @@ blob_status nn_conv_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
     if ((st = nn_blob_create(&l->params[0], mode, dtype, 4, wshape)) != BLOB_OK ||
         (st = nn_blob_create(&l->params[1], mode, dtype, 1, &p.num_output)) != BLOB_OK ||
         (st = nn_blob_create(&cv->col, mode, dtype, 1, &zero)) != BLOB_OK ||
+        (st = nn_blob_create(&cv->dcol, mode, dtype, 1, &zero)) != BLOB_OK ||
         (st = nn_blob_create(&cv->product, mode, dtype, 1, &zero)) != BLOB_OK ||
         (st = nn_blob_create(&cv->ones, mode, dtype, 1, &zero)) != BLOB_OK ||
         (st = nn__fill(l->params[0], p.filler, fan_in, seed)) != BLOB_OK ||

@@ -69,27 +69,46 @@ static blob_status ip_forward(nn_layer *l, blob *const *bottom, blob *top)
     return ip->p.relu ? m->relu_forward(dt, rows * out, y, y) : BLOB_OK;
 }
 
+/* Where backward's parameter gradients go: dw, and db unless the layer above wrote it
+ * (relu_from_above); plainly the ones vector that sums the bias gradient. */
+typedef struct {
+    void *dw, *db;
+    const void *ones;
+} param_diffs;
+
+static blob_status param_diffs_of(nn_layer *l, param_diffs *d)
+{
+    ip_layer *ip = ip_of(l);
+    const nn_math *m = l->m;
+    *d = (param_diffs){0};
+    NN_TRY(m->mutable_diff(l->params[0], &d->dw));
+    if (ip->relu_from_above)
+        return BLOB_OK;
+    NN_TRY(m->mutable_diff(l->params[1], &d->db));
+    return ip->p.plain ? m->data(ip->ones, &d->ones) : BLOB_OK;
+}
+
 /* The weight and bias gradients from dz, the gradient before the ReLU (if any). */
-static blob_status param_grads(nn_layer *l, const void *dz, const void *x, int64_t rows)
+static blob_status param_grads(nn_layer *l, const void *dz, const void *x, int64_t rows,
+                               const param_diffs *d)
 {
     ip_layer *ip = ip_of(l);
     const nn_math *m = l->m;
     const blob_dtype dt = l->dtype;
     const int64_t in = ip->p.num_input, out = ip->p.num_output;
-    void *dw, *db;
-    NN_TRY(m->mutable_diff(l->params[0], &dw));
     if (ip->relu_from_above) /* the bias gradient came with dz */
-        return m->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, 1.0, dz, x, 0.0, dw);
-    NN_TRY(m->mutable_diff(l->params[1], &db));
+        return m->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, 1.0, dz, x, 0.0, d->dw);
     if (!ip->p.plain)
-        return m->gemm_epilogue(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, dz, x, dw,
-                                BLOB_EPILOGUE_BGRADA, db, NULL, BLOB_MATH_DEFAULT);
-    const void *ones;
-    NN_TRY(m->data(ip->ones, &ones));
-    NN_TRY(m->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, 1.0, dz, x, 0.0, dw));
-    return m->gemv(dt, BLOB_TRANS, rows, out, 1.0, dz, ones, 0.0, db);
+        return m->gemm_epilogue(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, dz, x, d->dw,
+                                BLOB_EPILOGUE_BGRADA, d->db, NULL, BLOB_MATH_DEFAULT);
+    NN_TRY(m->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, 1.0, dz, x, 0.0, d->dw));
+    return m->gemv(dt, BLOB_TRANS, rows, out, 1.0, dz, d->ones, 0.0, d->db);
 }
 
+/* With a side stream, the parameter gradients (they read dz and x, and write the
+ * parameter diffs) run beside the bottom gradient (it reads dz, W's data and the mask
+ * below, and writes the bottom's diff and the bias diff below): nothing one writes, the
+ * other touches. */
 static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
                                blob *const *bottom)
 {
@@ -97,8 +116,10 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
     const nn_math *m = l->m;
     const blob_dtype dt = l->dtype;
     const int64_t rows = blob_shape(top)[0], in = ip->p.num_input, out = ip->p.num_output;
-    const void *x, *dz, *w;
-    void *dx;
+    const bool bottom_grad = propagate_down || ip->below;
+    const void *x, *dz, *w = NULL;
+    void *dx = NULL, *mask = NULL, *db_below = NULL;
+    param_diffs d;
     if (ip->p.relu && !ip->relu_from_above) { /* the ReLU's backward, in place */
         const void *y;
         void *dy;
@@ -108,18 +129,28 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
     }
     NN_TRY(m->diff(top, &dz));
     NN_TRY(m->data(bottom[0], &x));
-    NN_TRY(param_grads(l, dz, x, rows));
-    NN_TRY(nn__params_ready(l));
-    if (!propagate_down && !ip->below)
-        return BLOB_OK;
-    NN_TRY(m->data(l->params[0], &w));
-    NN_TRY(m->mutable_diff(bottom[0], &dx));
+    NN_TRY(param_diffs_of(l, &d));
+    if (bottom_grad) {
+        NN_TRY(m->data(l->params[0], &w));
+        NN_TRY(m->mutable_diff(bottom[0], &dx));
+    }
+    if (ip->below) {
+        NN_TRY(m->mutable_data(ip->below->mask, &mask));
+        NN_TRY(m->mutable_diff(ip->below->base.params[1], &db_below));
+    }
+    void *caller = NULL;
+    blob_status st = bottom_grad ? nn__side_begin(l, &caller) : BLOB_OK;
+    if (st == BLOB_OK)
+        st = param_grads(l, dz, x, rows, &d);
+    if (st == BLOB_OK)
+        st = nn__params_ready(l);
+    if (bottom_grad)
+        nn__side_end(caller);
+    if (st != BLOB_OK || !bottom_grad)
+        return st;
     if (!ip->below)
         return m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, rows, in, out, 1.0, dz, w, 0.0, dx);
     /* dx goes through the ReLU below, whose bias gradient comes with it */
-    void *mask, *db_below;
-    NN_TRY(m->mutable_data(ip->below->mask, &mask));
-    NN_TRY(m->mutable_diff(ip->below->base.params[1], &db_below));
     return m->gemm_epilogue(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, rows, in, out, dz, w, dx,
                             BLOB_EPILOGUE_DRELU_BGRAD, db_below, mask, BLOB_MATH_DEFAULT);
 }

@@ -135,6 +135,23 @@ blob_status nn__params_ready(nn_layer *l)
     return l->params_ready ? l->params_ready(l->ready_ctx, l) : BLOB_OK;
 }
 
+void nn_layer_set_side_stream(nn_layer *l, void *stream)
+{
+    l->side_stream = l->m == &gpu_math ? stream : NULL;
+}
+
+blob_status nn__side_begin(nn_layer *l, void **caller)
+{
+    *caller = blob_get_stream();
+    if (!l->side_stream)
+        return BLOB_OK;
+    NN_TRY(blob_stream_wait_stream(l->side_stream, *caller));
+    blob_set_stream(l->side_stream);
+    return BLOB_OK;
+}
+
+void nn__side_end(void *caller) { blob_set_stream(caller); }
+
 int nn_layer_num_params(const nn_layer *l) { return l->num_params; }
 blob *nn_layer_param(const nn_layer *l, int i) { return l->params[i]; }
 

@@ -30,6 +30,7 @@ struct nn_layer {
     blob *params[NN_MAX_PARAMS];
     nn_params_ready_fn params_ready; /* see nn_layer_on_params_ready; NULL: none */
     void *ready_ctx;
+    void *side_stream;               /* see nn_layer_set_side_stream; NULL: none */
 };
 
 /* A zeroed layer of `size` bytes (the type's struct) with its base filled in. */
@@ -43,6 +44,13 @@ blob_status nn__fill(blob *b, nn_filler filler, int64_t fan_in, uint64_t seed);
  * parameters calls it in backward after its weight and bias gradients, before the work
  * on its bottom's gradient. */
 blob_status nn__params_ready(nn_layer *l);
+
+/* Side work (nn_layer_set_side_stream): with a side stream, make it wait for the work
+ * queued so far on the current stream and make it current; *caller is the stream to go
+ * back to (nn__side_end). Without one, nothing changes. Take every device pointer the
+ * side work needs before this, while the caller's stream is current. */
+blob_status nn__side_begin(nn_layer *l, void **caller);
+void nn__side_end(void *caller);
 
 /* Give `ones` n elements, all 1 (kept when it already has them). */
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);

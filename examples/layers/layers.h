@@ -201,11 +201,33 @@ blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
 
 /* A listener for a layer's parameter diffs: fn(ctx, layer) is called during the layer's
  * backward once the diffs of all its parameters are written (on the GPU: queued on the
- * current stream), before the layer queues its bottom's gradient, so that they can be
- * reduced across devices while that runs. A failure of fn fails the backward. Layers
+ * current stream, which is the layer's side stream if it has one, see
+ * nn_layer_set_side_stream), before the layer queues its bottom's gradient, so that they
+ * can be reduced across devices while that runs. A failure of fn fails the backward. Layers
  * without parameters never call it. fn NULL removes the listener. */
 typedef blob_status (*nn_params_ready_fn)(void *ctx, nn_layer *layer);
 void nn_layer_on_params_ready(nn_layer *layer, nn_params_ready_fn fn, void *ctx);
+
+/* NN_GPU: a second stream (borrowed) for work of a pass that the rest of the pass does not
+ * read, so that it runs beside the chain of the layers, as PyTorch's autograd runs the
+ * weight gradients on side streams, and as parallel branches of a captured graph:
+ *   - backward's weight and bias gradients, where the layer then computes its bottom's
+ *     gradient (InnerProduct; Convolution when its batch is one chunk): the bottom
+ *     gradient goes on the current stream meanwhile, and the params_ready listener is
+ *     called with the side stream current, behind the parameter gradients;
+ *   - forward's mean loss of SoftmaxWithLoss (backward does not read it).
+ * The layer takes every device pointer while the current stream is current (so the blobs
+ * keep the current stream as theirs and no accessor orders anything behind the side
+ * stream), makes the side stream wait for the current one (blob_stream_wait_stream),
+ * queues the side work there, and goes back to the current stream. The ordering after
+ * that is the caller's: the current stream must wait for the side stream before anything
+ * writes what the side work reads (the top's diff, the bottom's data, the row losses) or
+ * reads what it writes (the parameter diffs, the loss), and before those blobs are freed
+ * (their memory is the allocator's again once the current stream is done with it).
+ * A Convolution with a side stream keeps a second column buffer for its bottom's
+ * gradient. Call it before the first reshape; NULL (the default) puts everything on the
+ * current stream; NN_CPU layers ignore it. */
+void nn_layer_set_side_stream(nn_layer *layer, void *stream);
 
 /* Learnable parameters: InnerProduct and Convolution have weights (0) and bias (1), the
  * others none. */

@@ -38,9 +38,16 @@ static blob_status softmax_loss_forward(nn_layer *l, blob *const *bottom, blob *
     NN_TRY(m->mutable_data(top, &loss));
     NN_TRY(m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob,
                                    row_loss));
-    /* mean over rows: a 1-column gemv, so nothing waits for the result */
-    return m->gemv(l->dtype, BLOB_TRANS, shape[0], 1, 1.0 / (double)shape[0], row_loss, ones,
-                   0.0, loss);
+    /* mean over rows: a 1-column gemv, so nothing waits for the result; backward reads
+     * prob only, so the mean can go beside it on a side stream (reading row_loss and
+     * ones, writing the loss) */
+    void *caller;
+    blob_status st = nn__side_begin(l, &caller);
+    if (st == BLOB_OK)
+        st = m->gemv(l->dtype, BLOB_TRANS, shape[0], 1, 1.0 / (double)shape[0], row_loss, ones,
+                     0.0, loss);
+    nn__side_end(caller);
+    return st;
 }
 
 static blob_status softmax_loss_backward(nn_layer *l, blob *top, bool propagate_down,

@@ -32,6 +32,7 @@ struct net {
     blob_optim_state *optim;      /* fused: the optimizer's momentum */
     result results[NET_RESULTS];  /* of the last calls, the last at last_result */
     int last_result;
+    void *side;                   /* NN_GPU: the layers' side stream (see step), or NULL */
     blob_comm_list *comm_params;  /* data parallel: params registered with cfg.comm */
     bool handed[MAX_LAYERS];      /* layer i's diffs went to the communicator this step */
     bool warm;                    /* a full-batch step ran, so all memory exists */
@@ -192,6 +193,10 @@ blob_status net_create(net **out, const net_config *cfg)
         st = BLOB_EINVAL;
     for (int i = 1; st == BLOB_OK && i < n->num_layers; i++)
         nn_layer_fuse_relu_backward(n->layers[i], n->layers[i - 1]);
+    if (st == BLOB_OK && cfg->mode == NN_GPU && !cfg->one_stream)
+        st = blob_stream_create(&n->side);
+    for (int i = 0; st == BLOB_OK && i < n->num_layers; i++)
+        nn_layer_set_side_stream(n->layers[i], n->side);
     if (st == BLOB_OK)
         st = flatten(n);
     if (cfg->comm)
@@ -229,6 +234,7 @@ void net_free(net *n)
         blob_syncedmem_free(n->results[k].loss);
         blob_syncedmem_free(n->results[k].prob);
     }
+    blob_stream_destroy(n->side); /* every pass joined it back (see step) */
     free(n);
 }
 
@@ -253,6 +259,15 @@ static blob_status forward(net *n, blob *x, blob *labels)
         NN_TRY(nn_layer_forward(n->layers[i], bottom, n->tops[i]));
     }
     return BLOB_OK;
+}
+
+/* The end of a pass (st: how it went): the current stream waits for the side stream,
+ * also after a failure, so that no side work is left unjoined (a capture could not end,
+ * and the memory the side work uses could be handed out again under it). */
+static blob_status join_side(net *n, blob_status st)
+{
+    blob_status joined = n->side ? blob_stream_wait_stream(blob_get_stream(), n->side) : BLOB_OK;
+    return st != BLOB_OK ? st : joined;
 }
 
 /* Data parallel (no-ops without a communicator): a step's mean all-reduce of the
@@ -314,11 +329,47 @@ static blob_status sgd_update(net *n)
     return blob_update(n->flat);                                   /* data -= diff */
 }
 
+/* The side stream. On the GPU the layers put work that the rest of the pass does not
+ * read on n->side (nn_layer_set_side_stream): the mean loss in forward, each weight and
+ * bias gradient beside the gradient of the layer's bottom in backward. Each such piece
+ * of work is forked from the current ("main") stream when what it reads is complete on
+ * it, and the main stream joins the side stream once, after backward, before the update.
+ * All device pointers are taken on the main stream, so every blob keeps it as its
+ * stream, the library's accessors never order anything on the side stream, and the
+ * ordering below is all there is. Happens-before, per step and across steps:
+ *   - the side work of layer i reads its top diff dy (and InnerProduct's dz, after its
+ *     own ReLU backward in place) and its bottom data x, all written on main before the
+ *     fork; main never writes them again in this step (the bottom gradient writes
+ *     the bottom's diff, and the bias diff and top diff of a fused InnerProduct below,
+ *     whose ReLU mask it reads: none of them a side-work input of layer i); the next
+ *     step's forward and backward, which do write them, come after the join;
+ *   - the side work writes W's and b's diffs (and the loss, and a Convolution's columns
+ *     when they are not fresh): nothing on main reads them before the join; the update
+ *     and the loss read-back come after it; the diff of a bias written by the layer above
+ *     (DRELU_BGRAD, on main) is written before this layer's fork, and read by nothing on
+ *     the side;
+ *   - the side stream's own order puts layer i's work before layer i-1's and step s's
+ *     before step s+1's;
+ *   - graph replays: the fork and join are captured as edges, so a replay orders the same
+ *     way, and a replay begins after the previous one (or eager step) on the main stream
+ *     has ended, joins included;
+ *   - data parallel: the params_ready listener hands the diffs over with the side
+ *     stream current, so the communicator's sums wait for the side work; reduce_end makes
+ *     main wait for the sums.
+ * Memory: the side work touches only blocks of the net (parameters, tops, the layers'
+ * buffers), never the caller's x and labels: the first layer computes no bottom
+ * gradient, so its parameter gradients stay on main. These blocks live as long as the
+ * net and are used through main only; they go back to the allocator (net_free, or a
+ * reshape that grows them) only on main, after a join that follows all the side work
+ * queued before it, so the allocator's record of main covers the side work too. */
 static blob_status step(net *n, blob *x, blob *labels)
 {
-    NN_TRY(forward(n, x, labels));
-    NN_TRY(reduce_begin(n));
-    NN_TRY(backward(n, x, labels));
+    blob_status st = forward(n, x, labels);
+    if (st == BLOB_OK)
+        st = reduce_begin(n);
+    if (st == BLOB_OK)
+        st = backward(n, x, labels);
+    NN_TRY(join_side(n, st));
     NN_TRY(reduce_end(n));
     return sgd_update(n);
 }
@@ -454,7 +505,7 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
 blob_status net_forward(net *n, blob *x, blob *labels)
 {
     NN_TRY(reshape(n, x, labels));
-    NN_TRY(forward(n, x, labels));
+    NN_TRY(join_side(n, forward(n, x, labels)));
     return start_readback(n, labels);
 }
 

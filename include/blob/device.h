@@ -60,6 +60,22 @@ BLOB_API blob_status blob_stream_destroy(void *stream);
 /* Wait until all work queued on stream is complete. */
 BLOB_API blob_status blob_stream_synchronize(void *stream);
 
+/* Make the work queued on stream from now on wait, on the device, for all the work queued
+ * on waited_stream so far (the host does not wait): an event recorded on waited_stream,
+ * which the library takes from a pool and may record again at once. Both are streams of
+ * the current device; NULL is the legacy default stream; a stream waiting for itself is
+ * a no-op. This is how work forks onto a second stream and joins back:
+ *
+ *   blob_stream_wait_stream(side, main);  // side starts after main's work so far
+ *   ... queue work on side (blob_set_stream(side)) and on main ...
+ *   blob_stream_wait_stream(main, side);  // main goes on after side's work
+ *
+ * While waited_stream is being captured (blob_graph_begin), stream joins the capture and
+ * its work becomes a parallel branch of the graph; it must be joined back into the
+ * capturing stream, as above, before blob_graph_end. Errors: BLOB_ENODEV, BLOB_ENOMEM,
+ * BLOB_ECUDA (the event could not be made, recorded or waited for). */
+BLOB_API blob_status blob_stream_wait_stream(void *stream, void *waited_stream);
+
 /* Set the stream on which this thread's device math (blob/math.h) and blob updates run.
  * NULL selects the legacy default stream. The stream is not owned. */
 BLOB_API void blob_set_stream(void *stream);

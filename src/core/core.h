@@ -102,7 +102,8 @@ blob_status blob__require_gpu(const char *func);
 blob_status blob__current_device(int *device);
 
 /* Destroy the pooled streams of the current table that no caller holds (see
- * blob_stream_create). For tests, before switching tables. */
+ * blob_stream_create), and the idle pooled events of blob_stream_wait_stream. For tests,
+ * before switching tables. */
 void blob__stream_pool_drain(void);
 
 /* Check that `device` is the calling thread's current device. */

@@ -146,6 +146,69 @@ blob_status blob_stream_destroy(void *stream)
     return BLOB_OK;
 }
 
+/* Idle events of blob_stream_wait_stream (under pool_mu). A wait takes the event as it
+ * was recorded at the call, so an event is idle again as soon as its wait is queued: the
+ * pool holds about one event per device and thread waiting at once. */
+typedef struct {
+    void *event;
+    const blob__backend *be; /* the table that made it */
+    int device;
+} pooled_event;
+
+static pooled_event *idle_events;
+static size_t idle_len, idle_cap;
+
+/* An idle event of the current table and device, or a new one. */
+static blob_status take_event(int device, void **event)
+{
+    pthread_mutex_lock(&pool_mu);
+    for (size_t i = 0; i < idle_len; i++)
+        if (idle_events[i].device == device && idle_events[i].be == blob__be) {
+            *event = idle_events[i].event;
+            idle_events[i] = idle_events[--idle_len];
+            pthread_mutex_unlock(&pool_mu);
+            return BLOB_OK;
+        }
+    pthread_mutex_unlock(&pool_mu);
+    return blob__be->event_create(event);
+}
+
+/* Keep the event for the next wait (destroy it if the pool cannot grow). */
+static void give_event(int device, void *event)
+{
+    pthread_mutex_lock(&pool_mu);
+    if (idle_len == idle_cap) {
+        size_t cap = idle_cap ? 2 * idle_cap : 8;
+        pooled_event *p = realloc(idle_events, cap * sizeof *p);
+        if (p) {
+            idle_events = p;
+            idle_cap = cap;
+        }
+    }
+    bool kept = idle_len < idle_cap;
+    if (kept)
+        idle_events[idle_len++] = (pooled_event){event, blob__be, device};
+    pthread_mutex_unlock(&pool_mu);
+    if (!kept)
+        blob__be->event_destroy(event);
+}
+
+blob_status blob_stream_wait_stream(void *stream, void *waited_stream)
+{
+    BLOB_TRY(blob__require_gpu(__func__));
+    if (stream == waited_stream)
+        return BLOB_OK;
+    int device;
+    void *event;
+    BLOB_TRY(blob__current_device(&device));
+    BLOB_TRY(take_event(device, &event));
+    blob_status st = blob__be->event_record(event, waited_stream);
+    if (st == BLOB_OK)
+        st = blob__be->stream_wait_event(stream, event);
+    give_event(device, event);
+    return st;
+}
+
 void blob__stream_pool_drain(void)
 {
     pthread_mutex_lock(&pool_mu);
@@ -157,6 +220,14 @@ void blob__stream_pool_drain(void)
             blob__be->stream_destroy(pool[i].stream);
     }
     pool_len = kept;
+    kept = 0;
+    for (size_t i = 0; i < idle_len; i++) {
+        if (idle_events[i].be != blob__be)
+            idle_events[kept++] = idle_events[i];
+        else
+            blob__be->event_destroy(idle_events[i].event);
+    }
+    idle_len = kept;
     pthread_mutex_unlock(&pool_mu);
 }
 

@@ -1,5 +1,6 @@
 /* The BLAS launchers over cuBLAS (the 32-bit entries, the 64-bit ones past INT_MAX). Each thread has one handle per device,
- * created on first use (pointer mode host, the default) and destroyed at thread exit.
+ * created on first use (pointer mode host, the default) and destroyed at thread exit; its
+ * workspace is the thread's cuBLASLt workspace of the stream it is bound to (lt.cuh).
  * Row-major matrices are handed to column-major cuBLAS as their transposes. */
 #include <limits.h>
 #include <pthread.h>
@@ -39,6 +40,7 @@ typedef struct {
     int count;
     cublasHandle_t *handle; /* [count], NULL until first used on that device */
     void **stream;          /* [count], the stream each handle is bound to */
+    void **workspace;       /* [count], and its workspace there */
 } handle_table;
 
 static pthread_key_t table_key;
@@ -87,12 +89,13 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
         int count;
         CUDA_TRY(func, cudaGetDeviceCount(&count));
         t = (handle_table *)calloc(1, sizeof *t + (size_t)count * (sizeof(cublasHandle_t) +
-                                                                   sizeof(void *)));
+                                                                   2 * sizeof(void *)));
         if (!t)
             return blob__fail(BLOB_ENOMEM, func, "no host memory for the cuBLAS handle table");
         t->count = count;
         t->handle = (cublasHandle_t *)(t + 1);
         t->stream = (void **)(t->handle + count);
+        t->workspace = t->stream + count;
         if (pthread_setspecific(table_key, t) != 0) {
             free(t);
             return blob__fail(BLOB_ENOMEM, func, "pthread_setspecific failed");
@@ -107,10 +110,18 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
         CUBLAS_TRY(func, cublasCreate, (&h));
         t->handle[dev] = h;
         t->stream[dev] = NULL; /* a new handle starts on the default stream */
+        t->workspace[dev] = NULL;
     }
-    if (t->stream[dev] != stream) {
+    void *ws;
+    size_t ws_bytes;
+    BLOB_TRY(blob__lt_workspace(stream, &ws, &ws_bytes));
+    if (t->stream[dev] != stream || t->workspace[dev] != ws) {
+        t->workspace[dev] = NULL;
+        /* cublasSetStream goes back to the default workspace: set ours after it */
         CUBLAS_TRY(func, cublasSetStream, (t->handle[dev], (cudaStream_t)stream));
         t->stream[dev] = stream;
+        CUBLAS_TRY(func, cublasSetWorkspace, (t->handle[dev], ws, ws_bytes));
+        t->workspace[dev] = ws;
     }
     *out = t->handle[dev];
     return BLOB_OK;
@@ -119,8 +130,7 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
 extern "C" blob_status blob__k_prepare(void *stream)
 {
     cublasHandle_t h;
-    BLOB_TRY(handle_for(__func__, stream, &h));
-    return blob__lt_prepare(stream);
+    return handle_for(__func__, stream, &h); /* the workspace of stream too */
 }
 
 static cublasOperation_t op(blob_trans t)

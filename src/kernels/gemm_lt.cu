@@ -195,15 +195,19 @@ static blob_status workspace_for(LtState *st, int device, void *stream,
     return BLOB_OK;
 }
 
-blob_status blob__lt_prepare(void *stream)
+blob_status blob__lt_workspace(void *stream, void **ptr, size_t *bytes)
 {
     LtState *st;
     int dev;
     cublasLtHandle_t h;
     BLOB_TRY(state_for(__func__, &st, &dev, &h));
     Workspace *w;
-    return workspace_for(st, dev, stream, &w);
+    BLOB_TRY(workspace_for(st, dev, stream, &w));
+    *ptr = w->ptr;
+    *bytes = w->bytes;
+    return BLOB_OK;
 }
+
 
 static uint8_t align_log2(const void *p)
 {

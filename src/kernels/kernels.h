@@ -33,7 +33,7 @@ blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x
                         double *out);
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out);
 /* Make the calling thread's resources for the current device (its cuBLAS handle, bound
- * to stream) exist, so that a stream capture can start. */
+ * to stream, and its workspace there) exist, so that a stream capture can start. */
 blob_status blob__k_prepare(void *stream);
 blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y);
 blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y);

@@ -13,9 +13,13 @@ blob_status blob__epilogue_apply(const char *func, void *stream, blob_dtype dtyp
                                  int64_t K, const void *A, const void *B, void *C,
                                  blob_epilogue epilogue, void *bias, void *mask);
 
-/* Make the calling thread's cuBLASLt handle for the current device and its workspace for
- * stream exist (before a stream capture). */
-blob_status blob__lt_prepare(void *stream);
+/* The calling thread's cuBLASLt workspace for stream on the current device, made (with
+ * the thread's cuBLASLt handle) on first use, which must come before a stream capture.
+ * The thread's cuBLAS handle takes it too: the calls queued on one stream run in order,
+ * so they can share it, and cuBLAS calls on different streams never share one (as they
+ * would share the handle's default pool, which makes results depend on how the streams
+ * overlap). */
+blob_status blob__lt_workspace(void *stream, void **ptr, size_t *bytes);
 
 /* Drop the calling thread's cuBLASLt handles, plans and workspaces. */
 void blob__lt_thread_release(void);
