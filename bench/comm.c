@@ -2,11 +2,7 @@
  * ncclAllReduce on one buffer in the same run and torch.distributed (one process per
  * GPU, started by blob-launch), from 4 KiB to 256 MiB. See docs/distributed.md.
  *   blob_bench_comm [--ranks N] [--launcher PATH] [--no-torch]
- * Ranks are threads of this process, one per GPU (GPUs 0..N-1; N defaults to all).
- * Beside raw NCCL on blocking communicators (what blob_comm's all-reduces use), the
- * "nccl-nb" column times the same calls on nonblocking communicators, each polled until
- * ncclCommGetAsyncError says ncclSuccess: NCCL's own cost of a nonblocking launch (it
- * starts a thread per call), which blob_comm pays only for host collectives. */
+ * Ranks are threads of this process, one per GPU (GPUs 0..N-1; N defaults to all). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,9 +49,8 @@ static struct {
     blob *buf[MAX_RANKS];
     blob_comm_list *list_whole[MAX_RANKS], *list_buckets[MAX_RANKS];
     void *stream[MAX_RANKS];
-    /* raw NCCL: blocking communicators, one thread, a group per call; and the same on
-     * nonblocking ones */
-    ncclComm_t raw[MAX_RANKS], nonblocking[MAX_RANKS];
+    /* raw NCCL: blocking communicators, one thread, a group per call */
+    ncclComm_t raw[MAX_RANKS];
     cudaStream_t raw_stream[MAX_RANKS];
     float *raw_buf[MAX_RANKS];
 } team;
@@ -116,44 +111,6 @@ static int raw_run(void *ctx, int n)
             NTRY(ncclAllReduce(team.raw_buf[r], team.raw_buf[r], cur_count, ncclFloat32, ncclSum,
                                team.raw[r], team.raw_stream[r]));
         NTRY(ncclGroupEnd());
-    }
-    for (int r = 0; r < team.n; r++)
-        CTRY(cudaStreamSynchronize(team.raw_stream[r]));
-    return 0;
-}
-
-/* Wait until every nonblocking communicator has finished its last call. */
-static int settle_nonblocking(void)
-{
-    for (int r = 0; r < team.n; r++) {
-        ncclResult_t state;
-        do
-            NTRY(ncclCommGetAsyncError(team.nonblocking[r], &state));
-        while (state == ncclInProgress);
-        if (state != ncclSuccess)
-            return bench_fail("nonblocking communicator %d: %s", r, ncclGetErrorString(state));
-    }
-    return 0;
-}
-
-/* A bench_op run: n raw all-reduces on the nonblocking communicators, each settled. */
-static int nonblocking_run(void *ctx, int n)
-{
-    (void)ctx;
-    for (int i = 0; i < n; i++) {
-        NTRY(ncclGroupStart());
-        for (int r = 0; r < team.n; r++) {
-            ncclResult_t res = ncclAllReduce(team.raw_buf[r], team.raw_buf[r], cur_count,
-                                             ncclFloat32, ncclSum, team.nonblocking[r],
-                                             team.raw_stream[r]);
-            if (res != ncclSuccess && res != ncclInProgress)
-                return bench_fail("ncclAllReduce (nonblocking): %s", ncclGetErrorString(res));
-        }
-        ncclResult_t res = ncclGroupEnd();
-        if (res != ncclSuccess && res != ncclInProgress)
-            return bench_fail("ncclGroupEnd (nonblocking): %s", ncclGetErrorString(res));
-        if (settle_nonblocking() != 0)
-            return -1;
     }
     for (int r = 0; r < team.n; r++)
         CTRY(cudaStreamSynchronize(team.raw_stream[r]));
@@ -239,21 +196,7 @@ static int open_team(void)
         CTRY(cudaStreamCreateWithFlags(&team.raw_stream[r], cudaStreamNonBlocking));
     }
     NTRY(ncclCommInitAll(team.raw, team.n, devices));
-    ncclUniqueId id;
-    NTRY(ncclGetUniqueId(&id));
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    NTRY(ncclGroupStart());
-    for (int r = 0; r < team.n; r++) {
-        CTRY(cudaSetDevice(r));
-        ncclResult_t res = ncclCommInitRankConfig(&team.nonblocking[r], team.n, id, r, &cfg);
-        if (res != ncclSuccess && res != ncclInProgress)
-            return bench_fail("ncclCommInitRankConfig: %s", ncclGetErrorString(res));
-    }
-    ncclResult_t res = ncclGroupEnd();
-    if (res != ncclSuccess && res != ncclInProgress)
-        return bench_fail("ncclGroupEnd: %s", ncclGetErrorString(res));
-    return settle_nonblocking();
+    return 0;
 }
 
 static double busbw(size_t bytes, double ns)
@@ -339,9 +282,9 @@ int main(int argc, char **argv)
 
     printf("\nAll-reduce (sum, float32, in place) on %d GPUs, one buffer; us per call and bus "
            "bandwidth busbw = bytes / time * 2(n-1)/n in GB/s\n", team.n);
-    printf("%10s %10s %9s %11s %9s %10s %9s %11s %10s %9s %9s  %s\n", "bytes", "blob us",
-           "busbw", "25MiB-bkt us", "busbw", "nccl us", "busbw", "nccl-nb us", "torch us",
-           "busbw", "blob/nccl", "goal");
+    printf("%10s %10s %9s %11s %9s %10s %9s %10s %9s %9s  %s\n", "bytes", "blob us", "busbw",
+           "25MiB-bkt us", "busbw", "nccl us", "busbw", "torch us", "busbw", "blob/nccl",
+           "goal");
     int missed = 0, errors = 0;
     for (size_t k = 0; k < NUM_SIZES; k++) {
         size_t bytes = sizes[k];
@@ -361,22 +304,19 @@ int main(int argc, char **argv)
         bench_op ours = {blob_run, NULL, (void *)(intptr_t)JOB_BLOB};
         bench_op bucketed = {blob_run, NULL, (void *)(intptr_t)JOB_BLOB_BUCKETS};
         bench_op raw = {raw_run, NULL, NULL};
-        bench_op nonblocking = {nonblocking_run, NULL, NULL};
         /* raw and ours interleaved, twice, the better of each: drift hits both alike */
-        double t_raw = NAN, t_ours = NAN, t_bkt = NAN, t_nb = NAN;
+        double t_raw = NAN, t_ours = NAN, t_bkt = NAN;
         for (int round = 0; round < 2; round++) {
             double a = bench_time(&raw, batch, reps, &bench_wall);
             double b = bench_time(&ours, batch, reps, &bench_wall);
             double c = bench_time(&bucketed, batch, reps, &bench_wall);
-            double d = bench_time(&nonblocking, batch, reps, &bench_wall);
-            if (isnan(a) || isnan(b) || isnan(c) || isnan(d)) {
+            if (isnan(a) || isnan(b) || isnan(c)) {
                 t_raw = NAN;
                 break;
             }
             t_raw = round ? fmin(t_raw, a) : a;
             t_ours = round ? fmin(t_ours, b) : b;
             t_bkt = round ? fmin(t_bkt, c) : c;
-            t_nb = round ? fmin(t_nb, d) : d;
         }
         if (isnan(t_raw)) {
             printf("%10s  ERROR: %s\n", label, bench_error());
@@ -390,10 +330,9 @@ int main(int argc, char **argv)
         missed += goal && !pass;
         printf("%10s", label);
         double v[] = {t_ours / 1e3, busbw(bytes, t_ours), t_bkt / 1e3, busbw(bytes, t_bkt),
-                      t_raw / 1e3, busbw(bytes, t_raw), t_nb / 1e3, t_torch / 1e3,
-                      busbw(bytes, t_torch)};
-        const int w[] = {10, 9, 11, 9, 10, 9, 11, 10, 9};
-        for (int i = 0; i < 9; i++)
+                      t_raw / 1e3, busbw(bytes, t_raw), t_torch / 1e3, busbw(bytes, t_torch)};
+        const int w[] = {10, 9, 11, 9, 10, 9, 10, 9};
+        for (int i = 0; i < 8; i++)
             cell(w[i], v[i]);
         printf(" %9.3f  %s\n", ratio, goal ? (pass ? "PASS" : "MISS") : "");
     }
@@ -410,7 +349,6 @@ int main(int argc, char **argv)
         blob_comm_free(team.whole[r]);
         blob_comm_free(team.buckets[r]);
         ncclCommDestroy(team.raw[r]);
-        ncclCommDestroy(team.nonblocking[r]);
         cudaSetDevice(r);
         cudaFree(team.raw_buf[r]);
     }

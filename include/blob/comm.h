@@ -37,15 +37,12 @@
  * that every rank registered the same blobs (count and dtype of each, in order): a
  * mismatch gives BLOB_ESHAPE on every rank, naming the first differing blob.
  *
- * Streams. Collectives run on a stream of the communicator (the all-reduces' kernels on
- * one of the highest priority, so that they overlap the caller's kernels). A call orders
- * the communication after the work queued so far on the calling thread's current stream
+ * Streams. Collectives run on a stream of the communicator. A call orders the
+ * communication after the work queued so far on the calling thread's current stream
  * (blob_set_stream), and blob_comm_reduce_end, blob_comm_all_reduce and
  * blob_comm_broadcast make that stream wait for the results, all by events on the
  * device: the host never waits, except in blob_comm_list_create, blob_comm_synchronize,
- * blob_comm_all_reduce_host, blob_comm_free, and blob_comm_list_free after a failure;
- * and in a call that finds 32 operations of the communicator still in flight, until the
- * oldest completes.
+ * blob_comm_all_reduce_host and blob_comm_free.
  *
  * Failures never hang and never abort the process. Every wait has a deadline (the
  * communicator's timeout); a watchdog thread of the communicator checks the queued
@@ -54,20 +51,6 @@
  * stream waiting for it) and every later call returns the same error: BLOB_ETIMEDOUT or
  * BLOB_ECOMM, with a message naming the operation and its sequence number (the number
  * of collectives this rank had started). Free it; a new communicator may be created.
- *
- * Under that, NCCL. The communicator is a nonblocking NCCL communicator (a join or a
- * launch returns at once and is polled, with the deadline, through
- * ncclCommGetAsyncError): it joins the ranks and runs list registration, broadcasts and
- * host reductions. Each launch on a nonblocking communicator starts a thread in NCCL
- * (tens of microseconds), so the all-reduces of the steps run on a blocking child split
- * from it at creation (ncclCommSplit), whose launch only queues the kernel. Its
- * connections are made at list registration (an all-reduce of every size up to the
- * largest bucket: NCCL connects an algorithm at its first use), and at most 32
- * operations are in flight, so that a launch on it waits neither for a peer nor for the
- * device. The watchdog polls both; on a failure it aborts the nonblocking one at once,
- * and the child once no call is in it (ncclCommAbort releases the communicator under a
- * call), or, should a call into it not return by its deadline, under the call: NCCL's
- * abort is what ends a call blocked inside it. See docs/distributed.md.
  *
  * What a failure leaves. The library never writes a blob's data except in broadcast
  * (non-root ranks). Diffs of an all-reduce that failed are undefined (they may hold
@@ -193,23 +176,17 @@ BLOB_API blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int
 
 /* Register blobs[0..n) (n >= 1, one dtype, no blob twice; on the communicator's GPU when
  * there are several ranks) as a list for broadcasts and all-reduces. A collective: every
- * rank exchanges the count and dtype of each blob and its bucket size and all compare
- * them, so that every rank gets BLOB_ESHAPE naming the first blob that differs, or
- * BLOB_EINVAL when the bucket sizes differ (a communicator left usable), or the error of
- * a rank that could not register its blobs. Then, the first time a list has buckets this
- * large, the ranks make the connections of their all-reduces (an all-reduce of each
- * size up to the largest bucket, on a buffer of its size from the caching allocator),
- * and wait for them. The blobs are borrowed: they must outlive the list and keep their
- * counts (a reshape to another count makes the next collective fail). *out is NULL on
- * failure.
+ * rank exchanges the count and dtype of each blob and all compare them, so that every
+ * rank gets BLOB_ESHAPE naming the first blob that differs (a communicator left usable),
+ * or the error of a rank that could not register its blobs. The blobs are borrowed:
+ * they must outlive the list and keep their counts (a reshape to another count makes
+ * the next collective fail). *out is NULL on failure.
  * Errors: BLOB_EINVAL, BLOB_ESHAPE, BLOB_EDEVICE (not on the current GPU), communicator
  * errors. */
 BLOB_API blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c,
                                            blob *const *blobs, int n);
 
-/* NULL is a no-op. Call it with no step begun, or after a failure: then it first waits
- * (on the host, briefly: the collectives are aborted) for the communicator's stream, so
- * that the list's blobs may be freed once it returns. */
+/* NULL is a no-op. Call it with no step begun (or after a failure). */
 BLOB_API void blob_comm_list_free(blob_comm_list *l);
 
 /* Copy the data of the list's blobs on rank `root` into theirs on every other rank.
@@ -234,11 +211,9 @@ BLOB_API blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op);
  * (blobs larger than that are split), reduced in place when the diffs of a bucket lie
  * back to back in device memory (one flat blob viewed by the list's blobs), and packed
  * into a buffer of the caching allocator otherwise. The diffs end on the GPU (head
- * AT_GPU); they are taken on the calling thread's current stream, which stays their
- * blocks' stream. Errors: BLOB_EINVAL (op), BLOB_ESTATE (begin twice, or ready/end with
- * no step), BLOB_ERANGE (first, n), BLOB_ESHAPE (a blob changed its count),
- * communicator errors (a failure found by the watchdog or by a call so far: these calls
- * do not poll NCCL, blob_comm_synchronize and blob_comm_status do). */
+ * AT_GPU). Errors: BLOB_EINVAL (op), BLOB_ESTATE (begin twice, or ready/end with no
+ * step), BLOB_ERANGE (first, n), BLOB_ESHAPE (a blob changed its count), communicator
+ * errors. */
 BLOB_API blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op);
 BLOB_API blob_status blob_comm_reduce_ready(blob_comm_list *l, int first, int n);
 BLOB_API blob_status blob_comm_reduce_end(blob_comm_list *l);

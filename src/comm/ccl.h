@@ -2,20 +2,12 @@
  * is: NCCL (ccl_nccl.c), nothing in builds without it (ccl_none.c), or a fake in the
  * tests. Never installed.
  *
- * Handles are communicators of one rank, of two kinds:
- * - a parent (init, init_local): nonblocking. Every call on it queues work on a stream,
- *   or starts a join, and returns at once; it may leave the handle in progress, and then
- *   state() must report it ready before the next call on the handle or before anything
- *   depends on the queued work. No call on a parent ever waits for a peer.
- * - a child (split from a parent): blocking. A call returns once its work is queued on
- *   the stream, with nothing left in progress, so it needs no polling; it waits for no
- *   peer once the child's connections are made (its first collective of each size
- *   class makes them, and may wait for the peers; see comm.c's warm-up), and for no
- *   device work unless very many collectives are queued. abort() stops a call blocked in
- *   it, but releases the handle under it, so comm.c aborts a child only while no thread
- *   is in a call on it (except as a last resort, past the deadline).
- * Calls on one handle are serialised by the caller; state() and abort() may be called
- * on a handle while another thread is in a call on a different handle. */
+ * Handles are opaque communicators of one rank. Every call is nonblocking: it queues
+ * work on a stream, or starts a join, and returns; it may leave the handle in progress,
+ * and then state() must report it ready before the next call on the handle or before
+ * anything depends on the queued work. Calls on one handle are serialised by the
+ * caller (the communicator's lock); different handles may be used from different
+ * threads at once. */
 #ifndef BLOB_COMM_CCL_H
 #define BLOB_COMM_CCL_H
 
@@ -34,13 +26,8 @@ typedef struct blob__ccl {
     /* Start joining all n ranks of a group in this process: handles[i] on devices[i]
      * (the current device is changed). On failure no handle is left. */
     blob_status (*init_local)(void **handles, int n, const int *devices);
-    /* Start splitting parent (every rank of the world splits its own) into a blocking
-     * child of the same ranks. *child must stay valid until state(parent) is ready: then
-     * it holds the child, or NULL. On failure (here or in state()) the parent is aborted,
-     * then the child if it is set. */
-    blob_status (*split)(void *parent, void **child);
-    /* *ready: the last call (or the join, or the split) has finished. An error means
-     * the handle is broken (a peer failed, a transport error): abort it. */
+    /* *ready: the last call (or the join) has finished. An error means the handle is
+     * broken (a peer failed, a transport error): abort it. */
     blob_status (*state)(void *handle, bool *ready);
     /* In place on count elements of dtype at buf. */
     blob_status (*all_reduce)(void *handle, void *buf, size_t count, blob_dtype dtype,
@@ -50,16 +37,15 @@ typedef struct blob__ccl {
     /* recv holds world * bytes: rank r's send at r * bytes. */
     blob_status (*all_gather)(void *handle, const void *send, void *recv, size_t bytes,
                               void *stream);
-    /* Bracket several calls on handles of one kind so that they start as one. */
+    /* Bracket several calls on one handle so that they start as one. */
     blob_status (*group_begin)(void);
     blob_status (*group_end)(void);
-    /* Flush before destroy: a parent starts it (poll state() until ready), a child
-     * returns when it is done. */
+    /* Start flushing before destroy; poll state() until ready. */
     blob_status (*finalize)(void *handle);
     /* Release a finalized handle; blocks only briefly. */
     void (*destroy)(void *handle);
     /* Stop everything queued or running on the handle (kernels exit, streams move on)
-     * and release it. Safe in any state. */
+     * and release it. Safe in any state, from any thread holding the caller's lock. */
     void (*abort)(void *handle);
 } blob__ccl;
 

@@ -28,12 +28,6 @@ static blob_status none_init_local(void **handles, int n, const int *devices)
     return no_nccl("blob_comm_create_local");
 }
 
-static blob_status none_split(void *parent, void **child)
-{
-    (void)parent, (void)child;
-    return no_nccl("blob_comm_create");
-}
-
 static blob_status none_state(void *handle, bool *ready)
 {
     (void)handle;
@@ -72,7 +66,6 @@ static const blob__ccl none_table = {
     .new_id = none_new_id,
     .init = none_init,
     .init_local = none_init_local,
-    .split = none_split,
     .state = none_state,
     .all_reduce = none_all_reduce,
     .broadcast = none_broadcast,

@@ -142,60 +142,11 @@ static blob_status resolve(const blob_comm_options *o, double *timeout, size_t *
     return BLOB_OK;
 }
 
-/* ---- names and failure ---- */
-
-void blob__comm_describe(const blob_comm *c, const blob__comm_name *n, char *buf, size_t size)
-{
-    unsigned long long seq = (unsigned long long)n->seq;
-    switch (n->kind) {
-    case BLOB__OP_JOIN:
-        snprintf(buf, size, "joining %d ranks", c->size);
-        return;
-    case BLOB__OP_SPLIT:
-        snprintf(buf, size, "making the all-reduce communicator of %d ranks", c->size);
-        return;
-    case BLOB__OP_CONNECT:
-        snprintf(buf, size, "connecting the all-reduce communicator (an all-reduce of %zu bytes)",
-                 n->count);
-        return;
-    case BLOB__OP_LEAVE:
-        snprintf(buf, size, "leaving");
-        return;
-    case BLOB__OP_ALL_GATHER:
-        snprintf(buf, size, "all_gather #%llu", seq);
-        return;
-    case BLOB__OP_ALL_REDUCE_HOST:
-        snprintf(buf, size, "all_reduce_host #%llu", seq);
-        return;
-    case BLOB__OP_BROADCAST:
-        snprintf(buf, size, "broadcast #%llu (list %d, %d blobs, root %d)", seq, n->list,
-                 n->parts, n->root);
-        return;
-    case BLOB__OP_ALL_REDUCE:
-        snprintf(buf, size, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)", seq,
-                 n->list, n->part, n->parts, n->count);
-        return;
-    }
-    snprintf(buf, size, "operation %d", (int)n->kind);
-}
-
-blob_status blob__comm_failure(const blob_comm *c)
-{
-    return __atomic_load_n(&c->failure, __ATOMIC_ACQUIRE);
-}
+/* ---- failure ---- */
 
 blob_status blob__comm_failed(blob_comm *c, const char *func)
 {
-    return blob__fail(blob__comm_failure(c), func, "%s", c->failure_msg);
-}
-
-/* mu held: release the child (no call is in it). */
-static void abort_child(blob_comm *c)
-{
-    if (c->child) {
-        c->ccl->abort(c->child);
-        c->child = NULL;
-    }
+    return blob__fail(c->failure, func, "%s", c->failure_msg);
 }
 
 blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, const char *fmt,
@@ -209,24 +160,13 @@ blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, 
         va_end(ap);
         snprintf(c->failure_msg, sizeof c->failure_msg, "rank %d of %d: %s", c->rank, c->size,
                  detail);
-        __atomic_store_n(&c->failure, status, __ATOMIC_RELEASE);
+        c->failure = status;
         if (c->handle) {
             c->ccl->abort(c->handle);
             c->handle = NULL;
         }
-        if (c->child_call_since == 0) /* else the caller aborts it on leaving the call */
-            abort_child(c);
     }
     return blob__comm_failed(c, func);
-}
-
-blob_status blob__comm_fail_op(blob_comm *c, const char *func, blob_status status,
-                              const blob__comm_name *what)
-{
-    char name[128], detail[256];
-    blob__comm_describe(c, what, name, sizeof name);
-    snprintf(detail, sizeof detail, "%s", blob_last_error());
-    return blob__comm_fail(c, func, status, "%s: %s", name, detail);
 }
 
 blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status,
@@ -269,13 +209,13 @@ static void give_event(blob_comm *c, void *event)
     c->spare_events[c->num_spare++] = event;
 }
 
-blob_status blob__comm_track(blob_comm *c, const char *func, const blob__comm_name *what)
+blob_status blob__comm_track(blob_comm *c, const char *func, const char *what)
 {
     if (c->num_ops == c->cap_ops) {
         size_t cap = c->cap_ops ? 2 * c->cap_ops : 16;
         blob__comm_op *p = blob__obj_alloc(cap * sizeof *p);
         if (!p)
-            return blob__comm_fail_op(c, func, BLOB_ENOMEM, what);
+            return blob__comm_fail(c, func, BLOB_ENOMEM, "%s: no memory to watch it", what);
         if (c->num_ops)
             memcpy(p, c->ops, c->num_ops * sizeof *p);
         blob__obj_free(c->ops);
@@ -289,16 +229,18 @@ blob_status blob__comm_track(blob_comm *c, const char *func, const blob__comm_na
     if (st != BLOB_OK) {
         if (event)
             blob__be->event_destroy(event);
-        return blob__comm_fail_op(c, func, st, what);
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        return blob__comm_fail(c, func, st, "%s: cannot watch it: %s", what, detail);
     }
     blob__comm_op *op = &c->ops[c->num_ops++];
     op->event = event;
     op->deadline = blob__comm_now() + c->timeout_s;
-    op->name = *what;
+    snprintf(op->what, sizeof op->what, "%s", what);
     return BLOB_OK;
 }
 
-blob_status blob__comm_settle(blob_comm *c, const char *func, const blob__comm_name *what,
+blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
                               const char *hint)
 {
     double start = blob__comm_now();
@@ -306,52 +248,36 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const blob__comm_n
         if (c->failure != BLOB_OK)
             return blob__comm_failed(c, func);
         bool ready = false;
-        if (c->ccl->state(c->handle, &ready) != BLOB_OK)
-            return blob__comm_fail_op(c, func, BLOB_ECOMM, what);
+        if (c->ccl->state(c->handle, &ready) != BLOB_OK) {
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s", blob_last_error());
+            return blob__comm_fail(c, func, BLOB_ECOMM, "%s: %s", what, detail);
+        }
         if (ready)
             return BLOB_OK;
         double waited = blob__comm_now() - start;
-        if (waited > c->timeout_s) {
-            char name[128];
-            blob__comm_describe(c, what, name, sizeof name);
+        if (waited > c->timeout_s)
             return blob__comm_fail(c, func, BLOB_ETIMEDOUT, "%s did not finish within %.1f s: %s",
-                                   name, c->timeout_s, hint);
-        }
+                                   what, c->timeout_s, hint);
         poll_pause(waited);
     }
 }
 
-/* NCCL's state of handle (the parent or the child): an error brings c down, as the
- * failure of the oldest operation in flight (or of the call in the child). */
-static blob_status check_handle(blob_comm *c, const char *func, void *handle)
-{
-    bool ready;
-    if (!handle || c->ccl->state(handle, &ready) == BLOB_OK)
-        return BLOB_OK;
-    const blob__comm_name *what = c->num_ops               ? &c->ops[0].name
-                                  : c->child_call_since > 0 ? &c->child_call
-                                                            : NULL;
-    if (what)
-        return blob__comm_fail_op(c, func, BLOB_ECOMM, what);
-    char detail[256];
-    snprintf(detail, sizeof detail, "%s", blob_last_error());
-    return blob__comm_fail(c, func, BLOB_ECOMM, "between collectives: %s", detail);
-}
-
-/* Retire the operations that completed; bring c down on NCCL's error, on an operation
- * past its deadline, or on a call into the child that has not returned by its deadline
- * (then the child is aborted under the call: NCCL's abort is what ends a call blocked in
- * it, and the only way left to keep the promise of no hang). */
+/* Retire the operations that completed; bring c down on NCCL's error or on an
+ * operation past its deadline. */
 static blob_status check_locked(blob_comm *c, const char *func)
 {
-    if (c->failure != BLOB_OK) {
-        if (c->child && c->child_call_since > 0 &&
-            blob__comm_now() - c->child_call_since > c->timeout_s)
-            abort_child(c); /* went down while a call was in it, which has not returned */
+    if (c->failure != BLOB_OK)
         return blob__comm_failed(c, func);
+    if (!c->handle)
+        return BLOB_OK;
+    bool ready;
+    if (c->ccl->state(c->handle, &ready) != BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        return blob__comm_fail(c, func, BLOB_ECOMM, "%s: %s",
+                               c->num_ops ? c->ops[0].what : "between collectives", detail);
     }
-    BLOB_TRY(check_handle(c, func, c->handle));
-    BLOB_TRY(check_handle(c, func, c->child));
     double now = blob__comm_now();
     size_t done = 0;
     blob_status st = BLOB_OK;
@@ -360,18 +286,17 @@ static blob_status check_locked(blob_comm *c, const char *func)
         bool finished = false;
         st = blob__be->event_query(op->event, &finished);
         if (st != BLOB_OK) {
-            st = blob__comm_fail_op(c, func, st, &op->name);
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s", blob_last_error());
+            st = blob__comm_fail(c, func, st, "%s: %s", op->what, detail);
             break;
         }
         if (!finished) {
-            if (now > op->deadline) {
-                char name[128];
-                blob__comm_describe(c, &op->name, name, sizeof name);
+            if (now > op->deadline)
                 st = blob__comm_fail(c, func, BLOB_ETIMEDOUT,
                                      "%s did not complete within %.1f s: a rank did not take "
                                      "part (it stopped, failed, or made other calls)",
-                                     name, c->timeout_s);
-            }
+                                     op->what, c->timeout_s);
             break;
         }
         give_event(c, op->event);
@@ -381,54 +306,6 @@ static blob_status check_locked(blob_comm *c, const char *func)
         c->num_ops -= done;
         memmove(c->ops, c->ops + done, c->num_ops * sizeof *c->ops);
     }
-    if (st == BLOB_OK && c->child_call_since > 0 && now - c->child_call_since > c->timeout_s) {
-        char name[128];
-        blob__comm_describe(c, &c->child_call, name, sizeof name);
-        st = blob__comm_fail(c, func, BLOB_ETIMEDOUT,
-                             "%s did not return within %.1f s: NCCL waited inside the call for "
-                             "a rank that did not take part",
-                             name, c->timeout_s);
-        abort_child(c);
-    }
-    return st;
-}
-
-blob_status blob__comm_enter_child(blob_comm *c, const char *func, const blob__comm_name *what)
-{
-    pthread_mutex_lock(&c->mu);
-    double start = blob__comm_now();
-    blob_status st;
-    while ((st = c->failure != BLOB_OK ? blob__comm_failed(c, func) : BLOB_OK) == BLOB_OK &&
-           c->num_ops >= BLOB__COMM_MAX_IN_FLIGHT) {
-        st = check_locked(c, func); /* retires what completed */
-        if (st != BLOB_OK || c->num_ops < BLOB__COMM_MAX_IN_FLIGHT)
-            break;
-        pthread_mutex_unlock(&c->mu);
-        poll_pause(blob__comm_now() - start);
-        pthread_mutex_lock(&c->mu);
-    }
-    if (st == BLOB_OK) {
-        c->child_call_since = blob__comm_now();
-        c->child_call = *what;
-    }
-    pthread_mutex_unlock(&c->mu);
-    return st;
-}
-
-blob_status blob__comm_leave_child(blob_comm *c, const char *func, blob_status call)
-{
-    pthread_mutex_lock(&c->mu);
-    c->child_call_since = 0;
-    blob_status st;
-    if (c->failure != BLOB_OK) {
-        abort_child(c); /* c went down while the call was in it */
-        st = blob__comm_failed(c, func);
-    } else if (call != BLOB_OK) {
-        st = blob__comm_fail_op(c, func, call, &c->child_call);
-    } else {
-        st = blob__comm_track(c, func, &c->child_call);
-    }
-    pthread_mutex_unlock(&c->mu);
     return st;
 }
 
@@ -450,21 +327,6 @@ blob_status blob__comm_usable(blob_comm *c, const char *func)
     if (blob__check_device(c->device) != BLOB_OK)
         return blob__comm_poison(c, func, BLOB_EDEVICE, "the device check");
     return BLOB_OK;
-}
-
-blob_status blob__comm_live(blob_comm *c, const char *func)
-{
-    if (blob__comm_failure(c) != BLOB_OK)
-        return blob__comm_failed(c, func);
-    if (blob__check_device(c->device) != BLOB_OK)
-        return blob__comm_poison(c, func, BLOB_EDEVICE, "the device check");
-    return BLOB_OK;
-}
-
-void blob__comm_drain(blob_comm *c)
-{
-    if (c->stream)
-        (void)blob__be->stream_synchronize(c->stream);
 }
 
 /* ---- the watchdog ---- */
@@ -558,50 +420,14 @@ static void comm_release(blob_comm *c)
     blob__obj_free(c);
 }
 
-/* Abort c's NCCL communicators, the parent first (which stops a split in progress), in
- * a creation that failed; mu held. */
-static void release_handles(blob_comm *c)
+/* Wait until c's join has finished; mu held. */
+static blob_status await_join(blob_comm *c, const char *func)
 {
-    if (c->handle) {
-        c->ccl->abort(c->handle);
-        c->handle = NULL;
-    }
-    abort_child(c);
-}
-
-/* The NCCL side of the n ranks cs[] (threads of this process, or this process's one
- * rank), whose parents are joining: wait for the joins, split every parent into the
- * blocking child of the steps' all-reduces, and start the watchdogs. On failure the
- * caller releases the handles. */
-static blob_status start(blob_comm **cs, int n, const char *func)
-{
-    blob_status st = BLOB_OK;
-    blob__comm_name join_name = {.kind = BLOB__OP_JOIN};
-    for (int i = 0; i < n && st == BLOB_OK; i++) { /* under one deadline */
-        pthread_mutex_lock(&cs[i]->mu);
-        st = blob__comm_settle(cs[i], func, &join_name,
-                               "not every rank arrived (is WORLD_SIZE right on every rank, and "
-                               "did every rank start?)");
-        pthread_mutex_unlock(&cs[i]->mu);
-    }
-    if (st != BLOB_OK)
-        return st;
-    for (int i = 0; i < n && st == BLOB_OK; i++)
-        st = cs[i]->ccl->split(cs[i]->handle, &cs[i]->child);
-    blob__comm_name split_name = {.kind = BLOB__OP_SPLIT};
-    for (int i = 0; i < n && st == BLOB_OK; i++) {
-        pthread_mutex_lock(&cs[i]->mu);
-        st = blob__comm_settle(cs[i], func, &split_name, BLOB__COMM_PEER_HINT);
-        bool ready;
-        if (st == BLOB_OK && !cs[i]->child)
-            st = blob__comm_fail(cs[i], func, BLOB_ECOMM, "the split made no communicator");
-        else if (st == BLOB_OK && cs[i]->ccl->state(cs[i]->child, &ready) != BLOB_OK)
-            st = blob__comm_fail_op(cs[i], func, BLOB_ECOMM, &split_name);
-        pthread_mutex_unlock(&cs[i]->mu);
-    }
-    for (int i = 0; i < n && st == BLOB_OK; i++)
-        st = watchdog_start(cs[i]);
-    return st;
+    char what[96];
+    snprintf(what, sizeof what, "joining %d ranks", c->size);
+    return blob__comm_settle(c, func, what,
+                             "not every rank arrived (is WORLD_SIZE right on every rank, and "
+                             "did every rank start?)");
 }
 
 /* The id of opts' meeting for rank and world; *wrote: this rank wrote the file. */
@@ -647,15 +473,15 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
         st = blob_stream_create(&c->stream);
     if (st == BLOB_OK)
         st = c->ccl->init(&c->handle, &id, c->size, c->rank);
-    if (st == BLOB_OK)
-        st = start(&c, 1, func);
-    if (wrote)
-        unlink(o->id_file); /* every rank has read it, or this one gives up */
-    if (st != BLOB_OK) {
+    if (st == BLOB_OK) {
         pthread_mutex_lock(&c->mu);
-        release_handles(c);
+        st = await_join(c, func);
         pthread_mutex_unlock(&c->mu);
     }
+    if (st == BLOB_OK)
+        st = watchdog_start(c);
+    if (wrote)
+        unlink(o->id_file); /* every rank has read it, or this one gives up */
     return st;
 }
 
@@ -739,22 +565,26 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
         if (comms[i])
             comms[i]->handle = st == BLOB_OK ? handles[i] : NULL;
     }
-    /* each rank's stream on its device, then the NCCL side */
+    /* each rank's stream on its device; then every join, under one deadline */
     for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++) {
         st = blob_device_set(devices[i]);
         if (st == BLOB_OK)
             st = blob_stream_create(&comms[i]->stream);
     }
-    if (st == BLOB_OK && n > 1)
-        st = start(comms, n, __func__);
+    for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++) {
+        pthread_mutex_lock(&comms[i]->mu);
+        st = await_join(comms[i], __func__);
+        pthread_mutex_unlock(&comms[i]->mu);
+    }
+    for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++)
+        st = watchdog_start(comms[i]);
     if (saved >= 0)
         (void)blob_device_set(saved);
     if (st != BLOB_OK) {
         for (int i = 0; i < n; i++) {
-            if (comms[i]) {
-                pthread_mutex_lock(&comms[i]->mu);
-                release_handles(comms[i]);
-                pthread_mutex_unlock(&comms[i]->mu);
+            if (comms[i] && comms[i]->handle) {
+                comms[i]->ccl->abort(comms[i]->handle);
+                comms[i]->handle = NULL;
             }
             blob_comm_free(comms[i]);
             comms[i] = NULL;
@@ -764,39 +594,26 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
     return BLOB_OK;
 }
 
-/* Let NCCL flush and release its communicators, within the timeout; abort them
- * otherwise. The watchdog still runs: the child's finalize is a call into the child. */
+/* Let NCCL flush and release the handle, within the timeout; abort it otherwise. */
 static void leave(blob_comm *c)
 {
-    const char *func = "blob_comm_free";
     pthread_mutex_lock(&c->mu);
     double start = blob__comm_now();
-    while (check_locked(c, func) == BLOB_OK && c->num_ops) {
+    while (check_locked(c, "blob_comm_free") == BLOB_OK && c->num_ops) {
         pthread_mutex_unlock(&c->mu);
         poll_pause(blob__comm_now() - start);
         pthread_mutex_lock(&c->mu);
     }
-    pthread_mutex_unlock(&c->mu);
-    blob__comm_name leaving = {.kind = BLOB__OP_LEAVE};
-    if (c->child && blob__comm_enter_child(c, func, &leaving) == BLOB_OK) {
-        blob_status st = c->ccl->finalize(c->child);
-        pthread_mutex_lock(&c->mu);
-        c->child_call_since = 0;
-        if (c->failure == BLOB_OK && st != BLOB_OK)
-            (void)blob__comm_fail_op(c, func, st, &leaving);
-        if (c->failure == BLOB_OK) {
-            c->ccl->destroy(c->child);
-            c->child = NULL;
-        }
-        pthread_mutex_unlock(&c->mu);
-    }
-    pthread_mutex_lock(&c->mu);
-    if (c->failure == BLOB_OK && c->handle && c->ccl->finalize(c->handle) == BLOB_OK &&
-        blob__comm_settle(c, func, &leaving, "NCCL did not finish its work") == BLOB_OK) {
+    if (c->failure == BLOB_OK && c->ccl->finalize(c->handle) == BLOB_OK &&
+        blob__comm_settle(c, "blob_comm_free", "leaving", "NCCL did not finish its work") ==
+            BLOB_OK) {
         c->ccl->destroy(c->handle);
         c->handle = NULL;
     }
-    release_handles(c); /* what is left after a failure */
+    if (c->handle) {
+        c->ccl->abort(c->handle);
+        c->handle = NULL;
+    }
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -804,9 +621,9 @@ void blob_comm_free(blob_comm *c)
 {
     if (!c)
         return;
-    if (c->handle || c->child)
-        leave(c);
     watchdog_stop(c);
+    if (c->handle)
+        leave(c);
     comm_release(c);
 }
 
@@ -874,15 +691,13 @@ blob_status blob_comm_synchronize(blob_comm *c)
 
 /* ---- collectives on host values ---- */
 
-/* Copy in (in_bytes) to the device, run the collective there (on the parent), bring
- * out_bytes back to out, and wait. An all-gather puts this rank's in at rank * in_bytes
- * of out. */
-static blob_status host_collective(blob_comm *c, const char *func, bool gather, const void *in,
-                                   size_t in_bytes, void *out, size_t out_bytes, blob_comm_op op)
+/* Copy in (in_bytes) to the device, run the collective there, bring out_bytes back to
+ * out, and wait. An all-gather puts this rank's in at rank * in_bytes of out. */
+static blob_status host_collective(blob_comm *c, const char *func, const char *name, bool gather,
+                                   const void *in, size_t in_bytes, void *out, size_t out_bytes,
+                                   blob_comm_op op)
 {
     BLOB_TRY(blob__comm_usable(c, func));
-    blob__comm_name name = {.kind = gather ? BLOB__OP_ALL_GATHER : BLOB__OP_ALL_REDUCE_HOST};
-    const char *what = gather ? "all_gather" : "all_reduce_host";
     void *host = NULL, *dev = NULL;
     size_t at = gather ? (size_t)c->rank * in_bytes : 0;
     blob_status st = blob_place_alloc(blob_place_pinned(), out_bytes, c->stream, &host);
@@ -895,10 +710,11 @@ static blob_status host_collective(blob_comm *c, const char *func, bool gather, 
     if (st != BLOB_OK) {
         blob_place_free(blob_place_pinned(), host);
         blob_place_free(blob_place_device(c->device), dev);
-        return blob__comm_poison(c, func, st, what);
+        return blob__comm_poison(c, func, st, name);
     }
-    name.seq = ++c->seq;
+    char what[96];
     pthread_mutex_lock(&c->mu);
+    snprintf(what, sizeof what, "%s #%llu", name, (unsigned long long)++c->seq);
     if (c->failure != BLOB_OK)
         st = blob__comm_failed(c, func);
     else if (gather)
@@ -906,10 +722,13 @@ static blob_status host_collective(blob_comm *c, const char *func, bool gather, 
     else
         st = c->ccl->all_reduce(c->handle, dev, in_bytes / sizeof(double), BLOB_FLOAT64, op,
                                 c->stream);
-    if (st != BLOB_OK && c->failure == BLOB_OK)
-        st = blob__comm_fail_op(c, func, st, &name);
+    if (st != BLOB_OK && c->failure == BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = blob__comm_fail(c, func, st, "%s: %s", what, detail);
+    }
     if (st == BLOB_OK)
-        st = blob__comm_settle(c, func, &name, BLOB__COMM_PEER_HINT);
+        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
     pthread_mutex_unlock(&c->mu);
     if (st == BLOB_OK) {
         st = blob__be->copy_async(host, dev, out_bytes, BLOB__D2H, c->stream);
@@ -918,7 +737,7 @@ static blob_status host_collective(blob_comm *c, const char *func, bool gather, 
     }
     if (st == BLOB_OK) {
         pthread_mutex_lock(&c->mu);
-        st = blob__comm_track(c, func, &name);
+        st = blob__comm_track(c, func, what);
         pthread_mutex_unlock(&c->mu);
     }
     if (st == BLOB_OK)
@@ -935,7 +754,8 @@ static blob_status host_collective(blob_comm *c, const char *func, bool gather, 
 blob_status blob__comm_gather_host(blob_comm *c, const char *func, const void *in, size_t bytes,
                                    void *out)
 {
-    return host_collective(c, func, true, in, bytes, out, bytes * (size_t)c->size, BLOB_COMM_SUM);
+    return host_collective(c, func, "all_gather", true, in, bytes, out, bytes * (size_t)c->size,
+                           BLOB_COMM_SUM);
 }
 
 blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int n, blob_comm_op op)
@@ -951,6 +771,6 @@ blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int n, blob_
         return st; /* the sum and the mean of one rank's values are those values */
     if (st != BLOB_OK)
         return blob__comm_poison(c, __func__, st, "the arguments check");
-    return host_collective(c, __func__, false, values, (size_t)n * sizeof(double), values,
-                           (size_t)n * sizeof(double), op);
+    return host_collective(c, __func__, "all_reduce_host", false, values,
+                           (size_t)n * sizeof(double), values, (size_t)n * sizeof(double), op);
 }

@@ -11,41 +11,12 @@
 #include "blob/comm.h"
 #include "ccl.h"
 
-/* What an operation is, kept as fields and formatted only when a message needs it. */
-typedef enum {
-    BLOB__OP_JOIN,            /* joining the ranks */
-    BLOB__OP_SPLIT,           /* making the all-reduce communicator */
-    BLOB__OP_CONNECT,         /* its first all-reduce of `count` bytes */
-    BLOB__OP_LEAVE,
-    BLOB__OP_ALL_GATHER,      /* the collectives below carry a sequence number */
-    BLOB__OP_ALL_REDUCE_HOST,
-    BLOB__OP_BROADCAST,       /* of `parts` blobs of list `list` from `root` */
-    BLOB__OP_ALL_REDUCE,      /* bucket `part` of `parts` of list `list`, `count` elements */
-} blob__comm_kind;
-
-typedef struct {
-    blob__comm_kind kind;
-    uint64_t seq;
-    int list, part, parts, root;
-    size_t count;
-} blob__comm_name;
-
 /* An operation queued on the communicator's stream, not yet known to be complete. */
 typedef struct {
     void *event;     /* recorded on the stream behind the operation */
     double deadline; /* blob__comm_now() by which it must complete */
-    blob__comm_name name;
+    char what[96];   /* "all_reduce #12 (bucket 3 of 5)" */
 } blob__comm_op;
-
-/* The communicator keeps at most this many operations in flight: a call past it waits
- * (on the host, within the deadline) for the oldest, so that a launch on the blocking
- * communicator never finds NCCL's queues full, which would block it inside NCCL. */
-#define BLOB__COMM_MAX_IN_FLIGHT 32
-
-/* All-reduces of every size from one element up to the bucket size, and this at most,
- * connect the blocking communicator when it is made (NCCL connects an algorithm at its
- * first use, and sizes pick the algorithm), so that no later launch waits for a peer. */
-#define BLOB__COMM_CONNECT_MAX_BYTES ((size_t)256 << 20)
 
 struct blob_comm {
     int rank, size, device;
@@ -54,25 +25,17 @@ struct blob_comm {
     void *stream;  /* the communicator's stream (blob_stream_create's, so that blocks
                       used on it may outlive the communicator); NULL for 1 rank */
     void *order_event; /* orders it and the caller's stream (the owner's thread only) */
-    uint64_t seq;  /* collectives started: names them in messages (owner's thread) */
-    int lists;     /* lists created, to name them (owner's thread) */
-    size_t connected_bytes; /* the child's all-reduces up to this size are connected */
+    uint64_t seq;  /* collectives started: names them in messages */
+    int lists;     /* lists created, to name them */
 
-    /* Guarded by mu, which the watchdog thread takes too; failure is also read without
-     * it (atomically: set once, after failure_msg). Calls on the parent `handle` are
-     * made with mu held and never block for long (it is nonblocking). Calls on `child`
-     * (blocking) are made without mu, bracketed by blob__comm_enter_child and
-     * blob__comm_leave_child, so that the watchdog can always take mu, poll, and abort
-     * the parent; it aborts the child only while no call is in it (the caller does it
-     * on leaving the call), or past the call's deadline as a last resort. CUDA calls
-     * that may wait for the device are made without mu too. */
+    /* Guarded by mu, which the watchdog thread takes too. NCCL calls on handle are made
+     * with mu held and never block for long (the communicator is nonblocking); CUDA
+     * calls that may wait for the device are made without it, so that the watchdog can
+     * always abort a hung handle. */
     pthread_mutex_t mu;
     pthread_cond_t wake;
     double timeout_s;
-    void *handle;  /* the nonblocking parent; NULL for 1 rank and once aborted */
-    void *child;   /* the blocking child of the step's all-reduces; NULL likewise */
-    double child_call_since; /* > 0 while a call is in child: when it began */
-    blob__comm_name child_call; /* and what it is */
+    void *handle;  /* NCCL's communicator; NULL for 1 rank and once aborted */
     blob__comm_op *ops;
     size_t num_ops, cap_ops;
     void **spare_events;
@@ -116,7 +79,6 @@ typedef struct {
     int64_t n;        /* blobs */
     int64_t status;   /* BLOB_OK, or why this rank could not register */
     int64_t bad_blob; /* the blob at fault, or -1 */
-    int64_t bucket_bytes; /* its communicator's bucket size: the ranks' must agree */
 } blob__comm_header;
 
 typedef struct {
@@ -138,9 +100,8 @@ bool blob__comm_contiguous(char *const *ptrs, const int64_t *counts, int first, 
                            size_t elem);
 
 /* Compare the world ranks' registrations: headers[r], and n_max entries of rank r at
- * tables[r * n_max]. BLOB_OK if all agree (bucket sizes included, so that the ranks cut
- * the same buckets); otherwise the status every rank returns, with the detail (which
- * rank, which blob) recorded. */
+ * tables[r * n_max]. BLOB_OK if all agree; otherwise the status every rank returns,
+ * with the detail (which rank, which blob) recorded. */
 blob_status blob__comm_compare(const blob__comm_header *headers, const blob__comm_entry *tables,
                                int world, int64_t n_max);
 
@@ -148,42 +109,23 @@ blob_status blob__comm_compare(const blob__comm_header *headers, const blob__com
 double blob__comm_now(void);
 void blob__comm_sleep(double seconds);
 
-/* The operation `name` of c in words, into buf. */
-void blob__comm_describe(const blob_comm *c, const blob__comm_name *name, char *buf,
-                         size_t size);
-
-/* Bring c down (mu held): the first failure wins and is kept; NCCL's handles are aborted
- * so that nothing waits for them any more (the child once no call is in it). Returns the
- * failure, its detail recorded. */
+/* Bring c down (mu held): the first failure wins and is kept; NCCL's handle is aborted
+ * so that nothing waits for it any more. Returns the failure, its detail recorded. */
 blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 #define COMM_FAIL(c, status, ...) blob__comm_fail((c), __func__, (status), __VA_ARGS__)
 
-/* Bring c down (mu held) as the failure of what, with the detail just recorded. */
-blob_status blob__comm_fail_op(blob_comm *c, const char *func, blob_status status,
-                              const blob__comm_name *what);
-
-/* The failure that brought c down (BLOB_OK while it works), without mu. */
-blob_status blob__comm_failure(const blob_comm *c);
-
 /* The failure that brought c down, recorded again for this thread under func. */
 blob_status blob__comm_failed(blob_comm *c, const char *func);
 
-/* mu held: wait until the parent has finished its last call, what (within the timeout;
+/* mu held: wait until the handle has finished its last call, what (within the timeout;
  * hint says why it would not). */
-blob_status blob__comm_settle(blob_comm *c, const char *func, const blob__comm_name *what,
+blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
                               const char *hint);
 #define BLOB__COMM_PEER_HINT "NCCL is waiting for a rank that did not take part"
 
-/* mu held: watch the work just queued on c->stream, what, until it completes. */
-blob_status blob__comm_track(blob_comm *c, const char *func, const blob__comm_name *what);
-
-/* Bracket a call on c->child (mu not held): enter fails with c's failure, or waits while
- * BLOB__COMM_MAX_IN_FLIGHT operations are in flight; leave takes the call's status and
- * watches what it queued (or brings c down with its error, or aborts the child if c
- * went down meanwhile). */
-blob_status blob__comm_enter_child(blob_comm *c, const char *func, const blob__comm_name *what);
-blob_status blob__comm_leave_child(blob_comm *c, const char *func, blob_status call);
+/* mu held: watch the work just queued on c->stream, named what, until it completes. */
+blob_status blob__comm_track(blob_comm *c, const char *func, const char *what);
 
 /* Make `waiter` wait (on the device) for the work queued on `stream` so far, by c's
  * ordering event: the caller's stream and the communicator's, either way. */
@@ -200,16 +142,7 @@ blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status
                               const char *what);
 
 /* Check that c is a working multi-rank communicator that the calling thread may use:
- * its failure if it failed (NCCL's state and the deadlines polled first), BLOB_EDEVICE
- * if its GPU is not current. */
+ * its failure if it failed, BLOB_EDEVICE if its GPU is not current. */
 blob_status blob__comm_usable(blob_comm *c, const char *func);
-
-/* The same without polling, for the calls of a step: the watchdog polls meanwhile. */
-blob_status blob__comm_live(blob_comm *c, const char *func);
-
-/* Wait on the host until the work queued on c's stream has run: after a failure (the
- * NCCL communicators are aborted, so it does not take long), before the memory it
- * touched may be given back. */
-void blob__comm_drain(blob_comm *c);
 
 #endif

@@ -106,14 +106,6 @@ blob_status blob__comm_compare(const blob__comm_header *headers, const blob__com
                               "error says more)",
                               r, where, blob_strerror((blob_status)headers[r].status));
         }
-    for (int r = 1; r < world; r++)
-        if (headers[r].bucket_bytes != headers[0].bucket_bytes)
-            return blob__fail(BLOB_EINVAL, "blob_comm_list_create",
-                              "the ranks cut different buckets: rank 0's are of %lld bytes, "
-                              "rank %d's of %lld (bucket_bytes and BLOB_COMM_BUCKET_MB must "
-                              "agree)",
-                              (long long)headers[0].bucket_bytes, r,
-                              (long long)headers[r].bucket_bytes);
     for (int64_t i = 0; i < n_max; i++)
         for (int r = 1; r < world; r++) {
             const blob__comm_entry *a = &tables[i], *b = &tables[r * n_max + i];
@@ -186,7 +178,7 @@ static blob_status check_blobs(const blob_comm *c, blob *const *blobs, int n, in
 static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status local, int bad)
 {
     const char *func = "blob_comm_list_create";
-    blob__comm_header mine = {local == BLOB_OK ? l->n : 0, local, bad, (int64_t)c->bucket_bytes};
+    blob__comm_header mine = {local == BLOB_OK ? l->n : 0, local, bad};
     size_t world = (size_t)c->size;
     blob__comm_header *headers = blob__obj_alloc(world * sizeof *headers);
     if (!headers)
@@ -216,49 +208,6 @@ static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status loca
     blob__obj_free(headers);
     blob__obj_free(entries);
     blob__obj_free(tables);
-    return st;
-}
-
-/* Elements of the all-reduces that connect c's child for l: as many as in its largest
- * bucket, at most BLOB__COMM_CONNECT_MAX_BYTES; 0 when those are connected already. */
-static size_t elems_to_connect(const blob_comm *c, const blob_comm_list *l)
-{
-    int64_t most = 0;
-    for (int k = 0; k < l->num_buckets; k++)
-        if (l->buckets[k].end - l->buckets[k].begin > most)
-            most = l->buckets[k].end - l->buckets[k].begin;
-    size_t elems = (size_t)most;
-    if (elems > BLOB__COMM_CONNECT_MAX_BYTES / l->elem)
-        elems = BLOB__COMM_CONNECT_MAX_BYTES / l->elem;
-    return elems * l->elem > c->connected_bytes ? elems : 0;
-}
-
-/* Connect c's child for all-reduces of up to max_elems elements of dtype: one of each
- * size from one element, doubling, and max_elems, in place on scratch; then wait for
- * them. Every rank does the same (their lists and bucket sizes agree), while the host
- * waits anyway, so that no all-reduce of a step has a connection to make (NCCL makes an
- * algorithm's at its first use, waiting for the peers, and sizes pick the algorithm). */
-static blob_status connect_child(blob_comm *c, blob_dtype dtype, size_t elem, void *scratch,
-                                 size_t max_elems)
-{
-    const char *func = "blob_comm_list_create";
-    if (blob__be->memset_async(scratch, 0, max_elems * elem, c->stream) != BLOB_OK)
-        return blob__comm_poison(c, func, BLOB_ECUDA, "clearing the connection buffer");
-    blob_status st = BLOB_OK;
-    for (size_t count = 1; st == BLOB_OK; count = 2 * count < max_elems ? 2 * count : max_elems) {
-        blob__comm_name name = {.kind = BLOB__OP_CONNECT, .count = count * elem};
-        st = blob__comm_enter_child(c, func, &name);
-        if (st == BLOB_OK)
-            st = blob__comm_leave_child(c, func,
-                                        c->ccl->all_reduce(c->child, scratch, count, dtype,
-                                                           BLOB_COMM_SUM, c->stream));
-        if (count == max_elems)
-            break;
-    }
-    if (st == BLOB_OK)
-        st = blob_comm_synchronize(c);
-    if (st == BLOB_OK)
-        c->connected_bytes = max_elems * elem;
     return st;
 }
 
@@ -304,12 +253,6 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
                 local = BLOB_ENOMEM;
         }
     }
-    /* the buffer of the all-reduces that connect the child for this list's buckets */
-    size_t connect = local == BLOB_OK && c->size > 1 ? elems_to_connect(c, l) : 0;
-    void *scratch = NULL;
-    if (connect)
-        local = blob_place_alloc(blob_place_device(c->device), connect * l->elem, c->stream,
-                                 &scratch);
     blob_status st = local;
     if (c->size > 1) {
         char detail[256];
@@ -318,32 +261,22 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
         if (st == local && st != BLOB_OK) /* this rank's own error, with its own detail */
             st = BLOB_FAIL(local, "%s", detail);
     }
-    if (st == BLOB_OK && connect)
-        st = connect_child(c, l->dtype, l->elem, scratch, connect);
-    if (scratch) {
-        if (st != BLOB_OK)
-            blob__comm_drain(c);
-        blob_place_free(blob_place_device(c->device), scratch);
-    }
     if (st != BLOB_OK) {
         if (l)
             list_release(l);
         return st;
     }
+    pthread_mutex_lock(&c->mu);
     l->id = ++c->lists;
+    pthread_mutex_unlock(&c->mu);
     *out = l;
     return BLOB_OK;
 }
 
 void blob_comm_list_free(blob_comm_list *l)
 {
-    if (!l)
-        return;
-    /* after a failure the collectives are stopped; let them end before the blobs may
-     * be given back (the allocator knows only the caller's stream as their user) */
-    if (l->c->size > 1 && blob__comm_failure(l->c) != BLOB_OK)
-        blob__comm_drain(l->c);
-    list_release(l);
+    if (l)
+        list_release(l);
 }
 
 /* ---- collectives on lists ---- */
@@ -368,7 +301,7 @@ static blob_status check_counts(const blob_comm_list *l, int first, int n)
     return BLOB_OK;
 }
 
-/* The device side of blob i's data or diff, for work on the current stream (which the
+/* The device side of blob i's data or diff for the communicator's stream (which the
  * blob's own ordering makes wait for its last user). */
 static blob_status device_side(blob_comm_list *l, int i, bool diff, bool write, char **out)
 {
@@ -410,9 +343,10 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     blob_set_stream(caller);
     if (st != BLOB_OK)
         return blob__comm_poison(c, __func__, st, "broadcast");
-    blob__comm_name name = {.kind = BLOB__OP_BROADCAST, .seq = ++c->seq, .list = l->id,
-                            .parts = l->n, .root = root};
+    char what[96];
     pthread_mutex_lock(&c->mu);
+    snprintf(what, sizeof what, "broadcast #%llu (list %d, %d blobs, root %d)",
+             (unsigned long long)++c->seq, l->id, l->n, root);
     if (c->failure != BLOB_OK)
         st = blob__comm_failed(c, __func__);
     bool grouped = false;
@@ -429,15 +363,18 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
         if (st == BLOB_OK)
             st = end;
     }
-    if (st != BLOB_OK && c->failure == BLOB_OK)
-        st = blob__comm_fail_op(c, __func__, st, &name);
+    if (st != BLOB_OK && c->failure == BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+    }
     if (st == BLOB_OK)
-        st = blob__comm_settle(c, __func__, &name, BLOB__COMM_PEER_HINT);
+        st = blob__comm_settle(c, __func__, what, BLOB__COMM_PEER_HINT);
     if (st == BLOB_OK)
-        st = blob__comm_track(c, __func__, &name);
+        st = blob__comm_track(c, __func__, what);
     pthread_mutex_unlock(&c->mu);
     if (st == BLOB_OK && blob__comm_order(c, caller, c->stream) != BLOB_OK)
-        st = blob__comm_poison(c, __func__, BLOB_ECUDA, "broadcast");
+        st = blob__comm_poison(c, __func__, BLOB_ECUDA, what);
     return st;
 }
 
@@ -459,17 +396,14 @@ static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, ch
     return BLOB_OK;
 }
 
-/* All-reduce bucket kb on the communicator's stream, through the blocking child: in
- * place when its diffs lie back to back, else packed into a buffer of the caching
- * allocator and unpacked after. */
+/* All-reduce bucket kb on the communicator's stream: in place when its diffs lie back
+ * to back, else packed into a buffer of the caching allocator and unpacked after. */
 static blob_status reduce_bucket(blob_comm_list *l, int kb)
 {
     const char *func = "blob_comm_reduce";
     blob_comm *c = l->c;
     const blob__comm_bucket *k = &l->buckets[kb];
     size_t count = (size_t)(k->end - k->begin);
-    blob__comm_name name = {.kind = BLOB__OP_ALL_REDUCE, .seq = ++c->seq, .list = l->id,
-                            .part = kb + 1, .parts = l->num_buckets, .count = count};
     bool in_place = blob__comm_contiguous(l->dev, l->counts, k->first, k->last, l->elem);
     char *buf = NULL;
     blob_status st = BLOB_OK;
@@ -481,50 +415,65 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb)
         buf = p;
         if (st == BLOB_OK)
             st = move_pieces(l, k, buf, true);
-        if (st != BLOB_OK) {
-            pthread_mutex_lock(&c->mu);
-            st = blob__comm_fail_op(c, func, st, &name);
-            pthread_mutex_unlock(&c->mu);
-        }
     }
-    if (st == BLOB_OK)
-        st = blob__comm_enter_child(c, func, &name);
-    if (st == BLOB_OK) {
-        blob_status call = c->ccl->all_reduce(c->child, buf, count, l->dtype, l->op, c->stream);
-        if (call == BLOB_OK && !in_place)
-            call = move_pieces(l, k, buf, false);
-        st = blob__comm_leave_child(c, func, call);
+    char what[96];
+    pthread_mutex_lock(&c->mu);
+    snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
+             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, count);
+    if (st != BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+    } else if (c->failure != BLOB_OK) {
+        st = blob__comm_failed(c, func);
+    } else if ((st = c->ccl->all_reduce(c->handle, buf, count, l->dtype, l->op, c->stream)) !=
+               BLOB_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", blob_last_error());
+        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+    } else {
+        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
     }
+    pthread_mutex_unlock(&c->mu);
+    if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
+        st = blob__comm_poison(c, func, BLOB_ECUDA, what);
     if (!in_place) /* reused on the communicator's stream, after the work queued there */
         blob_place_free(blob_place_device(c->device), buf);
+    if (st == BLOB_OK) {
+        pthread_mutex_lock(&c->mu);
+        st = blob__comm_track(c, func, what);
+        pthread_mutex_unlock(&c->mu);
+    }
     return st;
 }
 
 /* Hand over blobs [first, first + n) not handed over yet, then reduce every bucket
- * whose turn has come and whose blobs are all handed over. The diffs are taken on the
- * caller's stream, where they are final (no ordering, no record in the blocks); the
- * communicator's stream waits for that stream once, before the buckets it reduces. */
+ * whose turn has come and whose blobs are all handed over. */
 static blob_status hand_over(blob_comm_list *l, int first, int n, const char *func)
 {
     blob_comm *c = l->c;
-    BLOB_TRY(blob__comm_live(c, func));
+    BLOB_TRY(blob__comm_usable(c, func));
     blob_status st = check_counts(l, first, n);
+    bool fresh = false;
+    for (int i = first; i < first + n; i++)
+        fresh |= !l->ready[i];
+    void *caller = blob_get_stream();
+    if (st == BLOB_OK && fresh) /* after what the caller queued so far */
+        st = blob__comm_order(c, c->stream, caller);
+    blob_set_stream(c->stream);
     for (int i = first; i < first + n && st == BLOB_OK; i++)
         if (!l->ready[i]) {
             st = device_side(l, i, true, true, &l->dev[i]);
             l->ready[i] = st == BLOB_OK;
         }
+    blob_set_stream(caller);
     if (st != BLOB_OK)
         return blob__comm_poison(c, func, st, "handing over diffs");
-    bool ordered = false;
     for (; l->next >= 0; l->next--) {
         const blob__comm_bucket *k = &l->buckets[l->next];
         for (int i = k->first; i <= k->last; i++)
             if (!l->ready[i])
                 return BLOB_OK;
-        if (!ordered && blob__comm_order(c, c->stream, blob_get_stream()) != BLOB_OK)
-            return blob__comm_poison(c, func, BLOB_ECUDA, "ordering the streams");
-        ordered = true;
         BLOB_TRY(reduce_bucket(l, l->next));
     }
     return BLOB_OK;
@@ -542,7 +491,7 @@ blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op)
     if (st != BLOB_OK)
         return call_failed(l, __func__, st, "reduce_begin");
     if (l->c->size > 1)
-        BLOB_TRY(blob__comm_live(l->c, __func__));
+        BLOB_TRY(blob__comm_usable(l->c, __func__));
     l->open = true;
     l->op = op;
     memset(l->ready, 0, (size_t)l->n * sizeof *l->ready);
@@ -586,7 +535,7 @@ blob_status blob_comm_reduce_end(blob_comm_list *l)
     BLOB_TRY(hand_over(l, 0, l->n, __func__));
     if (blob__comm_order(c, blob_get_stream(), c->stream) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");
-    return blob__comm_live(c, __func__);
+    return blob_comm_status(c);
 }
 
 blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op)
