@@ -26,10 +26,10 @@
  *
  * Ranks. A communicator is one rank of world_size; every rank has its own GPU. Ranks
  * may be threads of one process (blob_comm_create_local, or blob_comm_create with a
- * shared id), processes of one host (tools/launch), or processes on several hosts (see
- * docs/distributed.md). A communicator and its lists are used by one thread at a time,
- * with the communicator's GPU current; ranks in one process need one thread each,
- * because every collective needs all ranks to take part at once.
+ * shared id), processes of one host (started by blob-launch), or processes on several
+ * hosts (see docs/distributed.md). A communicator and its lists are used by one thread
+ * at a time, with the communicator's GPU current; ranks in one process need one thread
+ * each, because every collective needs all ranks to take part at once.
  *
  * Same calls on every rank. Every rank must make the same collective calls (broadcast,
  * all-reduce, reduce begin/ready/end, list creation, all_reduce_host) in the same order
