@@ -14,11 +14,6 @@ static blob *make(blob_dtype dt, int n, const int64_t *shape)
     return b;
 }
 
-static double get(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
 /* Fill data (diff) with random values and return a malloc'd double copy. */
 static double *fill_random(blob *b, bool diff)
 {
@@ -28,7 +23,7 @@ static double *fill_random(blob *b, bool diff)
     test_fill(blob_get_dtype(b), p, n, -2.0, 2.0);
     double *ref = malloc((size_t)(n ? n : 1) * sizeof *ref);
     for (int64_t i = 0; i < n; i++)
-        ref[i] = get(blob_get_dtype(b), p, i);
+        ref[i] = test_get(blob_get_dtype(b), p, i);
     return ref;
 }
 
@@ -176,7 +171,7 @@ START_TEST(test_reshape_keeps_memory_within_capacity)
     ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_UNINITIALIZED);
     ck_ok(blob_cpu_data(b, &after));
     for (int i = 0; i < 30; i++)
-        ck_assert(get(dt, after, i) == 0.0);
+        ck_assert(test_get(dt, after, i) == 0.0);
     /* shrink_to_fit gives memory back and keeps the values */
     double *ref2 = fill_random(b, false);
     int64_t tiny[] = {2, 2};

@@ -116,19 +116,6 @@ static blob_status fake_init_local(void **handles, int n, const int *devices)
     return BLOB_OK;
 }
 
-static double fake_get(blob_dtype dt, const void *p, size_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void fake_set(blob_dtype dt, void *p, size_t i, double v)
-{
-    if (dt == BLOB_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
 /* Operation k, posted by every rank: run it on all their buffers (lock held). */
 static void fake_run(fake_world *w, uint64_t k)
 {
@@ -147,14 +134,14 @@ static void fake_run(fake_world *w, uint64_t k)
         double v = 0;
         if (a->kind == OP_REDUCE) {
             for (int r = 0; r < w->size; r++)
-                v += fake_get(a->dtype, p[r]->buf, i);
+                v += test_get(a->dtype, p[r]->buf, (int64_t)i);
             if (a->op == BLOB_COMM_MEAN)
                 v /= w->size;
         } else {
-            v = fake_get(a->dtype, p[a->root]->buf, i);
+            v = test_get(a->dtype, p[a->root]->buf, (int64_t)i);
         }
         for (int r = 0; r < w->size; r++)
-            fake_set(a->dtype, p[r]->buf, i, v);
+            test_put(a->dtype, p[r]->buf, (int64_t)i, v);
     }
     if (a->kind == OP_GATHER)
         for (int r = 0; r < w->size; r++)
@@ -367,15 +354,10 @@ static blob *make_blob(blob_dtype dt, int device, int64_t count)
     return b;
 }
 
-static double value_of(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
 static void put_values(blob_dtype dt, void *p, const double *v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        fake_set(dt, p, (size_t)i, v[i]);
+        test_put(dt, p, i, v[i]);
 }
 
 static double *random_values(int64_t n)
@@ -1128,7 +1110,7 @@ static blob_status read_back(blob *b, bool diff, double *out)
     const void *p;
     BLOB_TRY(diff ? blob_cpu_diff(b, &p) : blob_cpu_data(b, &p));
     for (int64_t i = 0; i < blob_count(b); i++)
-        out[i] = value_of(blob_get_dtype(b), p, i);
+        out[i] = test_get(blob_get_dtype(b), p, i);
     return BLOB_OK;
 }
 

@@ -4,7 +4,6 @@
  * against direct loops (padding, strides, ceil mode, ties, NaN); the GPU against the host
  * on random data, past 2^31 elements too; exact error codes for bad geometry, NULL
  * arrays and overflowing sizes on both sides. */
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,27 +11,6 @@
 
 #include "../src/core/core.h"
 #include "testutil.h"
-
-static double get(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void put(blob_dtype dt, void *p, int64_t i, double v)
-{
-    if (dt == BLOB_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
-static const char *dtype_name(blob_dtype dt) { return dt == BLOB_FLOAT32 ? "float32" : "float64"; }
-
-/* Relative tolerance for results that sum k rounded terms. */
-static double tol(blob_dtype dt, int64_t k)
-{
-    return 4 * (dt == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * (double)(k + 1);
-}
 
 /* n elements of dtype (at least one byte, so that empty arrays are not NULL). */
 static void *alloc_dt(blob_dtype dt, int64_t n)
@@ -47,7 +25,7 @@ static void *random_dt(blob_dtype dt, int64_t n, double lo, double hi, double **
     test_fill(dt, p, n, lo, hi);
     *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
     for (int64_t i = 0; i < n; i++)
-        (*v)[i] = get(dt, p, i);
+        (*v)[i] = test_get(dt, p, i);
     return p;
 }
 
@@ -56,8 +34,8 @@ static void *ties_dt(blob_dtype dt, int64_t n, double **v)
 {
     void *p = random_dt(dt, n, 0, 1, v);
     for (int64_t i = 0; i < n; i++) {
-        put(dt, p, i, floor(3 * (*v)[i]));
-        (*v)[i] = get(dt, p, i);
+        test_put(dt, p, i, floor(3 * (*v)[i]));
+        (*v)[i] = test_get(dt, p, i);
     }
     return p;
 }
@@ -65,7 +43,7 @@ static void *ties_dt(blob_dtype dt, int64_t n, double **v)
 static void fill_nan(blob_dtype dt, void *p, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        put(dt, p, i, NAN);
+        test_put(dt, p, i, NAN);
 }
 
 /* "CxHxW k.. p.. s.. d.. floor|ceil" for messages. */
@@ -351,10 +329,10 @@ static void check_im2col(blob_dtype dt, const blob_conv_geometry *g, int64_t num
         for (int64_t q = 0; q < cols; q++) {
             const int64_t s = source_cell(g, oh, ow, r, q);
             const double want = s < 0 ? 0 : xv[s];
-            ck_assert_msg(get(dt, col, r * cols + q) == want,
-                          "%s %s num %lld: col[%lld][%lld] = %g, expected %g", dtype_name(dt),
+            ck_assert_msg(test_get(dt, col, r * cols + q) == want,
+                          "%s %s num %lld: col[%lld][%lld] = %g, expected %g", test_dtype_name(dt),
                           describe(g, buf), (long long)num, (long long)r, (long long)q,
-                          get(dt, col, r * cols + q), want);
+                          test_get(dt, col, r * cols + q), want);
         }
     free(x);
     free(xv);
@@ -396,11 +374,11 @@ static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t 
     for (int64_t n = 0; n < num; n++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t p = 0; p < P; p++) {
-                const double got = get(dt, out, m * cols + n * P + p);
+                const double got = test_get(dt, out, m * cols + n * P + p);
                 const double want = ref[(n * M + m) * P + p];
-                ck_assert_msg(fabs(got - want) <= tol(dt, kg) * fmax(fabs(want), 1),
+                ck_assert_msg(fabs(got - want) <= test_tol(dt, kg) * fmax(fabs(want), 1),
                               "%s %s num %lld groups %lld (batched): out[%lld][%lld][%lld] = "
-                              "%.17g, expected %.17g", dtype_name(dt), describe(g, buf),
+                              "%.17g, expected %.17g", test_dtype_name(dt), describe(g, buf),
                               (long long)num, (long long)groups, (long long)n, (long long)m,
                               (long long)p, got, want);
             }
@@ -415,10 +393,11 @@ static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t 
                                 (char *)out + (size_t)((n * M + gi * mg) * P) * es));
     }
     for (int64_t i = 0; i < num * M * P; i++)
-        ck_assert_msg(fabs(get(dt, out, i) - ref[i]) <= tol(dt, kg) * fmax(fabs(ref[i]), 1),
+        ck_assert_msg(fabs(test_get(dt, out, i) - ref[i]) <=
+                          test_tol(dt, kg) * fmax(fabs(ref[i]), 1),
                       "%s %s num %lld groups %lld (per image): out[%lld] = %.17g, expected "
-                      "%.17g", dtype_name(dt), describe(g, buf), (long long)num,
-                      (long long)groups, (long long)i, get(dt, out, i), ref[i]);
+                      "%.17g", test_dtype_name(dt), describe(g, buf), (long long)num,
+                      (long long)groups, (long long)i, test_get(dt, out, i), ref[i]);
     free(x);
     free(xv);
     free(wt);
@@ -456,14 +435,14 @@ static void check_col2im(blob_dtype dt, const blob_conv_geometry *g, int64_t num
     ck_ok(blob_cpu_col2im(dt, g, num, y, im));
     double lhs = 0, rhs = 0, scale = 0;
     for (int64_t i = 0; i < rows * cols; i++) {
-        lhs += get(dt, col, i) * yv[i];
-        scale += fabs(get(dt, col, i) * yv[i]);
+        lhs += test_get(dt, col, i) * yv[i];
+        scale += fabs(test_get(dt, col, i) * yv[i]);
     }
     for (int64_t i = 0; i < n_im; i++)
-        rhs += xv[i] * get(dt, im, i);
-    ck_assert_msg(fabs(lhs - rhs) <= tol(dt, rows * cols) * fmax(scale, 1),
+        rhs += xv[i] * test_get(dt, im, i);
+    ck_assert_msg(fabs(lhs - rhs) <= test_tol(dt, rows * cols) * fmax(scale, 1),
                   "%s %s num %lld: <im2col(x), y> = %.17g, <x, col2im(y)> = %.17g",
-                  dtype_name(dt), describe(g, buf), (long long)num, lhs, rhs);
+                  test_dtype_name(dt), describe(g, buf), (long long)num, lhs, rhs);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t q = 0; q < cols; q++) {
             const int64_t s = source_cell(g, oh, ow, r, q);
@@ -472,9 +451,11 @@ static void check_col2im(blob_dtype dt, const blob_conv_geometry *g, int64_t num
         }
     const int64_t taps = g->kernel_h * g->kernel_w;
     for (int64_t i = 0; i < n_im; i++)
-        ck_assert_msg(fabs(get(dt, im, i) - ref[i]) <= tol(dt, taps) * fmax(fabs(ref[i]), 1),
-                      "%s %s num %lld: col2im[%lld] = %.17g, expected %.17g", dtype_name(dt),
-                      describe(g, buf), (long long)num, (long long)i, get(dt, im, i), ref[i]);
+        ck_assert_msg(fabs(test_get(dt, im, i) - ref[i]) <=
+                          test_tol(dt, taps) * fmax(fabs(ref[i]), 1),
+                      "%s %s num %lld: col2im[%lld] = %.17g, expected %.17g",
+                      test_dtype_name(dt), describe(g, buf), (long long)num, (long long)i,
+                      test_get(dt, im, i), ref[i]);
     free(x);
     free(xv);
     free(y);
@@ -506,7 +487,7 @@ static void check_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num, 
     void *x = kind == DATA_TIES ? ties_dt(dt, n_x, &xv) : random_dt(dt, n_x, -1, 1, &xv);
     if (kind == DATA_NAN)
         for (int64_t i = 0; i < n_x; i += 7) {
-            put(dt, x, i, NAN);
+            test_put(dt, x, i, NAN);
             xv[i] = NAN;
         }
     void *dy = random_dt(dt, n_y, -1, 1, &dyv);
@@ -522,36 +503,39 @@ static void check_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num, 
     ck_ok(blob_cpu_max_pool_forward(dt, g, num, x, y, argmax));
     const char *what = kind == DATA_TIES ? "ties" : kind == DATA_NAN ? "NaN" : "random";
     for (int64_t i = 0; i < n_y; i++) {
-        const double v = get(dt, y, i);
+        const double v = test_get(dt, y, i);
         ck_assert_msg(argmax[i] == am[i] && (v == ymax[i] || (isnan(v) && isnan(ymax[i]))),
                       "%s %s num %lld %s: max[%lld] = %g at %d, expected %g at %lld",
-                      dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i, v,
+                      test_dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i, v,
                       argmax[i], ymax[i], (long long)am[i]);
     }
     fill_nan(dt, dx, n_x);
     ck_ok(blob_cpu_max_pool_backward(dt, g, num, dy, argmax, dx));
     const int64_t overlap = (g->kernel_h / g->stride_h + 1) * (g->kernel_w / g->stride_w + 1);
     for (int64_t i = 0; i < n_x; i++)
-        ck_assert_msg(fabs(get(dt, dx, i) - dxm[i]) <= tol(dt, overlap) * fmax(fabs(dxm[i]), 1),
+        ck_assert_msg(fabs(test_get(dt, dx, i) - dxm[i]) <=
+                          test_tol(dt, overlap) * fmax(fabs(dxm[i]), 1),
                       "%s %s num %lld %s: max backward dx[%lld] = %.17g, expected %.17g",
-                      dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i,
-                      get(dt, dx, i), dxm[i]);
+                      test_dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i,
+                      test_get(dt, dx, i), dxm[i]);
     if (kind != DATA_NAN) {
         fill_nan(dt, y, n_y);
         ck_ok(blob_cpu_avg_pool_forward(dt, g, num, x, y));
         const int64_t taps = g->kernel_h * g->kernel_w;
         for (int64_t i = 0; i < n_y; i++)
-            ck_assert_msg(fabs(get(dt, y, i) - yavg[i]) <= tol(dt, taps) * fmax(fabs(yavg[i]), 1),
-                          "%s %s num %lld %s: avg[%lld] = %.17g, expected %.17g", dtype_name(dt),
-                          describe(g, buf), (long long)num, what, (long long)i, get(dt, y, i),
-                          yavg[i]);
+            ck_assert_msg(fabs(test_get(dt, y, i) - yavg[i]) <=
+                              test_tol(dt, taps) * fmax(fabs(yavg[i]), 1),
+                          "%s %s num %lld %s: avg[%lld] = %.17g, expected %.17g",
+                          test_dtype_name(dt), describe(g, buf), (long long)num, what,
+                          (long long)i, test_get(dt, y, i), yavg[i]);
         fill_nan(dt, dx, n_x);
         ck_ok(blob_cpu_avg_pool_backward(dt, g, num, dy, dx));
         for (int64_t i = 0; i < n_x; i++)
-            ck_assert_msg(fabs(get(dt, dx, i) - dxa[i]) <= tol(dt, overlap) * fmax(fabs(dxa[i]), 1),
+            ck_assert_msg(fabs(test_get(dt, dx, i) - dxa[i]) <=
+                              test_tol(dt, overlap) * fmax(fabs(dxa[i]), 1),
                           "%s %s num %lld %s: avg backward dx[%lld] = %.17g, expected %.17g",
-                          dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i,
-                          get(dt, dx, i), dxa[i]);
+                          test_dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i,
+                          test_get(dt, dx, i), dxa[i]);
     }
     free(x);
     free(xv);
@@ -832,9 +816,9 @@ static void expect_close(blob_dtype dt, const void *a, const void *b, int64_t n,
 {
     char buf[160];
     for (int64_t i = 0; i < n; i++) {
-        const double x = get(dt, a, i), y = get(dt, b, i);
+        const double x = test_get(dt, a, i), y = test_get(dt, b, i);
         ck_assert_msg((isnan(x) && isnan(y)) || fabs(x - y) <= t * fmax(fabs(y), 1),
-                      "gpu %s %s %s num %lld: [%lld] = %.17g, host %.17g", dtype_name(dt),
+                      "gpu %s %s %s num %lld: [%lld] = %.17g, host %.17g", test_dtype_name(dt),
                       what, describe(g, buf), (long long)num, (long long)i, x, y);
     }
 }
@@ -859,7 +843,7 @@ static void check_gpu_conv(blob_dtype dt, const blob_conv_geometry *g, int64_t n
     dev_download(got, dcol, (size_t)n_col * es);
     expect_close(dt, got, col, n_col, 0, "im2col", g, num);
     dev_download(got, dim, (size_t)n_im * es);
-    expect_close(dt, got, im, n_im, tol(dt, g->kernel_h * g->kernel_w), "col2im", g, num);
+    expect_close(dt, got, im, n_im, test_tol(dt, g->kernel_h * g->kernel_w), "col2im", g, num);
     blob__be->device_free(dx);
     blob__be->device_free(dy);
     blob__be->device_free(dcol);
@@ -884,7 +868,7 @@ static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t n
     double *xv, *dyv;
     void *x = kind == DATA_TIES ? ties_dt(dt, n_x, &xv) : random_dt(dt, n_x, -1, 1, &xv);
     for (int64_t i = 0; kind == DATA_NAN && i < n_x; i += 5)
-        put(dt, x, i, NAN);
+        test_put(dt, x, i, NAN);
     void *dy = random_dt(dt, n_y, -1, 1, &dyv);
     void *y = alloc_dt(dt, n_y), *dx = alloc_dt(dt, n_x), *got = alloc_dt(dt, n_x);
     int32_t *am = calloc((size_t)n_y + 1, sizeof(int32_t)), *gam = calloc((size_t)n_y + 1, 4);
@@ -899,24 +883,25 @@ static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t n
     expect_close(dt, got, y, n_y, 0, "max_pool_forward", g, num);
     for (int64_t i = 0; i < n_y; i++)
         ck_assert_msg(gam[i] == am[i], "gpu %s %s num %lld: argmax[%lld] = %d, host %d",
-                      dtype_name(dt), describe(g, buf), (long long)num, (long long)i, gam[i],
+                      test_dtype_name(dt), describe(g, buf), (long long)num, (long long)i, gam[i],
                       am[i]);
     const int64_t overlap = (g->kernel_h / g->stride_h + 1) * (g->kernel_w / g->stride_w + 1);
     ck_ok(blob_cpu_max_pool_backward(dt, g, num, dy, am, dx));
     ck_ok(blob_gpu_max_pool_backward(dt, g, num, d_dy, d_am, d_dx));
     dev_download(got, d_dx, (size_t)n_x * es);
-    expect_close(dt, got, dx, n_x, tol(dt, overlap), "max_pool_backward", g, num);
+    expect_close(dt, got, dx, n_x, test_tol(dt, overlap), "max_pool_backward", g, num);
 
     ck_ok(blob_cpu_avg_pool_forward(dt, g, num, x, y));
     ck_ok(blob__be->memset_async(d_y, 0xff, (size_t)n_y * es, blob_get_stream()));
     ck_ok(blob_gpu_avg_pool_forward(dt, g, num, d_x, d_y));
     dev_download(got, d_y, (size_t)n_y * es);
-    expect_close(dt, got, y, n_y, tol(dt, g->kernel_h * g->kernel_w), "avg_pool_forward", g, num);
+    expect_close(dt, got, y, n_y, test_tol(dt, g->kernel_h * g->kernel_w), "avg_pool_forward",
+                 g, num);
     ck_ok(blob_cpu_avg_pool_backward(dt, g, num, dy, dx));
     ck_ok(blob__be->memset_async(d_dx, 0xff, (size_t)n_x * es, blob_get_stream()));
     ck_ok(blob_gpu_avg_pool_backward(dt, g, num, d_dy, d_dx));
     dev_download(got, d_dx, (size_t)n_x * es);
-    expect_close(dt, got, dx, n_x, tol(dt, overlap), "avg_pool_backward", g, num);
+    expect_close(dt, got, dx, n_x, test_tol(dt, overlap), "avg_pool_backward", g, num);
     blob__be->device_free(d_x);
     blob__be->device_free(d_dy);
     blob__be->device_free(d_y);

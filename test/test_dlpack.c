@@ -60,19 +60,6 @@ static void producer_wrap(producer *p, DLManagedTensor *inner)
 
 static const DLDevice cpu_dev = {kDLCPU, 0};
 
-static double get(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void put(blob_dtype dt, void *p, int64_t i, double v)
-{
-    if (dt == BLOB_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
 /* A blob of shape 2x3x4 with random data on `device`, its values in *ref. */
 static blob *random_blob(blob_dtype dt, int device, double **ref)
 {
@@ -84,7 +71,7 @@ static blob *random_blob(blob_dtype dt, int device, double **ref)
     test_fill(dt, p, 24, -2.0, 2.0);
     *ref = malloc(24 * sizeof **ref);
     for (int i = 0; i < 24; i++)
-        (*ref)[i] = get(dt, p, i);
+        (*ref)[i] = test_get(dt, p, i);
     return b;
 }
 
@@ -133,7 +120,7 @@ START_TEST(test_export_host)
     /* a write by the blob is seen by the consumer */
     void *w;
     ck_ok(blob_mutable_cpu_data(b, &w));
-    put(dt, w, 5, 42.0);
+    test_put(dt, w, 5, 42.0);
     ref[5] = 42.0;
     assert_same(dt, d->data, ref, 24);
 
@@ -141,7 +128,7 @@ START_TEST(test_export_host)
     DLManagedTensor *tw;
     ck_ok(blob_to_dlpack(b, BLOB_PART_DATA, BLOB_DLPACK_HOST, BLOB_DLPACK_WRITABLE, NULL, &tw));
     ck_assert_ptr_eq(tw->dl_tensor.data, host);
-    put(dt, tw->dl_tensor.data, 7, -3.0);
+    test_put(dt, tw->dl_tensor.data, 7, -3.0);
     ref[7] = -3.0;
     const void *r;
     ck_ok(blob_cpu_data(b, &r));
@@ -186,7 +173,7 @@ START_TEST(test_export_heads)
     ck_assert_int_eq(t[1]->dl_tensor.device.device_id, 0);
     ck_ok(blob_to_dlpack(b, BLOB_PART_DATA, BLOB_DLPACK_HOST, BLOB_DLPACK_WRITABLE, NULL, &t[2]));
     ck_assert_int_eq(head(b), BLOB_HEAD_AT_CPU);
-    put(dt, t[2]->dl_tensor.data, 0, 9.0); /* the consumer writes the host side ... */
+    test_put(dt, t[2]->dl_tensor.data, 0, 9.0); /* the consumer writes the host side ... */
     ref[0] = 9.0;
     ck_ok(blob_to_dlpack(b, BLOB_PART_DATA, BLOB_DLPACK_DEVICE, BLOB_DLPACK_WRITABLE, NULL, &t[3]));
     ck_assert_int_eq(head(b), BLOB_HEAD_AT_GPU);
@@ -404,7 +391,7 @@ START_TEST(test_import_host)
     test_fill(dt, buf, 20, -1.0, 1.0);
     double ref[20];
     for (int i = 0; i < 20; i++)
-        ref[i] = get(dt, buf, i);
+        ref[i] = test_get(dt, buf, i);
     producer p;
     producer_init(&p, buf, cpu_dev, dt, 2, shape);
     blob *b;
@@ -420,12 +407,12 @@ START_TEST(test_import_host)
     void *w;
     ck_ok(blob_cpu_data(b, &r));
     ck_assert_ptr_eq(r, buf); /* zero copy */
-    put(dt, buf, 2, 7.0);     /* the producer writes ... */
+    test_put(dt, buf, 2, 7.0);     /* the producer writes ... */
     ref[2] = 7.0;
     ck_ok(blob_cpu_data(b, &r));
     assert_same(dt, r, ref, 20); /* ... the blob sees it */
     ck_ok(blob_mutable_cpu_data(b, &w));
-    put(dt, w, 3, -7.0); /* and the other way */
+    test_put(dt, w, 3, -7.0); /* and the other way */
     ref[3] = -7.0;
     assert_same(dt, buf, ref, 20);
     if (device >= 0) { /* the device side is filled from the borrowed memory */
@@ -650,7 +637,7 @@ START_TEST(test_round_trip)
     assert_same(dt, pc, ref, 24);
     void *w;
     ck_ok(blob_mutable_cpu_data(c, &w));
-    put(dt, w, 0, 5.0);
+    test_put(dt, w, 0, 5.0);
     blob_free(c);
     ck_assert_int_eq(p.deleted, 1);
     free(ref);
@@ -999,7 +986,7 @@ START_TEST(test_gpu_round_trip)
     test_fill(dt, w, n, -3.0, 3.0);
     double *ref = malloc((size_t)n * sizeof *ref);
     for (int64_t i = 0; i < n; i++)
-        ref[i] = 2.0 * get(dt, w, i);
+        ref[i] = 2.0 * test_get(dt, w, i);
     ck_ok(blob_stream_create(&s));
     DLManagedTensor *t;
     ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, BLOB_DLPACK_DEVICE, BLOB_DLPACK_WRITABLE, s, &t));

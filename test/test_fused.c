@@ -20,11 +20,6 @@
 static const char *const epi_names[] = {"NONE",  "BIAS",        "RELU",   "BIAS_RELU",
                                         "DRELU", "DRELU_BGRAD", "BGRADA", "BGRADB"};
 
-static double get(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
 /* ---- Memory of a side: host malloc, or device memory of the real backend ---- */
 
 static void *side_alloc(bool gpu, size_t bytes)
@@ -160,8 +155,8 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             for (int64_t k = 0; k < K; k++) {
-                double a = get(dt, hA, p->ta ? k * M + i : i * K + k);
-                double b = get(dt, hB, p->tb ? j * K + k : k * N + j);
+                double a = test_get(dt, hA, p->ta ? k * M + i : i * K + k);
+                double b = test_get(dt, hB, p->tb ? j * K + k : k * N + j);
                 P[i * N + j] += a * b;
                 S[i * N + j] += fabs(a * b);
             }
@@ -184,7 +179,7 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
     const double t = mode_tol(dt, mode, gpu, K);
     char what[160];
     snprintf(what, sizeof what, "%s %s %s%s mode %s, %lldx%lldx%lld %c%c", gpu ? "gpu" : "cpu",
-             dt == BLOB_FLOAT32 ? "float32" : "float64", epi_names[p->e],
+             test_dtype_name(dt), epi_names[p->e],
              p->with_mask && is_relu(p->e) ? "+mask" : "", blob_math_mode_name(mode),
              (long long)M, (long long)N, (long long)K, p->ta ? 'T' : 'N', p->tb ? 'T' : 'N');
     int bad = 0;
@@ -193,12 +188,12 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
             const int64_t ij = i * N + j;
             double v = P[ij], band = t * (S[ij] + 1e-30);
             if (reads_bias(p->e)) {
-                v += get(dt, bias_in, j);
-                band += t * fabs(get(dt, bias_in, j));
+                v += test_get(dt, bias_in, j);
+                band += t * fabs(test_get(dt, bias_in, j));
             }
             if (is_drelu(p->e) && !bit(in_mask, N, i, j))
                 v = 0;
-            const double got = get(dt, hC, ij);
+            const double got = test_get(dt, hC, ij);
             bool ok;
             if (is_relu(p->e) && fabs(v) <= band) /* either side of 0 within rounding */
                 ok = got >= 0 && got <= 2 * band;
@@ -221,14 +216,14 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
         for (int64_t o = 0; o < nb; o++)
             for (int64_t k = 0; k < K; k++) {
                 double x = p->e == BLOB_EPILOGUE_BGRADA
-                               ? get(dt, hA, p->ta ? k * M + o : o * K + k)
-                               : get(dt, hB, p->tb ? o * K + k : k * N + o);
+                               ? test_get(dt, hA, p->ta ? k * M + o : o * K + k)
+                               : test_get(dt, hB, p->tb ? o * K + k : k * N + o);
                 eb[o] += x;
                 ebs[o] += fabs(x);
             }
     if (nb && !reads_bias(p->e))
         for (int64_t o = 0; o < nb; o++) {
-            const double got = get(dt, hbias, o), band = t * (ebs[o] + 1e-30);
+            const double got = test_get(dt, hbias, o), band = t * (ebs[o] + 1e-30);
             if (!(fabs(got - eb[o]) <= band) && bad++ < 10)
                 fprintf(stderr, "%s: bias[%lld] = %.9g, expected %.9g (band %.3g)\n", what,
                         (long long)o, got, eb[o], band);

@@ -44,27 +44,6 @@ typedef struct {
 static const side cpu_side = SIDE(cpu, false);
 static const side gpu_side = SIDE(gpu, true);
 
-static const char *dtype_name(blob_dtype dt) { return dt == BLOB_FLOAT32 ? "float32" : "float64"; }
-
-static double get(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void put(blob_dtype dt, void *p, int64_t i, double v)
-{
-    if (dt == BLOB_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
-/* Relative tolerance for results that sum k rounded terms. */
-static double tol(blob_dtype dt, int64_t k)
-{
-    return 4 * (dt == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * (double)(k + 1);
-}
-
 /* ---- Test arrays: values of dtype on the host (h), the same as doubles for the
  * reference (v), and a copy in the memory of the side under test (d). ---- */
 
@@ -82,14 +61,14 @@ static arr arr_new(blob_dtype dt, int64_t n, double lo, double hi)
     arr a = {dt, n, malloc((size_t)n * blob_dtype_size(dt) + 1), malloc((size_t)n * 8 + 8), NULL};
     test_fill(dt, a.h, n, lo, hi);
     for (int64_t i = 0; i < n; i++)
-        a.v[i] = get(dt, a.h, i);
+        a.v[i] = test_get(dt, a.h, i);
     return a;
 }
 
 static void arr_set(arr *a, int64_t i, double v)
 {
-    put(a->dt, a->h, i, v);
-    a->v[i] = get(a->dt, a->h, i);
+    test_put(a->dt, a->h, i, v);
+    a->v[i] = test_get(a->dt, a->h, i);
 }
 
 /* Copy the host values to the side's memory (NULL for an empty array). */
@@ -148,7 +127,7 @@ static void expect(const side *s, arr *a, const double *ref, double t, double fl
     arr_down(s, a);
     double e = test_rel_err(a->dt, a->h, ref, a->n, floor);
     ck_assert_msg(e <= t, "%s %s %s (n = %lld): relative error %g > %g", s->name,
-                  dtype_name(a->dt), what, (long long)a->n, e, t);
+                  test_dtype_name(a->dt), what, (long long)a->n, e, t);
 }
 
 /* ---- One check per operation, on any side ---- */
@@ -171,7 +150,7 @@ static void check_gemm(const side *s, blob_dtype dt, blob_trans ta, blob_trans t
     char what[64];
     snprintf(what, sizeof what, "gemm %c%c %lldx%lldx%lld", ta ? 'T' : 'N', tb ? 'T' : 'N',
              (long long)M, (long long)N, (long long)K);
-    expect(s, &C, ref, tol(dt, K), 1, what);
+    expect(s, &C, ref, test_tol(dt, K), 1, what);
     free(ref);
     arr_free(s, &A);
     arr_free(s, &B);
@@ -193,7 +172,7 @@ static void check_gemv(const side *s, blob_dtype dt, blob_trans ta, int64_t M, i
     ck_ok(s->gemv(dt, ta, M, N, alpha, A.d, x.d, beta, y.d));
     char what[64];
     snprintf(what, sizeof what, "gemv %c %lldx%lld", ta ? 'T' : 'N', (long long)M, (long long)N);
-    expect(s, &y, ref, tol(dt, nx), 1, what);
+    expect(s, &y, ref, test_tol(dt, nx), 1, what);
     free(ref);
     arr_free(s, &A);
     arr_free(s, &x);
@@ -207,7 +186,7 @@ static void check_vector_ops(const side *s, blob_dtype dt, int64_t n)
     arr x = arr_on(s, dt, n, -1, 1), y = arr_on(s, dt, n, -1, 1);
     double *ref = malloc((size_t)n * sizeof(double) + 8);
     double *y0 = malloc((size_t)n * sizeof(double) + 8);
-    double t = tol(dt, 1);
+    double t = test_tol(dt, 1);
 
     /* Each step updates y from its previous value y0 (the reference of the step before). */
     memcpy(y0, y.v, (size_t)n * sizeof(double));
@@ -218,7 +197,7 @@ static void check_vector_ops(const side *s, blob_dtype dt, int64_t n)
             ref[i] = (formula);                             \
         expect(s, &y, ref, t, 1, what);                     \
         for (int64_t i = 0; i < n; i++)                     \
-            y0[i] = get(dt, y.h, i);                        \
+            y0[i] = test_get(dt, y.h, i);                        \
     } while (0)
     STEP(s->axpy(dt, n, alpha, x.d, y.d), y0[i] + alpha * x.v[i], "axpy");
     STEP(s->axpby(dt, n, alpha, x.d, beta, y.d), alpha * x.v[i] + beta * y0[i], "axpby");
@@ -243,12 +222,12 @@ static void check_vector_ops(const side *s, blob_dtype dt, int64_t n)
         asum_ref += fabs(x.v[i]);
     }
     ck_ok(s->dot(dt, n, x.d, dy.d, &out));
-    ck_assert_msg(test_rel_err(BLOB_FLOAT64, &out, &dot_ref, 1, 1) <= tol(dt, n),
-                  "%s %s dot (n = %lld): %.17g, expected %.17g", s->name, dtype_name(dt),
+    ck_assert_msg(test_rel_err(BLOB_FLOAT64, &out, &dot_ref, 1, 1) <= test_tol(dt, n),
+                  "%s %s dot (n = %lld): %.17g, expected %.17g", s->name, test_dtype_name(dt),
                   (long long)n, out, dot_ref);
     ck_ok(s->asum(dt, n, x.d, &out));
-    ck_assert_msg(test_rel_err(BLOB_FLOAT64, &out, &asum_ref, 1, 1) <= tol(dt, n),
-                  "%s %s asum (n = %lld): %.17g, expected %.17g", s->name, dtype_name(dt),
+    ck_assert_msg(test_rel_err(BLOB_FLOAT64, &out, &asum_ref, 1, 1) <= test_tol(dt, n),
+                  "%s %s asum (n = %lld): %.17g, expected %.17g", s->name, test_dtype_name(dt),
                   (long long)n, out, asum_ref);
     free(ref);
     free(y0);
@@ -291,17 +270,17 @@ static void check_softmax(const side *s, blob_dtype dt, int64_t rows, int64_t cl
         l[r] = -log(fmax(p[r * classes + (int64_t)labels.v[r]], min_normal(dt)));
     }
     ck_ok(s->softmax_loss_forward(dt, rows, classes, logits.d, labels.d, prob.d, loss.d));
-    expect(s, &prob, p, tol(dt, classes), 1e-300, "softmax prob");
-    expect(s, &loss, l, tol(dt, classes), 1, "softmax loss");
+    expect(s, &prob, p, test_tol(dt, classes), 1e-300, "softmax prob");
+    expect(s, &loss, l, test_tol(dt, classes), 1, "softmax loss");
     if (classes > 1)
-        ck_assert_double_eq_tol(get(dt, loss.h, 0), -log(min_normal(dt)), 1e-4);
+        ck_assert_double_eq_tol(test_get(dt, loss.h, 0), -log(min_normal(dt)), 1e-4);
 
     const double scale = 0.125;
     arr dlogits = arr_on(s, dt, rows * classes, -1, 1);
     for (int64_t i = 0; i < rows * classes; i++)
-        p[i] = scale * (get(dt, prob.h, i) - (i % classes == (int64_t)labels.v[i / classes]));
+        p[i] = scale * (test_get(dt, prob.h, i) - (i % classes == (int64_t)labels.v[i / classes]));
     ck_ok(s->softmax_loss_backward(dt, rows, classes, prob.d, labels.d, scale, dlogits.d));
-    expect(s, &dlogits, p, tol(dt, 1), 1, "softmax dlogits");
+    expect(s, &dlogits, p, test_tol(dt, 1), 1, "softmax dlogits");
     free(p);
     free(l);
     arr_free(s, &logits);
@@ -328,11 +307,11 @@ static void check_beta_edges(const side *s, blob_dtype dt)
     ck_ok(s->gemv(dt, BLOB_NO_TRANS, 3, 4, 2, A.d, x.d, 0, y.d));
     arr y3 = y;
     y3.n = 3;
-    expect(s, &y3, ref, tol(dt, 4), 1, "gemv beta = 0 over NaN");
+    expect(s, &y3, ref, test_tol(dt, 4), 1, "gemv beta = 0 over NaN");
     ck_ok(s->axpby(dt, 12, -3, A.d, 0, y.d));
     for (int64_t i = 0; i < 12; i++)
         ref[i] = -3 * A.v[i];
-    expect(s, &y, ref, tol(dt, 1), 1, "axpby beta = 0");
+    expect(s, &y, ref, test_tol(dt, 1), 1, "axpby beta = 0");
 
     ck_ok(s->set(dt, 12, NAN, y.d));
     ck_ok(s->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 3, 4, 0, 2, NULL, NULL, 0, y.d));
@@ -356,7 +335,7 @@ static void check_beta_edges(const side *s, blob_dtype dt)
     for (int64_t i = 0; i < 3; i++)
         for (int64_t j = 0; j < 4; j++)
             ref[i * 4 + j] = x.v[i] * x.v[j];
-    expect(s, &y, ref, tol(dt, 1), 1, "gemm beta = 0 over NaN");
+    expect(s, &y, ref, test_tol(dt, 1), 1, "gemm beta = 0 over NaN");
     arr_free(s, &A);
     arr_free(s, &x);
     arr_free(s, &y);
@@ -500,15 +479,15 @@ START_TEST(test_cpu_bad_labels)
     void *pr = dt == BLOB_FLOAT32 ? (void *)prob32 : prob;
     void *ls = dt == BLOB_FLOAT32 ? (void *)loss32 : loss;
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
-        put(dt, lb, 0, 2);
-        put(dt, lb, 1, bad[b]);
+        test_put(dt, lb, 0, 2);
+        test_put(dt, lb, 1, bad[b]);
         for (int i = 0; i < 6; i++)
-            put(dt, pr, i, 7);
+            test_put(dt, pr, i, 7);
         ck_status(blob_cpu_softmax_loss_forward(dt, 2, 3, lg, lb, pr, ls), BLOB_ERANGE);
         ck_assert(strstr(blob_last_error(), "row 1"));
         ck_status(blob_cpu_softmax_loss_backward(dt, 2, 3, lg, lb, 0.5, pr), BLOB_ERANGE);
         for (int i = 0; i < 6; i++)
-            ck_assert_double_eq(get(dt, pr, i), 7);
+            ck_assert_double_eq(test_get(dt, pr, i), 7);
     }
     ck_status(blob_cpu_softmax_loss_forward(dt, 1, 0, NULL, lb, NULL, ls), BLOB_ERANGE);
 }
@@ -583,14 +562,14 @@ START_TEST(test_gpu_bad_labels)
     arr_down(&gpu_side, &prob);
     arr_down(&gpu_side, &loss);
     arr_down(&gpu_side, &dl);
-    ck_assert(isfinite(get(dt, loss.h, 0)));
-    ck_assert_double_eq_tol(get(dt, loss.h, 0), -log(get(dt, prob.h, 2)), 1e-5);
-    ck_assert_double_eq_tol(get(dt, dl.h, 2), 2 * (get(dt, prob.h, 2) - 1), 1e-5);
+    ck_assert(isfinite(test_get(dt, loss.h, 0)));
+    ck_assert_double_eq_tol(test_get(dt, loss.h, 0), -log(test_get(dt, prob.h, 2)), 1e-5);
+    ck_assert_double_eq_tol(test_get(dt, dl.h, 2), 2 * (test_get(dt, prob.h, 2) - 1), 1e-5);
     for (int64_t r = 1; r < rows; r++) {
-        ck_assert_msg(isnan(get(dt, loss.h, r)), "row %lld: loss %g", (long long)r,
-                      get(dt, loss.h, r));
+        ck_assert_msg(isnan(test_get(dt, loss.h, r)), "row %lld: loss %g", (long long)r,
+                      test_get(dt, loss.h, r));
         for (int64_t j = 0; j < classes; j++)
-            ck_assert_double_eq(get(dt, dl.h, r * classes + j), 0);
+            ck_assert_double_eq(test_get(dt, dl.h, r * classes + j), 0);
     }
     arr_free(&gpu_side, &logits);
     arr_free(&gpu_side, &labels);

@@ -129,13 +129,8 @@ static void fill(blob *b, blob_part part, double scale, double offset)
 {
     void *p;
     ck_ok(part == BLOB_PART_DATA ? blob_mutable_cpu_data(b, &p) : blob_mutable_cpu_diff(b, &p));
-    for (int64_t i = 0; i < blob_count(b); i++) {
-        double v = (double)i * scale + offset;
-        if (blob_get_dtype(b) == BLOB_FLOAT32)
-            ((float *)p)[i] = (float)v;
-        else
-            ((double *)p)[i] = v;
-    }
+    for (int64_t i = 0; i < blob_count(b); i++)
+        test_put(blob_get_dtype(b), p, i, (double)i * scale + offset);
 }
 
 static void assert_values(blob *b, blob_part part, double scale, double offset)

@@ -12,11 +12,6 @@
 #include "fake_backend.h"
 #include "testutil.h"
 
-static double get(blob_dtype dt, const void *p, int64_t i)
-{
-    return dt == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
-}
-
 /* The optimizers under test: every kind, with and without the options. */
 static blob_optim config(int c)
 {
@@ -194,7 +189,7 @@ static void expect_close(tensors *t, int a, const double *ref, double tol, const
     for (int i = 0; i < t->n; i++)
         for (int64_t j = 0; j < t->counts[i]; j++) {
             const int64_t k = t->offset[i] + j;
-            const double got = get(t->dt, t->host[a], k), e = ref[k];
+            const double got = test_get(t->dt, t->host[a], k), e = ref[k];
             if (!(fabs(got - e) <= tol * fmax(fabs(e), 1)) && bad++ < 5)
                 fprintf(stderr, "%s: %s of tensor %d [%lld] = %.10g, expected %.10g\n", what,
                         names[a], i, (long long)j, got, e);
@@ -212,7 +207,7 @@ static void run_and_check(tensors *t, int c, int steps, double tol, const char *
     for (int a = 0; a < 4; a++) {
         ref[a] = calloc((size_t)t->total + 1, sizeof(double));
         for (int64_t k = 0; k < t->total; k++)
-            ref[a][k] = get(t->dt, t->host[a], k);
+            ref[a][k] = test_get(t->dt, t->host[a], k);
     }
     tensors_init(t);
     for (int s = 1; s <= steps; s++) {
@@ -220,11 +215,11 @@ static void run_and_check(tensors *t, int c, int steps, double tol, const char *
         tensors_sync(t, 1, true);
         ck_ok(step_on(t, &o));
         for (int64_t k = 0; k < t->total; k++)
-            ref_update(&o, s, &ref[0][k], get(t->dt, t->host[1], k), &ref[2][k], &ref[3][k]);
+            ref_update(&o, s, &ref[0][k], test_get(t->dt, t->host[1], k), &ref[2][k], &ref[3][k]);
     }
     char what[128];
     snprintf(what, sizeof what, "%s %s config %d (%d tensors, %d steps)", label,
-             t->dt == BLOB_FLOAT32 ? "float32" : "float64", c, t->n, steps);
+             test_dtype_name(t->dt), c, t->n, steps);
     expect_close(t, 0, ref[0], tol, what);
     for (int a = 2; a < 2 + hist; a++)
         expect_close(t, a, ref[a], tol, what);
@@ -374,7 +369,7 @@ static double *values(blob *b, bool diff)
     int64_t n = blob_count(b);
     double *v = malloc(sizeof(double) * (size_t)n + 8);
     for (int64_t i = 0; i < n; i++)
-        v[i] = get(blob_get_dtype(b), p, i);
+        v[i] = test_get(blob_get_dtype(b), p, i);
     return v;
 }
 
@@ -402,7 +397,7 @@ static void check_blob_steps(int device, bool gpu, blob_dtype dt)
                 ck_ok(blob_mutable_cpu_diff(ps[i], &g));
                 test_fill(dt, g, blob_count(ps[i]), -1, 1);
                 for (int64_t k = 0; k < blob_count(ps[i]); k++)
-                    ref_update(&o, s, &w[i][k], get(dt, g, k), &h[i][k], &v[i][k]);
+                    ref_update(&o, s, &w[i][k], test_get(dt, g, k), &h[i][k], &v[i][k]);
             }
             if (gpu)
                 ck_ok(blob_gpu_data(ps[0], &cp)); /* the first one's head decides */
@@ -578,7 +573,7 @@ START_TEST(test_gpu_optim_graph)
     for (int a = 0; a < 4; a++) {
         ref[a] = calloc((size_t)t.total + 1, sizeof(double));
         for (int64_t k = 0; k < t.total; k++)
-            ref[a][k] = get(BLOB_FLOAT32, t.host[a], k);
+            ref[a][k] = test_get(BLOB_FLOAT32, t.host[a], k);
     }
     tensors_init(&t);
     blob_graph *g;
@@ -593,7 +588,7 @@ START_TEST(test_gpu_optim_graph)
         ck_ok(blob_graph_launch(g, s));
     for (int step = 1; step <= replays; step++)
         for (int64_t k = 0; k < t.total; k++)
-            ref_update(&o, step, &ref[0][k], get(BLOB_FLOAT32, t.host[1], k), &ref[2][k],
+            ref_update(&o, step, &ref[0][k], test_get(BLOB_FLOAT32, t.host[1], k), &ref[2][k],
                        &ref[3][k]);
     expect_close(&t, 0, ref[0], step_tol(BLOB_FLOAT32, replays), "graph replay");
     expect_close(&t, 2, ref[2], step_tol(BLOB_FLOAT32, replays), "graph replay");

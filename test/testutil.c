@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,22 +205,40 @@ double test_uniform(double lo, double hi)
     return lo + (hi - lo) * (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
+double test_get(blob_dtype dtype, const void *p, int64_t i)
+{
+    return dtype == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+void test_put(blob_dtype dtype, void *p, int64_t i, double v)
+{
+    if (dtype == BLOB_FLOAT32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+const char *test_dtype_name(blob_dtype dtype)
+{
+    return dtype == BLOB_FLOAT32 ? "float32" : "float64";
+}
+
+double test_tol(blob_dtype dtype, int64_t k)
+{
+    return 4 * (dtype == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * (double)(k + 1);
+}
+
 void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double v = test_uniform(lo, hi);
-        if (dtype == BLOB_FLOAT32)
-            ((float *)x)[i] = (float)v;
-        else
-            ((double *)x)[i] = v;
-    }
+    for (int64_t i = 0; i < n; i++)
+        test_put(dtype, x, i, test_uniform(lo, hi));
 }
 
 double test_rel_err(blob_dtype dtype, const void *a, const double *ref, int64_t n, double floor)
 {
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
-        double v = dtype == BLOB_FLOAT32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+        double v = test_get(dtype, a, i);
         double scale = fabs(ref[i]) > floor ? fabs(ref[i]) : floor;
         double e = fabs(v - ref[i]) / scale;
         if (!(e <= worst))

@@ -76,6 +76,16 @@ void test_seed(uint64_t seed);
 double test_uniform(double lo, double hi);
 void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi);
 
+/* Element i of a float32 or float64 array, read as a double; written from one. */
+double test_get(blob_dtype dtype, const void *p, int64_t i);
+void test_put(blob_dtype dtype, void *p, int64_t i, double v);
+
+/* "float32" or "float64", for messages. */
+const char *test_dtype_name(blob_dtype dtype);
+
+/* Relative tolerance for results that sum k rounded terms of dtype. */
+double test_tol(blob_dtype dtype, int64_t k);
+
 /* max_i |a_i - b_i| / max(|b_i|, floor): relative error against a reference. */
 double test_rel_err(blob_dtype dtype, const void *a, const double *ref, int64_t n,
                     double floor);
