@@ -169,6 +169,14 @@ blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, 
     return blob__comm_failed(c, func);
 }
 
+blob_status blob__comm_fail_last(blob_comm *c, const char *func, blob_status status,
+                                 const char *what)
+{
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", blob_last_error());
+    return blob__comm_fail(c, func, status, "%s: %s", what, detail);
+}
+
 blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status,
                               const char *what)
 {
@@ -248,11 +256,8 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
         if (c->failure != BLOB_OK)
             return blob__comm_failed(c, func);
         bool ready = false;
-        if (c->ccl->state(c->handle, &ready) != BLOB_OK) {
-            char detail[256];
-            snprintf(detail, sizeof detail, "%s", blob_last_error());
-            return blob__comm_fail(c, func, BLOB_ECOMM, "%s: %s", what, detail);
-        }
+        if (c->ccl->state(c->handle, &ready) != BLOB_OK)
+            return blob__comm_fail_last(c, func, BLOB_ECOMM, what);
         if (ready)
             return BLOB_OK;
         double waited = blob__comm_now() - start;
@@ -272,12 +277,9 @@ static blob_status check_locked(blob_comm *c, const char *func)
     if (!c->handle)
         return BLOB_OK;
     bool ready;
-    if (c->ccl->state(c->handle, &ready) != BLOB_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", blob_last_error());
-        return blob__comm_fail(c, func, BLOB_ECOMM, "%s: %s",
-                               c->num_ops ? c->ops[0].what : "between collectives", detail);
-    }
+    if (c->ccl->state(c->handle, &ready) != BLOB_OK)
+        return blob__comm_fail_last(c, func, BLOB_ECOMM,
+                                    c->num_ops ? c->ops[0].what : "between collectives");
     double now = blob__comm_now();
     size_t done = 0;
     blob_status st = BLOB_OK;
@@ -286,9 +288,7 @@ static blob_status check_locked(blob_comm *c, const char *func)
         bool finished = false;
         st = blob__be->event_query(op->event, &finished);
         if (st != BLOB_OK) {
-            char detail[256];
-            snprintf(detail, sizeof detail, "%s", blob_last_error());
-            st = blob__comm_fail(c, func, st, "%s: %s", op->what, detail);
+            st = blob__comm_fail_last(c, func, st, op->what);
             break;
         }
         if (!finished) {
@@ -722,11 +722,8 @@ static blob_status host_collective(blob_comm *c, const char *func, const char *n
     else
         st = c->ccl->all_reduce(c->handle, dev, in_bytes / sizeof(double), BLOB_FLOAT64, op,
                                 c->stream);
-    if (st != BLOB_OK && c->failure == BLOB_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", blob_last_error());
-        st = blob__comm_fail(c, func, st, "%s: %s", what, detail);
-    }
+    if (st != BLOB_OK && c->failure == BLOB_OK)
+        st = blob__comm_fail_last(c, func, st, what);
     if (st == BLOB_OK)
         st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
     pthread_mutex_unlock(&c->mu);

@@ -113,7 +113,10 @@ void blob__comm_sleep(double seconds);
  * so that nothing waits for it any more. Returns the failure, its detail recorded. */
 blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-#define COMM_FAIL(c, status, ...) blob__comm_fail((c), __func__, (status), __VA_ARGS__)
+
+/* blob__comm_fail (mu held) with the detail just recorded on this thread: "what: detail". */
+blob_status blob__comm_fail_last(blob_comm *c, const char *func, blob_status status,
+                                 const char *what);
 
 /* The failure that brought c down, recorded again for this thread under func. */
 blob_status blob__comm_failed(blob_comm *c, const char *func);

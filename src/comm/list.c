@@ -363,11 +363,8 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
         if (st == BLOB_OK)
             st = end;
     }
-    if (st != BLOB_OK && c->failure == BLOB_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", blob_last_error());
-        st = COMM_FAIL(c, st, "%s: %s", what, detail);
-    }
+    if (st != BLOB_OK && c->failure == BLOB_OK)
+        st = blob__comm_fail_last(c, __func__, st, what);
     if (st == BLOB_OK)
         st = blob__comm_settle(c, __func__, what, BLOB__COMM_PEER_HINT);
     if (st == BLOB_OK)
@@ -421,16 +418,12 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb)
     snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
              (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, count);
     if (st != BLOB_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", blob_last_error());
-        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+        st = blob__comm_fail_last(c, __func__, st, what);
     } else if (c->failure != BLOB_OK) {
         st = blob__comm_failed(c, func);
     } else if ((st = c->ccl->all_reduce(c->handle, buf, count, l->dtype, l->op, c->stream)) !=
                BLOB_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", blob_last_error());
-        st = COMM_FAIL(c, st, "%s: %s", what, detail);
+        st = blob__comm_fail_last(c, __func__, st, what);
     } else {
         st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
     }
