@@ -309,6 +309,20 @@ static blob_status check_locked(blob_comm *c, const char *func)
     return st;
 }
 
+/* mu held (released while it waits): until every queued operation has completed, or
+ * c has failed. */
+static blob_status drain_locked(blob_comm *c, const char *func)
+{
+    double start = blob__comm_now();
+    blob_status st;
+    while ((st = check_locked(c, func)) == BLOB_OK && c->num_ops) {
+        pthread_mutex_unlock(&c->mu);
+        poll_pause(blob__comm_now() - start);
+        pthread_mutex_lock(&c->mu);
+    }
+    return st;
+}
+
 blob_status blob__comm_order(blob_comm *c, void *waiter, void *stream)
 {
     if (!c->order_event)
@@ -598,12 +612,7 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
 static void leave(blob_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    double start = blob__comm_now();
-    while (check_locked(c, "blob_comm_free") == BLOB_OK && c->num_ops) {
-        pthread_mutex_unlock(&c->mu);
-        poll_pause(blob__comm_now() - start);
-        pthread_mutex_lock(&c->mu);
-    }
+    (void)drain_locked(c, "blob_comm_free");
     if (c->failure == BLOB_OK && c->ccl->finalize(c->handle) == BLOB_OK &&
         blob__comm_settle(c, "blob_comm_free", "leaving", "NCCL did not finish its work") ==
             BLOB_OK) {
@@ -678,13 +687,7 @@ blob_status blob_comm_synchronize(blob_comm *c)
     if (!c)
         return BLOB_FAIL(BLOB_EINVAL, "c is NULL");
     pthread_mutex_lock(&c->mu);
-    double start = blob__comm_now();
-    blob_status st;
-    while ((st = check_locked(c, __func__)) == BLOB_OK && c->num_ops) {
-        pthread_mutex_unlock(&c->mu);
-        poll_pause(blob__comm_now() - start);
-        pthread_mutex_lock(&c->mu);
-    }
+    blob_status st = drain_locked(c, __func__);
     pthread_mutex_unlock(&c->mu);
     return st;
 }
