@@ -69,6 +69,9 @@ typedef enum {
 
 /* Header facts (date, device, versions): printed at once, written to the file. */
 void report_meta(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The meta key "env": those of the n environment variables vars that are set, as
+ * NAME=value, or `none` when none is. */
+void report_env(const char *const *vars, int n, const char *none);
 /* The value of a meta key ("" if none). */
 const char *report_meta_value(const char *key);
 /* Open the JSON file (after the meta). On failure the table is still printed. */

@@ -246,12 +246,7 @@ int main(int argc, char **argv)
     report_meta("nccl", "%d.%d.%d", version / 10000, version / 100 % 100, version % 100);
     const char *vars[] = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
                           "NCCL_NVLS_ENABLE", "NCCL_SOCKET_IFNAME"};
-    char env[224] = "";
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i]))
-            snprintf(env + strlen(env), sizeof env - strlen(env), "%s=%s ", vars[i],
-                     getenv(vars[i]));
-    report_meta("env", "%s", *env ? env : "(no NCCL variables set)");
+    report_env(vars, (int)(sizeof vars / sizeof vars[0]), "(no NCCL variables set)");
 
     /* PyTorch first, before this process takes the GPUs' memory */
     if (with_torch && launcher) {

@@ -318,12 +318,7 @@ int main(int argc, char **argv)
     report_meta("gpus", "%d of %d (GPU 0 alone for the 1-GPU figures)", gpus, found);
     const char *vars[] = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
                           "NCCL_NVLS_ENABLE", "BLOB_COMM_BUCKET_MB"};
-    char env[224] = "";
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i]))
-            snprintf(env + strlen(env), sizeof env - strlen(env), "%s=%s ", vars[i],
-                     getenv(vars[i]));
-    report_meta("env", "%s", *env ? env : "(none of the NCCL and bucket variables set)");
+    report_env(vars, (int)(sizeof vars / sizeof vars[0]), "(none of the NCCL and bucket variables set)");
     report_meta("timing", "median of %d runs of %d steps after one untimed run", repeats,
                 steps);
 

@@ -63,6 +63,16 @@ void report_meta(const char *key, const char *fmt, ...)
     n_meta++;
 }
 
+void report_env(const char *const *vars, int n, const char *none)
+{
+    char env[224] = "";
+    for (int i = 0; i < n; i++)
+        if (getenv(vars[i]))
+            snprintf(env + strlen(env), sizeof env - strlen(env), "%s=%s ", vars[i],
+                     getenv(vars[i]));
+    report_meta("env", "%s", *env ? env : none);
+}
+
 const char *report_meta_value(const char *key)
 {
     for (int i = 0; i < n_meta; i++)
