@@ -123,8 +123,7 @@ BLOB__MATH_DECLARE(gpu)
  * the output channel-major, M x num x (out_h*out_w). The rows of group g of G are the
  * contiguous block [g, g+1) * channels*kernel_h*kernel_w / G.
  *
- * As above, blob_cpu_* run on the calling thread (over OpenMP threads in builds with
- * OpenMP) and blob_gpu_* are queued on the current stream. Input and output arrays
+ * As above, blob_cpu_* run on the calling thread and blob_gpu_* are queued on the current stream. Input and output arrays
  * must not overlap. The GPU side uses 32-bit index arithmetic when every array has fewer
  * than 2^31 elements and 64-bit beyond. Errors, all checked before anything is written
  * (the GPU side then BLOB_ENODEV without a GPU, BLOB_ECUDA):

@@ -12,12 +12,6 @@
 #include "../core/core.h"
 #include "../kernels/kernels.h"
 
-#ifdef _OPENMP
-#define PARALLEL_FOR _Pragma("omp parallel for schedule(static)")
-#else
-#define PARALLEL_FOR
-#endif
-
 /* ---- Geometry ---- */
 
 /* The output length of one axis, or a failure recorded under fn. */

@@ -1,8 +1,7 @@
 /* The host loops of conv.c for one element type: conv.c includes this file once per type,
  * with T the type, U the unsigned integer of its size and NAME(f) naming f's instance.
- * Each loop runs over OpenMP threads in pieces that write disjoint memory. Shapes are
- * validated; sizes are those of blob/math.h (oh x ow the output plane, planes = num *
- * channels). */
+ * Shapes are validated; sizes are those of blob/math.h (oh x ow the output plane,
+ * planes = num * channels). */
 
 /* col = im2col(im): one row of col per (c, i, j), written in column order. */
 static void NAME(im2col)(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
@@ -10,7 +9,6 @@ static void NAME(im2col)(const blob_conv_geometry *g, int64_t oh, int64_t ow, in
 {
     const int64_t taps = g->kernel_h * g->kernel_w, rows = g->channels * taps;
     const int64_t cols = num * oh * ow, plane = g->height * g->width;
-    PARALLEL_FOR
     for (int64_t r = 0; r < rows; r++) {
         const int64_t c = r / taps, i = r % taps / g->kernel_w, j = r % g->kernel_w;
         const int64_t off = j * g->dilation_w - g->pad_w;
@@ -39,7 +37,6 @@ static void NAME(col2im)(const blob_conv_geometry *g, int64_t oh, int64_t ow, in
                          const T *col, T *im)
 {
     const int64_t cols = num * oh * ow, plane = g->height * g->width;
-    PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const int64_t n = p / g->channels, c = p % g->channels;
         T *dst = im + p * plane;
@@ -82,7 +79,6 @@ static void NAME(max_pool_forward)(const blob_conv_geometry *g, int64_t oh, int6
                                    int64_t num, const T *x, T *y, int32_t *argmax)
 {
     const int64_t plane = g->height * g->width;
-    PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *src = x + p * plane;
         for (int64_t py = 0; py < oh; py++) {
@@ -124,7 +120,6 @@ static void NAME(max_pool_backward)(const blob_conv_geometry *g, int64_t oh, int
 {
     const int64_t plane = g->height * g->width;
     const int32_t width = (int32_t)g->width; /* plane <= INT32_MAX: checked */
-    PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *d = dy + p * oh * ow;
         const int32_t *a = argmax + p * oh * ow;
@@ -148,7 +143,6 @@ static void NAME(avg_pool_forward)(const blob_conv_geometry *g, int64_t oh, int6
                                    int64_t num, const T *x, T *y)
 {
     const int64_t plane = g->height * g->width;
-    PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *src = x + p * plane;
         for (int64_t py = 0; py < oh; py++)
@@ -169,7 +163,6 @@ static void NAME(avg_pool_backward)(const blob_conv_geometry *g, int64_t oh, int
                                     int64_t num, const T *dy, T *dx)
 {
     const int64_t plane = g->height * g->width;
-    PARALLEL_FOR
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *d = dy + p * oh * ow;
         T *dst = dx + p * plane;
