@@ -394,10 +394,10 @@ static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, ch
 }
 
 /* All-reduce bucket kb on the communicator's stream: in place when its diffs lie back
- * to back, else packed into a buffer of the caching allocator and unpacked after. */
-static blob_status reduce_bucket(blob_comm_list *l, int kb)
+ * to back, else packed into a buffer of the caching allocator and unpacked after. func:
+ * the public call that queues it, named in errors. */
+static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
 {
-    const char *func = "blob_comm_reduce";
     blob_comm *c = l->c;
     const blob__comm_bucket *k = &l->buckets[kb];
     size_t count = (size_t)(k->end - k->begin);
@@ -418,12 +418,12 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb)
     snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
              (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, count);
     if (st != BLOB_OK) {
-        st = blob__comm_fail_last(c, __func__, st, what);
+        st = blob__comm_fail_last(c, func, st, what);
     } else if (c->failure != BLOB_OK) {
         st = blob__comm_failed(c, func);
     } else if ((st = c->ccl->all_reduce(c->handle, buf, count, l->dtype, l->op, c->stream)) !=
                BLOB_OK) {
-        st = blob__comm_fail_last(c, __func__, st, what);
+        st = blob__comm_fail_last(c, func, st, what);
     } else {
         st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
     }
@@ -467,7 +467,7 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
         for (int i = k->first; i <= k->last; i++)
             if (!l->ready[i])
                 return BLOB_OK;
-        BLOB_TRY(reduce_bucket(l, l->next));
+        BLOB_TRY(reduce_bucket(l, l->next, func));
     }
     return BLOB_OK;
 }
