@@ -3,6 +3,7 @@
  * registration check, and several ranks as threads: on the fake device with a fake
  * NCCL (every build), and on two real GPUs through NCCL (tagged gpu2). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1076,6 +1077,42 @@ START_TEST(test_compare_tables)
 }
 END_TEST
 
+/* The peers' headers size the table exchange: checked first, and never more entries
+ * than one past the shortest list. */
+START_TEST(test_table_length)
+{
+    blob__comm_header h[3] = {{4, BLOB_OK, -1}, {4, BLOB_OK, -1}, {4, BLOB_OK, -1}};
+    int64_t len = -1;
+    ck_ok(blob__comm_table_length(h, 3, &len));
+    ck_assert_int_eq(len, 4);
+    h[1].n = (int64_t)INT_MAX; /* a longer list: compared one past the shortest */
+    ck_ok(blob__comm_table_length(h, 3, &len));
+    ck_assert_int_eq(len, 5);
+    h[1].n = 4;
+    h[2] = (blob__comm_header){0, BLOB_EDEVICE, 2}; /* a rank that could not register */
+    ck_ok(blob__comm_table_length(h, 3, &len));
+    ck_assert_int_eq(len, 1);
+    const blob__comm_header bad[] = {
+        {-1, BLOB_OK, -1},                   /* negative count */
+        {(int64_t)INT_MAX + 1, BLOB_OK, -1}, /* more blobs than a list holds */
+        {4, BLOB_OK, 2},                     /* registered, yet a blob at fault */
+        {4, BLOB_EDEVICE, -1},               /* failed, yet blobs */
+        {0, 7, -1},                          /* not a status */
+        {0, -99, -1},
+        {0, INT64_MIN, -1},
+        {0, BLOB_ESHAPE, -2},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        h[2] = bad[i];
+        len = -1;
+        ck_status(blob__comm_table_length(h, 3, &len), BLOB_ECOMM);
+        ck_assert_int_eq(len, 0);
+        ck_assert_msg(strstr(blob_last_error(), "rank 2 sent a malformed registration"), "%s",
+                      blob_last_error());
+    }
+}
+END_TEST
+
 /* ---- several ranks: scenarios run by every rank's thread ---- */
 
 #define MAX_BLOBS 6
@@ -1766,6 +1803,7 @@ Suite *comm_suite(void)
     tcase_add_test(tc, test_plan);
     tcase_add_test(tc, test_contiguous);
     tcase_add_test(tc, test_compare_tables);
+    tcase_add_test(tc, test_table_length);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("one_rank_fake");

@@ -178,7 +178,8 @@ BLOB_API blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int
  * there are several ranks) as a list for broadcasts and all-reduces. A collective: every
  * rank exchanges the count and dtype of each blob and all compare them, so that every
  * rank gets BLOB_ESHAPE naming the first blob that differs (a communicator left usable),
- * or the error of a rank that could not register its blobs. The blobs are borrowed:
+ * or the error of a rank that could not register its blobs (BLOB_ECOMM if a peer sends a
+ * registration no rank of this library would). The blobs are borrowed:
  * they must outlive the list and keep their counts (a reshape to another count makes
  * the next collective fail). *out is NULL on failure.
  * Errors: BLOB_EINVAL, BLOB_ESHAPE, BLOB_EDEVICE (not on the current GPU), communicator

@@ -99,11 +99,20 @@ int blob__comm_plan(const int64_t *counts, int n, int64_t bucket_elems, blob__co
 bool blob__comm_contiguous(char *const *ptrs, const int64_t *counts, int first, int last,
                            size_t elem);
 
-/* Compare the world ranks' registrations: headers[r], and n_max entries of rank r at
- * tables[r * n_max]. BLOB_OK if all agree; otherwise the status every rank returns,
- * with the detail (which rank, which blob) recorded. */
+/* Check the world ranks' headers, as they came from the peers, and give in *len the
+ * entries each rank sends next: enough to find the first blob at which the lists differ
+ * (one past the shortest list, at most the longest), so never more than one past this
+ * rank's own list. BLOB_ECOMM, with the rank named, for a header no rank of this library
+ * sends (a negative or out-of-range count, an unknown status, or a failed rank that
+ * claims blobs). */
+blob_status blob__comm_table_length(const blob__comm_header *headers, int world, int64_t *len);
+
+/* Compare the world ranks' registrations: headers[r] (checked by
+ * blob__comm_table_length), and len entries of rank r at tables[r * len]. BLOB_OK if all
+ * agree; otherwise the status every rank returns, with the detail (which rank, which
+ * blob) recorded. */
 blob_status blob__comm_compare(const blob__comm_header *headers, const blob__comm_entry *tables,
-                               int world, int64_t n_max);
+                               int world, int64_t len);
 
 /* Monotonic seconds, and a sleep of that many. */
 double blob__comm_now(void);

@@ -1,6 +1,8 @@
 /* Lists of blobs: the registration check across ranks, the bucket plan, broadcast, and
  * the bucketed all-reduce of diffs, overlapped with the caller's backward. */
+#include <limits.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "blob/alloc.h"
@@ -93,8 +95,38 @@ static void describe(char *buf, size_t size, const blob__comm_entry *e, int64_t 
                                                                                  : "unknown");
 }
 
+/* Whether a rank of this library can have sent h. */
+static bool header_valid(const blob__comm_header *h)
+{
+    if (h->n < 0 || h->n > INT_MAX || h->bad_blob < -1 || h->bad_blob > INT_MAX)
+        return false;
+    if (h->status == BLOB_OK)
+        return h->bad_blob == -1;
+    return h->n == 0 && h->status < 0 && h->status > INT_MIN &&
+           strcmp(blob_status_name((blob_status)h->status), "UNKNOWN") != 0;
+}
+
+blob_status blob__comm_table_length(const blob__comm_header *headers, int world, int64_t *len)
+{
+    *len = 0;
+    int64_t shortest = INT64_MAX, longest = 0;
+    for (int r = 0; r < world; r++) {
+        const blob__comm_header *h = &headers[r];
+        if (!header_valid(h))
+            return blob__fail(BLOB_ECOMM, "blob_comm_list_create",
+                              "rank %d sent a malformed registration (%lld blobs, status "
+                              "%lld, blob at fault %lld)",
+                              r, (long long)h->n, (long long)h->status,
+                              (long long)h->bad_blob);
+        shortest = h->n < shortest ? h->n : shortest;
+        longest = h->n > longest ? h->n : longest;
+    }
+    *len = shortest < longest ? shortest + 1 : longest;
+    return BLOB_OK;
+}
+
 blob_status blob__comm_compare(const blob__comm_header *headers, const blob__comm_entry *tables,
-                               int world, int64_t n_max)
+                               int world, int64_t len)
 {
     for (int r = 0; r < world; r++)
         if (headers[r].status != BLOB_OK) {
@@ -106,9 +138,9 @@ blob_status blob__comm_compare(const blob__comm_header *headers, const blob__com
                               "error says more)",
                               r, where, blob_strerror((blob_status)headers[r].status));
         }
-    for (int64_t i = 0; i < n_max; i++)
+    for (int64_t i = 0; i < len; i++)
         for (int r = 1; r < world; r++) {
-            const blob__comm_entry *a = &tables[i], *b = &tables[r * n_max + i];
+            const blob__comm_entry *a = &tables[i], *b = &tables[r * len + i];
             if (a->count == b->count && a->dtype == b->dtype)
                 continue;
             char da[64], db[64];
@@ -174,7 +206,8 @@ static blob_status check_blobs(const blob_comm *c, blob *const *blobs, int n, in
     return BLOB_OK;
 }
 
-/* Every rank exchanges its registration and all compare them (c has several ranks). */
+/* Every rank exchanges its registration and all compare them (c has several ranks). The
+ * peers' headers are checked before they size anything. */
 static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status local, int bad)
 {
     const char *func = "blob_comm_list_create";
@@ -184,27 +217,28 @@ static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status loca
     if (!headers)
         return blob__comm_poison(c, func, BLOB_ENOMEM, "the registration exchange");
     blob_status st = blob__comm_gather_host(c, func, &mine, sizeof mine, headers);
-    int64_t n_max = 0;
-    for (size_t r = 0; r < world && st == BLOB_OK; r++)
-        if (headers[r].n > n_max)
-            n_max = headers[r].n;
+    int64_t len = 0; /* at most mine.n + 1 */
+    if (st == BLOB_OK)
+        st = blob__comm_table_length(headers, c->size, &len);
     blob__comm_entry *entries = NULL, *tables = NULL;
-    if (st == BLOB_OK && n_max > 0) {
-        entries = blob__obj_alloc((size_t)n_max * sizeof *entries);
-        tables = blob__obj_alloc(world * (size_t)n_max * sizeof *tables);
+    if (st == BLOB_OK && len > (int64_t)(SIZE_MAX / world / sizeof *tables))
+        st = blob__comm_poison(c, func, BLOB_EOVERFLOW, "the registration exchange");
+    if (st == BLOB_OK && len > 0) {
+        entries = blob__obj_alloc((size_t)len * sizeof *entries);
+        tables = blob__obj_alloc(world * (size_t)len * sizeof *tables);
         if (!entries || !tables)
             st = blob__comm_poison(c, func, BLOB_ENOMEM, "the registration exchange");
     }
-    if (st == BLOB_OK && n_max > 0) {
-        for (int64_t i = 0; i < n_max; i++) {
+    if (st == BLOB_OK && len > 0) {
+        for (int64_t i = 0; i < len; i++) {
             bool have = i < mine.n;
             entries[i].count = have ? l->counts[i] : -1;
             entries[i].dtype = have ? (int64_t)l->dtype : -1;
         }
-        st = blob__comm_gather_host(c, func, entries, (size_t)n_max * sizeof *entries, tables);
+        st = blob__comm_gather_host(c, func, entries, (size_t)len * sizeof *entries, tables);
     }
     if (st == BLOB_OK)
-        st = blob__comm_compare(headers, tables, c->size, n_max);
+        st = blob__comm_compare(headers, tables, c->size, len);
     blob__obj_free(headers);
     blob__obj_free(entries);
     blob__obj_free(tables);
