@@ -4,9 +4,14 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/core/core.h"
 #include "../src/math/math_impl.h"
@@ -626,6 +631,113 @@ START_TEST(test_gpu_beyond_int_max)
 }
 END_TEST
 
+/* ---- the host threads of the loops (blob__host_for) ---- */
+
+/* Counts, per index, how many ranges covered it. */
+typedef struct {
+    _Atomic int *hits;
+} cover_ctx;
+
+static void cover_range(void *ctx, int64_t begin, int64_t end)
+{
+    cover_ctx *c = ctx;
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add_explicit(&c->hits[i], 1, memory_order_relaxed);
+}
+
+/* Every index in exactly one range, for any split, including fewer indices than
+ * threads and more threads than the pool holds. */
+START_TEST(test_host_for_partition)
+{
+    static const int64_t sizes[] = {0, 1, 2, 3, 7, 64, 1000, 100003};
+    static const int threads[] = {0, 1, 2, 3, 8, 64, 1000};
+    _Atomic int *hits = calloc(100003, sizeof *hits);
+    ck_assert_ptr_nonnull(hits);
+    for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+        for (size_t b = 0; b < sizeof threads / sizeof *threads; b++) {
+            const int64_t n = sizes[a];
+            for (int64_t i = 0; i < n; i++)
+                atomic_store(&hits[i], 0);
+            cover_ctx c = {hits};
+            blob__host_for(threads[b], n, cover_range, &c);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_msg(atomic_load(&hits[i]) == 1, "n %lld, %d threads: index %lld hit %d times",
+                              (long long)n, threads[b], (long long)i, atomic_load(&hits[i]));
+        }
+    free(hits);
+}
+END_TEST
+
+enum { LOOP_THREADS = 4, LOOP_N = 1 << 18, LOOP_ROUNDS = 20 };
+
+/* One caller of pooled loops: ReLU forward and backward on its own arrays, checked
+ * against the serial result every round. */
+static void *loop_caller(void *arg)
+{
+    const unsigned seed = (unsigned)(uintptr_t)arg;
+    float *x = malloc(LOOP_N * sizeof *x), *y = malloc(LOOP_N * sizeof *y);
+    float *dx = malloc(LOOP_N * sizeof *dx);
+    intptr_t bad = !x || !y || !dx;
+    for (int64_t i = 0; i < LOOP_N && !bad; i++)
+        x[i] = (float)((int64_t)((i * 2654435761u + seed) % 2001) - 1000) / 1000.0f;
+    for (int r = 0; r < LOOP_ROUNDS && !bad; r++) {
+        bad |= blob_cpu_relu_forward(BLOB_FLOAT32, LOOP_N, x, y) != BLOB_OK;
+        bad |= blob_cpu_relu_backward(BLOB_FLOAT32, LOOP_N, x, x, dx) != BLOB_OK;
+        for (int64_t i = 0; i < LOOP_N && !bad; i++)
+            bad |= y[i] != (x[i] > 0 ? x[i] : 0) || dx[i] != (x[i] > 0 ? x[i] : 0);
+    }
+    free(x);
+    free(y);
+    free(dx);
+    return (void *)bad;
+}
+
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+
+/* Run callers of pooled loops: `threads` of them at once, or, with fork_first, one in a
+ * forked child of a process whose pool has run, which starts again from nothing. */
+static void run_loop_callers(int threads, bool fork_first)
+{
+    const int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    if (openblas_set_num_threads) /* as many host threads as a BLAS of 4 */
+        openblas_set_num_threads(4);
+    if (fork_first) {
+        ck_assert_ptr_null(loop_caller((void *)(uintptr_t)3)); /* the workers start */
+        pid_t child = fork();
+        ck_assert_int_ge(child, 0);
+        if (child == 0)
+            _exit(loop_caller((void *)(uintptr_t)7) ? 1 : 0);
+        int status;
+        ck_assert_int_eq(waitpid(child, &status, 0), child);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the forked child failed");
+    }
+    pthread_t t[LOOP_THREADS];
+    for (int i = 0; i < threads; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, loop_caller, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < threads; i++) {
+        void *bad;
+        ck_assert_int_eq(pthread_join(t[i], &bad), 0);
+        ck_assert_msg(!bad, "thread %d computed a wrong result", i);
+    }
+    if (openblas_set_num_threads && blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
+}
+
+/* Several threads run pooled loops at once (one has the host threads, the others run
+ * theirs alone): every result right, and, under ThreadSanitizer, no race. */
+START_TEST(test_host_loops_threads)
+{
+    run_loop_callers(LOOP_THREADS, false);
+}
+END_TEST
+
+START_TEST(test_host_loops_after_fork)
+{
+    run_loop_callers(0, true);
+}
+END_TEST
+
 Suite *math_suite(void)
 {
     Suite *s = suite_create("math");
@@ -638,7 +750,13 @@ Suite *math_suite(void)
     tcase_add_loop_test(tc, test_cpu_bad_labels, 0, 2);
     tcase_add_test(tc, test_cpu_leading_dim_overflow);
     tcase_add_test(tc, test_gpu_without_gpu);
+    tcase_add_test(tc, test_host_for_partition);
+    tcase_add_test(tc, test_host_loops_threads);
     suite_add_tcase(s, tc);
+
+    TCase *forked = req_tcase("after fork", "forkthreads");
+    req_add_test(forked, test_host_loops_after_fork);
+    suite_add_tcase(s, forked);
 
     TCase *fake = req_tcase("no-cuda", "nocuda");
     tcase_add_checked_fixture(fake, fake_setup, fake_teardown);

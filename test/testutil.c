@@ -26,6 +26,19 @@ static bool have_no_gpu(void) { return found.gpus == 0; }
 static bool cpu_only_build(void) { return !blob_built_with_cuda(); }
 static bool have_numpy(void) { return found.numpy; }
 static bool have_tmpfile(void) { return found.tmpfile; }
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define __SANITIZE_THREAD__ 1
+#endif
+#endif
+static bool threads_after_fork(void)
+{
+#ifdef __SANITIZE_THREAD__
+    return false; /* ThreadSanitizer stops a forked child of a threaded process that starts one */
+#else
+    return true;
+#endif
+}
 
 /* The needs: tag, reason, whether the reason names the GPU count, the check, and how
  * many tests were skipped for it. */
@@ -42,6 +55,8 @@ static struct {
     {"nocuda", "they need a build without CUDA", false, cpu_only_build, 0},
     {"numpy", "they need python3 with numpy", false, have_numpy, 0},
     {"tmpfile", "they need O_TMPFILE in /tmp", false, have_tmpfile, 0},
+    {"forkthreads", "they start threads in a forked child, which ThreadSanitizer forbids", false,
+     threads_after_fork, 0},
 };
 #define NUM_REQS ((int)(sizeof reqs / sizeof reqs[0]))
 #define MAX_CASE_REQS 4

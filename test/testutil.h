@@ -30,6 +30,8 @@
  *   "nocuda"  a build without CUDA
  *   "numpy"   python3 with numpy
  *   "tmpfile" O_TMPFILE on the file system of /tmp
+ *   "forkthreads" threads started in a forked child of a threaded process (not under
+ *             ThreadSanitizer)
  * req_tcase takes the tags a case needs, separated by spaces ("gpu gpumem"); a skipped
  * test is counted under the first unmet one. Add tests to such a case with
  * req_add_test / req_add_loop_test, which keep the counts. */
