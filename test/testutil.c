@@ -26,14 +26,16 @@ static bool have_no_gpu(void) { return found.gpus == 0; }
 static bool cpu_only_build(void) { return !blob_built_with_cuda(); }
 static bool have_numpy(void) { return found.numpy; }
 static bool have_tmpfile(void) { return found.tmpfile; }
-#if defined(__has_feature)
+#if defined(__SANITIZE_THREAD__) /* gcc */
+#define UNDER_TSAN 1
+#elif defined(__has_feature) /* clang */
 #if __has_feature(thread_sanitizer)
-#define __SANITIZE_THREAD__ 1
+#define UNDER_TSAN 1
 #endif
 #endif
 static bool threads_after_fork(void)
 {
-#ifdef __SANITIZE_THREAD__
+#ifdef UNDER_TSAN
     return false; /* ThreadSanitizer stops a forked child of a threaded process that starts one */
 #else
     return true;
