@@ -86,6 +86,19 @@ typedef struct {
     bool in_use;
 } pooled_stream;
 
+/* items (len used of *cap, of size bytes each) with room for one more: as it is, or
+ * reallocated to twice the capacity (8 at first); NULL when out of memory, items kept. */
+static void *with_room(void *items, size_t *cap, size_t len, size_t size)
+{
+    if (len < *cap)
+        return items;
+    size_t more = *cap ? 2 * *cap : 8;
+    void *p = realloc(items, more * size);
+    if (p)
+        *cap = more;
+    return p;
+}
+
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static pooled_stream *pool;
 static size_t pool_len, pool_cap;
@@ -108,16 +121,11 @@ blob_status blob_stream_create(void **stream)
         }
     }
     blob_status st = BLOB_OK;
-    if (pool_len == pool_cap) {
-        size_t cap = pool_cap ? 2 * pool_cap : 8;
-        pooled_stream *p = realloc(pool, cap * sizeof *p);
-        if (p) {
-            pool = p;
-            pool_cap = cap;
-        } else {
-            st = BLOB_FAIL(BLOB_ENOMEM, "no memory for the stream pool");
-        }
-    }
+    pooled_stream *grown = with_room(pool, &pool_cap, pool_len, sizeof *pool);
+    if (grown)
+        pool = grown;
+    else
+        st = BLOB_FAIL(BLOB_ENOMEM, "no memory for the stream pool");
     void *s = NULL;
     if (st == BLOB_OK)
         st = blob__be->stream_create(&s);
@@ -177,15 +185,10 @@ static blob_status take_event(int device, void **event)
 static void give_event(int device, void *event)
 {
     pthread_mutex_lock(&pool_mu);
-    if (idle_len == idle_cap) {
-        size_t cap = idle_cap ? 2 * idle_cap : 8;
-        pooled_event *p = realloc(idle_events, cap * sizeof *p);
-        if (p) {
-            idle_events = p;
-            idle_cap = cap;
-        }
-    }
-    bool kept = idle_len < idle_cap;
+    pooled_event *grown = with_room(idle_events, &idle_cap, idle_len, sizeof *idle_events);
+    if (grown)
+        idle_events = grown;
+    bool kept = grown != NULL;
     if (kept)
         idle_events[idle_len++] = (pooled_event){event, blob__be, device};
     pthread_mutex_unlock(&pool_mu);
