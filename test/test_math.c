@@ -36,6 +36,7 @@ typedef struct {
     __typeof__(blob_cpu_relu_backward) *relu_backward;
     __typeof__(blob_cpu_softmax_loss_forward) *softmax_loss_forward;
     __typeof__(blob_cpu_softmax_loss_backward) *softmax_loss_backward;
+    __typeof__(blob_cpu_softmax_loss_forward_backward) *softmax_loss_forward_backward;
 } side;
 
 #define SIDE(s, on_gpu)                                                                       \
@@ -44,7 +45,7 @@ typedef struct {
             blob_##s##_scal, blob_##s##_dot, blob_##s##_asum, blob_##s##_copy, blob_##s##_set, \
             blob_##s##_add_scalar, blob_##s##_mul, blob_##s##_relu_forward,                    \
             blob_##s##_relu_backward, blob_##s##_softmax_loss_forward,                         \
-            blob_##s##_softmax_loss_backward                                                   \
+            blob_##s##_softmax_loss_backward, blob_##s##_softmax_loss_forward_backward         \
     }
 static const side cpu_side = SIDE(cpu, false);
 static const side gpu_side = SIDE(gpu, true);
@@ -243,9 +244,10 @@ static void check_vector_ops(const side *s, blob_dtype dt, int64_t n)
 
 static double min_normal(blob_dtype dt) { return dt == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN; }
 
-/* Forward and backward of softmax with loss. Row 0 gets a label whose probability
- * underflows, so that its loss is the clamped -log(smallest normal); row 1 gets logits
- * near 1000, whose exponentials overflow unless the row maximum is subtracted. */
+/* Forward and backward of softmax with loss, apart and in one pass. Row 0 gets a label
+ * whose probability underflows, so that its loss is the clamped -log(smallest normal);
+ * row 1 gets logits near 1000, whose exponentials overflow unless the row maximum is
+ * subtracted. */
 static void check_softmax(const side *s, blob_dtype dt, int64_t rows, int64_t classes)
 {
     arr logits = arr_new(dt, rows * classes, -5, 5), labels = arr_new(dt, rows, 0, 1);
@@ -286,6 +288,22 @@ static void check_softmax(const side *s, blob_dtype dt, int64_t rows, int64_t cl
         p[i] = scale * (test_get(dt, prob.h, i) - (i % classes == (int64_t)labels.v[i / classes]));
     ck_ok(s->softmax_loss_backward(dt, rows, classes, prob.d, labels.d, scale, dlogits.d));
     expect(s, &dlogits, p, test_tol(dt, 1), 1, "softmax dlogits");
+
+    /* in one pass: the same values as the two passes, bit for bit */
+    arr prob1 = arr_on(s, dt, rows * classes, 0, 1), loss1 = arr_on(s, dt, rows, 0, 1);
+    arr dlogits1 = arr_on(s, dt, rows * classes, -1, 1);
+    ck_ok(s->softmax_loss_forward_backward(dt, rows, classes, logits.d, labels.d, scale,
+                                           prob1.d, loss1.d, dlogits1.d));
+    arr_down(s, &prob1);
+    arr_down(s, &loss1);
+    arr_down(s, &dlogits1);
+    size_t size = blob_dtype_size(dt);
+    ck_assert(!memcmp(prob1.h, prob.h, (size_t)(rows * classes) * size));
+    ck_assert(!memcmp(loss1.h, loss.h, (size_t)rows * size));
+    ck_assert(!memcmp(dlogits1.h, dlogits.h, (size_t)(rows * classes) * size));
+    arr_free(s, &prob1);
+    arr_free(s, &loss1);
+    arr_free(s, &dlogits1);
     free(p);
     free(l);
     arr_free(s, &logits);
@@ -387,18 +405,18 @@ END_TEST
 
 /* ---- Errors: each operation called with small valid arguments except for one ---- */
 
-enum { N_OPS = 15 };
+enum { N_OPS = 16 };
 static const char *const op_names[N_OPS] = {
     "gemm", "gemv", "axpy", "axpby", "scal", "dot", "asum", "copy",
     "set", "add_scalar", "mul", "relu_forward", "relu_backward",
-    "softmax_loss_forward", "softmax_loss_backward"};
-static const int op_arrays[N_OPS] = {3, 3, 2, 2, 1, 2, 1, 2, 1, 1, 3, 2, 3, 4, 3};
+    "softmax_loss_forward", "softmax_loss_backward", "softmax_loss_forward_backward"};
+static const int op_arrays[N_OPS] = {3, 3, 2, 2, 1, 2, 1, 2, 1, 1, 3, 2, 3, 4, 3, 5};
 
 /* Op `op` of side s with sizes n and arrays all at buf except array null_arg (NULL). */
 static blob_status call_op(const side *s, int op, blob_dtype dt, int64_t n, int null_arg,
                            void *buf)
 {
-    void *p[4] = {buf, buf, buf, buf};
+    void *p[5] = {buf, buf, buf, buf, buf};
     if (null_arg >= 0)
         p[null_arg] = NULL;
     double out;
@@ -418,6 +436,8 @@ static blob_status call_op(const side *s, int op, blob_dtype dt, int64_t n, int 
     case 12: return s->relu_backward(dt, n, p[0], p[1], p[2]);
     case 13: return s->softmax_loss_forward(dt, n, n, p[0], p[1], p[2], p[3]);
     case 14: return s->softmax_loss_backward(dt, n, n, p[0], p[1], 0.5, p[2]);
+    case 15:
+        return s->softmax_loss_forward_backward(dt, n, n, p[0], p[1], 0.5, p[2], p[3], p[4]);
     }
     return BLOB_EINVAL;
 }
@@ -491,6 +511,8 @@ START_TEST(test_cpu_bad_labels)
         ck_status(blob_cpu_softmax_loss_forward(dt, 2, 3, lg, lb, pr, ls), BLOB_ERANGE);
         ck_assert(strstr(blob_last_error(), "row 1"));
         ck_status(blob_cpu_softmax_loss_backward(dt, 2, 3, lg, lb, 0.5, pr), BLOB_ERANGE);
+        ck_status(blob_cpu_softmax_loss_forward_backward(dt, 2, 3, lg, lb, 0.5, pr, ls, pr),
+                  BLOB_ERANGE);
         for (int i = 0; i < 6; i++)
             ck_assert_double_eq(test_get(dt, pr, i), 7);
     }
@@ -576,6 +598,19 @@ START_TEST(test_gpu_bad_labels)
         for (int64_t j = 0; j < classes; j++)
             ck_assert_double_eq(test_get(dt, dl.h, r * classes + j), 0);
     }
+    /* in one pass: the same */
+    arr loss1 = arr_on(&gpu_side, dt, rows, 0, 1);
+    arr dl1 = arr_on(&gpu_side, dt, rows * classes, -1, 1);
+    ck_ok(blob_gpu_softmax_loss_forward_backward(dt, rows, classes, logits.d, labels.d, 2,
+                                                 prob.d, loss1.d, dl1.d));
+    arr_down(&gpu_side, &loss1);
+    arr_down(&gpu_side, &dl1);
+    ck_assert(isfinite(test_get(dt, loss1.h, 0)));
+    ck_assert(!memcmp(dl1.h, dl.h, (size_t)(rows * classes) * blob_dtype_size(dt)));
+    for (int64_t r = 1; r < rows; r++)
+        ck_assert(isnan(test_get(dt, loss1.h, r)));
+    arr_free(&gpu_side, &loss1);
+    arr_free(&gpu_side, &dl1);
     arr_free(&gpu_side, &logits);
     arr_free(&gpu_side, &labels);
     arr_free(&gpu_side, &prob);

@@ -4,7 +4,7 @@
  *  1. Every layer's backward against central differences of its forward, in double
  *     precision, on the CPU and on the GPU: one row of `rows` per layer and setting,
  *     the InnerProduct in its fused and plain kinds, with and without its ReLU, and a
- *     pair whose ReLU backward the upper layer's GEMM takes (DRELU_BGRAD).
+ *     pair whose ReLU backward the upper layer's GEMM takes (DRELU).
  *  2. Bad layer arguments and bottom shapes are refused with BLOB_EINVAL / BLOB_ESHAPE.
  *  3. Six SGD steps of the MLP and of LeNet in single precision, fused and plain, on the
  *     CPU, on the GPU eagerly and on the GPU with CUDA graphs: the losses and the final

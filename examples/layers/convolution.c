@@ -221,7 +221,8 @@ static void conv_destroy(nn_layer *l)
     blob_free(cv->ones);
 }
 
-static const nn_layer_ops conv_ops = {conv_reshape, conv_forward, conv_backward, conv_destroy};
+static const nn_layer_ops conv_ops = {.reshape = conv_reshape, .forward = conv_forward,
+                                     .backward = conv_backward, .destroy = conv_destroy};
 
 /* p with its defaults filled in, if it is valid. */
 static bool conv_param(const nn_conv_param *in, nn_conv_param *p)

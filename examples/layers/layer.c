@@ -13,6 +13,7 @@
         .relu_backward = blob_##side##_relu_backward,                                        \
         .softmax_loss_forward = blob_##side##_softmax_loss_forward,                          \
         .softmax_loss_backward = blob_##side##_softmax_loss_backward,                        \
+        .softmax_loss_forward_backward = blob_##side##_softmax_loss_forward_backward,        \
         .im2col = blob_##side##_im2col, .col2im = blob_##side##_col2im,                      \
         .max_pool_forward = blob_##side##_max_pool_forward,                                  \
         .max_pool_backward = blob_##side##_max_pool_backward,                                \
@@ -121,6 +122,15 @@ blob_status nn_layer_forward(nn_layer *l, blob *const *bottom, blob *top)
 
 blob_status nn_layer_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
 {
+    return l->ops->backward(l, top, propagate_down, bottom);
+}
+
+blob_status nn_layer_forward_backward(nn_layer *l, blob *const *bottom, blob *top,
+                                      bool propagate_down)
+{
+    if (l->ops->forward_backward)
+        return l->ops->forward_backward(l, bottom, top, propagate_down);
+    NN_TRY(l->ops->forward(l, bottom, top));
     return l->ops->backward(l, top, propagate_down, bottom);
 }
 

@@ -20,6 +20,10 @@ typedef struct {
     blob_status (*backward)(nn_layer *, blob *top, bool propagate_down, blob *const *bottom);
     /* Free what the type holds beyond the params (NULL: nothing). */
     void (*destroy)(nn_layer *);
+    /* forward and backward in one pass (NULL: the two in turn); see
+     * nn_layer_forward_backward. */
+    blob_status (*forward_backward)(nn_layer *, blob *const *bottom, blob *top,
+                                    bool propagate_down);
 } nn_layer_ops;
 
 struct nn_layer {

@@ -56,6 +56,8 @@ typedef struct {
                                         const void *, void *, void *);
     blob_status (*softmax_loss_backward)(blob_dtype, int64_t, int64_t, const void *,
                                          const void *, double, void *);
+    blob_status (*softmax_loss_forward_backward)(blob_dtype, int64_t, int64_t, const void *,
+                                                 const void *, double, void *, void *, void *);
     blob_status (*im2col)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
                           void *);
     blob_status (*col2im)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
@@ -126,10 +128,9 @@ blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, const n
 
 /* Fuse the backward of lower's ReLU into upper's: where upper is a fused InnerProduct
  * whose bottom is the top of lower, a fused InnerProduct with relu, upper's backward
- * computes its bottom's gradient with the DRELU_BGRAD epilogue on lower's ReLU mask, so
- * that one GEMM writes lower's gradient before the ReLU (into lower's top diff) and
- * lower's bias diff; lower's backward then starts from them. upper's backward then
- * always writes its bottom's diff. Returns whether the pair fused (false: any other
+ * computes its bottom's gradient with the DRELU epilogue on lower's ReLU mask, so that
+ * one GEMM writes lower's gradient before the ReLU (into lower's top diff); lower's
+ * backward then starts from it. upper's backward then always writes its bottom's diff. Returns whether the pair fused (false: any other
  * pair, each layer keeping its own backward). Call it before the first reshape. */
 bool nn_layer_fuse_relu_backward(nn_layer *upper, nn_layer *lower);
 
@@ -198,6 +199,11 @@ blob_status nn_layer_reshape(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_forward(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
                               blob *const *bottom);
+/* nn_layer_forward, then nn_layer_backward with top's diff as it is: for the last layer
+ * of a training step (a loss, whose backward needs no top diff). A type that can do both
+ * in one pass (SoftmaxWithLoss, in one kernel on the GPU) does. */
+blob_status nn_layer_forward_backward(nn_layer *layer, blob *const *bottom, blob *top,
+                                      bool propagate_down);
 
 /* A listener for a layer's parameter diffs: fn(ctx, layer) is called during the layer's
  * backward once the diffs of all its parameters are written (on the GPU: queued on the

@@ -72,7 +72,8 @@ static blob_status pool_backward(nn_layer *l, blob *top, bool propagate_down,
 
 static void pool_destroy(nn_layer *l) { blob_free(pool_of(l)->argmax); }
 
-static const nn_layer_ops pool_ops = {pool_reshape, pool_forward, pool_backward, pool_destroy};
+static const nn_layer_ops pool_ops = {.reshape = pool_reshape, .forward = pool_forward,
+                                     .backward = pool_backward, .destroy = pool_destroy};
 
 blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
                            const nn_pool_param *param)

@@ -30,7 +30,8 @@ static blob_status relu_backward(nn_layer *l, blob *top, bool propagate_down,
     return l->m->relu_backward(l->dtype, blob_count(top), x, dy, dx);
 }
 
-static const nn_layer_ops relu_ops = {relu_reshape, relu_forward, relu_backward, NULL};
+static const nn_layer_ops relu_ops = {.reshape = relu_reshape, .forward = relu_forward,
+                                      .backward = relu_backward};
 
 blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 {

@@ -23,24 +23,32 @@ static blob_status softmax_loss_reshape(nn_layer *l, blob *const *bottom, blob *
     return nn__reshape_ones(l, sl->ones, rows);
 }
 
-static blob_status softmax_loss_forward(nn_layer *l, blob *const *bottom, blob *top)
+/* The forward pass, and with dlogits (bottom[0]'s diff) the backward in the same pass. */
+static blob_status softmax_loss_pass(nn_layer *l, blob *const *bottom, blob *top, bool backward)
 {
     softmax_loss_layer *sl = sl_of(l);
     const nn_math *m = l->m;
     const int64_t *shape = blob_shape(sl->prob);
     const void *logits, *labels, *ones;
-    void *prob, *row_loss, *loss;
+    void *prob, *row_loss, *loss, *dlogits;
     NN_TRY(m->data(bottom[0], &logits));
     NN_TRY(m->data(bottom[1], &labels));
     NN_TRY(m->data(sl->ones, &ones));
     NN_TRY(m->mutable_data(sl->prob, &prob));
     NN_TRY(m->mutable_data(sl->row_loss, &row_loss));
     NN_TRY(m->mutable_data(top, &loss));
-    NN_TRY(m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob,
-                                   row_loss));
-    /* mean over rows: a 1-column gemv, so nothing waits for the result; backward reads
-     * prob only, so the mean can go beside it on a side stream (reading row_loss and
-     * ones, writing the loss) */
+    if (backward) {
+        NN_TRY(m->mutable_diff(bottom[0], &dlogits));
+        NN_TRY(m->softmax_loss_forward_backward(l->dtype, shape[0], shape[1], logits, labels,
+                                                1.0 / (double)shape[0], prob, row_loss,
+                                                dlogits));
+    } else {
+        NN_TRY(m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob,
+                                       row_loss));
+    }
+    /* mean over rows: a 1-column gemv, so nothing waits for the result; what follows
+     * reads prob or dlogits only, so the mean can go beside it on a side stream (reading
+     * row_loss and ones, writing the loss) */
     void *caller;
     blob_status st = nn__side_begin(l, &caller);
     if (st == BLOB_OK)
@@ -48,6 +56,17 @@ static blob_status softmax_loss_forward(nn_layer *l, blob *const *bottom, blob *
                      0.0, loss);
     nn__side_end(caller);
     return st;
+}
+
+static blob_status softmax_loss_forward(nn_layer *l, blob *const *bottom, blob *top)
+{
+    return softmax_loss_pass(l, bottom, top, false);
+}
+
+static blob_status softmax_loss_forward_backward(nn_layer *l, blob *const *bottom, blob *top,
+                                                 bool propagate_down)
+{
+    return softmax_loss_pass(l, bottom, top, propagate_down);
 }
 
 static blob_status softmax_loss_backward(nn_layer *l, blob *top, bool propagate_down,
@@ -76,8 +95,10 @@ static void softmax_loss_destroy(nn_layer *l)
     blob_free(sl->ones);
 }
 
-static const nn_layer_ops softmax_loss_ops = {softmax_loss_reshape, softmax_loss_forward,
-                                              softmax_loss_backward, softmax_loss_destroy};
+static const nn_layer_ops softmax_loss_ops = {
+    .reshape = softmax_loss_reshape, .forward = softmax_loss_forward,
+    .backward = softmax_loss_backward, .destroy = softmax_loss_destroy,
+    .forward_backward = softmax_loss_forward_backward};
 
 blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 {

@@ -252,9 +252,10 @@ static blob_status reshape(net *n, blob *x, blob *labels)
     return BLOB_OK;
 }
 
-static blob_status forward(net *n, blob *x, blob *labels)
+/* The forward pass of the first `layers` layers. */
+static blob_status forward(net *n, blob *x, blob *labels, int layers)
 {
-    for (int i = 0; i < n->num_layers; i++) {
+    for (int i = 0; i < layers; i++) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
         NN_TRY(nn_layer_forward(n->layers[i], bottom, n->tops[i]));
     }
@@ -293,12 +294,16 @@ static blob_status reduce_end(net *n)
     return n->comm_params ? blob_comm_reduce_end(n->comm_params) : BLOB_OK;
 }
 
+/* The backward pass from the top, the last layer's forward with it (the layers below
+ * ran forward). */
 static blob_status backward(net *n, blob *x, blob *labels)
 {
     for (int i = n->num_layers - 1; i >= 0; i--) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
         n->handed[i] = false;
-        NN_TRY(nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
+        NN_TRY(i == n->num_layers - 1
+                   ? nn_layer_forward_backward(n->layers[i], bottom, n->tops[i], i > 0)
+                   : nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
         if (!n->handed[i])
             NN_TRY(hand_over(n, i));
     }
@@ -340,14 +345,12 @@ static blob_status sgd_update(net *n)
  *   - the side work of layer i reads its top diff dy (and InnerProduct's dz, after its
  *     own ReLU backward in place) and its bottom data x, all written on main before the
  *     fork; main never writes them again in this step (the bottom gradient writes
- *     the bottom's diff, and the bias diff and top diff of a fused InnerProduct below,
- *     whose ReLU mask it reads: none of them a side-work input of layer i); the next
+ *     the bottom's diff, the top diff of a fused InnerProduct below, whose ReLU mask it
+ *     reads: not a side-work input of layer i); the next
  *     step's forward and backward, which do write them, come after the join;
  *   - the side work writes W's and b's diffs (and the loss, and a Convolution's columns
  *     when they are not fresh): nothing on main reads them before the join; the update
- *     and the loss read-back come after it; the diff of a bias written by the layer above
- *     (DRELU_BGRAD, on main) is written before this layer's fork, and read by nothing on
- *     the side;
+ *     and the loss read-back come after it;
  *   - the side stream's own order puts layer i's work before layer i-1's and step s's
  *     before step s+1's;
  *   - graph replays: the fork and join are captured as edges, so a replay orders the same
@@ -364,7 +367,7 @@ static blob_status sgd_update(net *n)
  * queued before it, so the allocator's record of main covers the side work too. */
 static blob_status step(net *n, blob *x, blob *labels)
 {
-    blob_status st = forward(n, x, labels);
+    blob_status st = forward(n, x, labels, n->num_layers - 1);
     if (st == BLOB_OK)
         st = reduce_begin(n);
     if (st == BLOB_OK)
@@ -505,7 +508,7 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
 blob_status net_forward(net *n, blob *x, blob *labels)
 {
     NN_TRY(reshape(n, x, labels));
-    NN_TRY(join_side(n, forward(n, x, labels)));
+    NN_TRY(join_side(n, forward(n, x, labels, n->num_layers)));
     return start_readback(n, labels);
 }
 

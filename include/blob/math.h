@@ -95,7 +95,14 @@ typedef enum { BLOB_NO_TRANS = 0, BLOB_TRANS = 1 } blob_trans;
                                                              int64_t rows, int64_t classes, \
                                                              const void *prob,              \
                                                              const void *labels,            \
-                                                             double scale, void *dlogits);
+                                                             double scale, void *dlogits);  \
+    /* Both of the above in one pass over logits (one kernel on the GPU), for a training   \
+     * step whose backward follows its forward: prob and loss as softmax_loss_forward     \
+     * writes them, and dlogits as softmax_loss_backward would from that prob. Bad labels  \
+     * as above (on the host, nothing written). */                                          \
+    BLOB_API blob_status blob_##side##_softmax_loss_forward_backward(                       \
+        blob_dtype dtype, int64_t rows, int64_t classes, const void *logits,                \
+        const void *labels, double scale, void *prob, void *loss, void *dlogits);
 
 BLOB__MATH_DECLARE(cpu)
 BLOB__MATH_DECLARE(gpu)

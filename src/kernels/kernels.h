@@ -51,6 +51,11 @@ blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dtype, int64_t
 blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_t rows,
                                           int64_t classes, const void *prob, const void *labels,
                                           double scale, void *dlogits);
+/* Both in one kernel: prob, loss and dlogits = scale * (prob - onehot). */
+blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype, int64_t rows,
+                                                  int64_t classes, const void *logits,
+                                                  const void *labels, double scale, void *prob,
+                                                  void *loss, void *dlogits);
 
 /* Convolution and pooling (blob/math.h) over num > 0 images of a validated geometry g
  * whose output plane, out_h x out_w, is not empty. */

@@ -42,6 +42,10 @@ blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dtype, int64_t
 blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_t rows,
                                           int64_t classes, const void *prob, const void *labels,
                                           double scale, void *dlogits) { NO_CUDA; }
+blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype, int64_t rows,
+                                                  int64_t classes, const void *logits,
+                                                  const void *labels, double scale, void *prob,
+                                                  void *loss, void *dlogits) { NO_CUDA; }
 blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
                            int64_t out_h, int64_t out_w, int64_t num, const void *im, void *col)
 { NO_CUDA; }

@@ -1,5 +1,6 @@
 /* Softmax with cross-entropy loss: one block per row (rows loop over the grid) with a
- * stable max/sum reduction; the backward pass is elementwise. */
+ * stable max/sum reduction, which can write the gradient too; the backward pass alone
+ * is elementwise. */
 #include <float.h>
 #include <math.h>
 
@@ -47,12 +48,15 @@ static __device__ T block_reduce(T v, Op op, T identity, T *buf)
     return v;
 }
 
+/* prob and loss of each row; with dlogits, also scale * (prob - onehot(label)). */
 template <typename T>
 static __global__ void softmax_loss_forward(int64_t rows, int64_t classes, const T *logits,
-                                            const T *labels, T *prob, T *loss)
+                                            const T *labels, T *prob, T *loss, T scale,
+                                            T *dlogits)
 {
     __shared__ T buf[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t k = label_index(labels[r], classes);
         const T *x = logits + r * classes;
         T *p = prob + r * classes;
         T m = -INFINITY;
@@ -66,11 +70,14 @@ static __global__ void softmax_loss_forward(int64_t rows, int64_t classes, const
             sum += e;
         }
         sum = block_reduce(sum, Sum(), T(0), buf);
-        for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-            p[j] /= sum;
+        for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
+            const T q = p[j] / sum;
+            p[j] = q;
+            if (dlogits)
+                dlogits[r * classes + j] = k < 0 ? T(0) : scale * (q - (j == k ? T(1) : T(0)));
+        }
         __syncthreads(); /* p[label] may have been written by another thread */
         if (threadIdx.x == 0) {
-            const int64_t k = label_index(labels[r], classes);
             const T tiny = min_normal(T());
             loss[r] = k < 0 ? T(NAN) : -dev_log(p[k] > tiny ? p[k] : tiny);
         }
@@ -79,7 +86,8 @@ static __global__ void softmax_loss_forward(int64_t rows, int64_t classes, const
 
 template <typename T>
 static blob_status forward(const char *func, void *stream, int64_t rows, int64_t classes,
-                           const void *logits, const void *labels, void *prob, void *loss)
+                           const void *logits, const void *labels, void *prob, void *loss,
+                           double scale, void *dlogits)
 {
     if (rows == 0)
         return BLOB_OK;
@@ -87,7 +95,8 @@ static blob_status forward(const char *func, void *stream, int64_t rows, int64_t
     const int64_t warps = (classes + 31) / 32;
     const unsigned threads = warps < 1 ? 32 : warps < THREADS / 32 ? (unsigned)warps * 32 : THREADS;
     softmax_loss_forward<T><<<grid_for(rows, 1), threads, 0, (cudaStream_t)stream>>>(
-        rows, classes, (const T *)logits, (const T *)labels, (T *)prob, (T *)loss);
+        rows, classes, (const T *)logits, (const T *)labels, (T *)prob, (T *)loss, (T)scale,
+        (T *)dlogits);
     return launch_check("softmax_loss_forward", func);
 }
 
@@ -95,9 +104,23 @@ extern "C" blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dty
                                                     int64_t classes, const void *logits,
                                                     const void *labels, void *prob, void *loss)
 {
-    return dtype == BLOB_FLOAT32
-               ? forward<float>(__func__, stream, rows, classes, logits, labels, prob, loss)
-               : forward<double>(__func__, stream, rows, classes, logits, labels, prob, loss);
+    return dtype == BLOB_FLOAT32 ? forward<float>(__func__, stream, rows, classes, logits,
+                                                  labels, prob, loss, 0.0, nullptr)
+                                 : forward<double>(__func__, stream, rows, classes, logits,
+                                                   labels, prob, loss, 0.0, nullptr);
+}
+
+extern "C" blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype,
+                                                             int64_t rows, int64_t classes,
+                                                             const void *logits,
+                                                             const void *labels, double scale,
+                                                             void *prob, void *loss,
+                                                             void *dlogits)
+{
+    return dtype == BLOB_FLOAT32 ? forward<float>(__func__, stream, rows, classes, logits,
+                                                  labels, prob, loss, scale, dlogits)
+                                 : forward<double>(__func__, stream, rows, classes, logits,
+                                                   labels, prob, loss, scale, dlogits);
 }
 
 template <typename T>

@@ -453,7 +453,7 @@ typedef struct {
     int64_t classes;
     double scale;
     const void *a, *b, *labels;
-    void *y, *z;
+    void *y, *z, *w;
 } loop_args;
 
 static void relu_forward_range(void *args, int64_t lo, int64_t hi)
@@ -470,7 +470,8 @@ static void relu_backward_range(void *args, int64_t lo, int64_t hi)
           for (int64_t i = lo; i < hi; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
 }
 
-/* Rows [lo, hi) of softmax with loss. */
+/* Rows [lo, hi) of softmax with loss (logits a, prob y, loss z), and with w its
+ * gradient (dlogits w, from the prob just written). */
 static void softmax_loss_forward_range(void *args, int64_t lo, int64_t hi)
 {
     const loop_args *l = args;
@@ -488,8 +489,14 @@ static void softmax_loss_forward_range(void *args, int64_t lo, int64_t hi)
                   sum += p[j] = (T)exp((double)x[j] - m);
               for (int64_t j = 0; j < classes; j++)
                   p[j] = (T)(p[j] / sum);
-              T q = p[label_index(get(dtype, l->labels, r), classes)];
+              const int64_t k = label_index(get(dtype, l->labels, r), classes);
+              T q = p[k];
               loss[r] = (T)-log(q > tiny ? q : tiny);
+              if (l->w) {
+                  T *d = (T *)l->w + r * classes;
+                  for (int64_t j = 0; j < classes; j++)
+                      d[j] = (T)(l->scale * (p[j] - (j == k)));
+              }
           });
 }
 
@@ -585,6 +592,34 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob_get_stream(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
+}
+
+blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t rows,
+                                                   int64_t classes, const void *logits,
+                                                   const void *labels, double scale,
+                                                   void *prob, void *loss, void *dlogits)
+{
+    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
+                           labels, prob, loss));
+    BLOB_TRY(check_ptr(__func__, "dlogits", dlogits, rows * classes));
+    BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
+    loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = logits,
+                   .labels = labels, .y = prob, .z = loss, .w = dlogits};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t rows,
+                                                   int64_t classes, const void *logits,
+                                                   const void *labels, double scale,
+                                                   void *prob, void *loss, void *dlogits)
+{
+    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
+                           labels, prob, loss));
+    BLOB_TRY(check_ptr(__func__, "dlogits", dlogits, rows * classes));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_softmax_loss_forward_backward(blob_get_stream(), dtype, rows, classes,
+                                                 logits, labels, scale, prob, loss, dlogits);
 }
 
 /* ---- The checks above, for the other math files ---- */
