@@ -18,6 +18,13 @@ struct ip_layer {
     ip_layer *below;      /* the layer whose ReLU backward our bottom-gradient GEMM takes */
 };
 
+/* Whether the bias gradient of a layer whose ReLU backward the layer above takes comes
+ * with it (DRELU_BGRAD), rather than from the layer's own weight gradient (BGRADA). On
+ * the host DRELU_BGRAD sums the columns in the pass that applies the mask, where BGRADA
+ * makes a pass of its own; on the GPU DRELU_BGRAD costs kernels on the chain of the
+ * bottom gradients, where BGRADA runs beside it on the side stream. */
+static bool bias_grad_from_above(const ip_layer *lower) { return lower->mode == NN_CPU; }
+
 static const nn_layer_ops ip_ops;
 
 static ip_layer *ip_of(nn_layer *l) { return (ip_layer *)l; }
@@ -69,8 +76,8 @@ static blob_status ip_forward(nn_layer *l, blob *const *bottom, blob *top)
     return ip->p.relu ? m->relu_forward(dt, rows * out, y, y) : BLOB_OK;
 }
 
-/* Where backward's parameter gradients go: dw and db; plainly the ones vector that sums
- * the bias gradient. */
+/* Where backward's parameter gradients go: dw, and db unless the layer above writes it;
+ * plainly the ones vector that sums the bias gradient. */
 typedef struct {
     void *dw, *db;
     const void *ones;
@@ -82,6 +89,8 @@ static blob_status param_diffs_of(nn_layer *l, param_diffs *d)
     const nn_math *m = l->m;
     *d = (param_diffs){0};
     NN_TRY(m->mutable_diff(l->params[0], &d->dw));
+    if (ip->relu_from_above && bias_grad_from_above(ip))
+        return BLOB_OK;
     NN_TRY(m->mutable_diff(l->params[1], &d->db));
     return ip->p.plain ? m->data(ip->ones, &d->ones) : BLOB_OK;
 }
@@ -94,6 +103,8 @@ static blob_status param_grads(nn_layer *l, const void *dz, const void *x, int64
     const nn_math *m = l->m;
     const blob_dtype dt = l->dtype;
     const int64_t in = ip->p.num_input, out = ip->p.num_output;
+    if (ip->relu_from_above && bias_grad_from_above(ip)) /* the bias gradient came with dz */
+        return m->gemm(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, 1.0, dz, x, 0.0, d->dw);
     if (!ip->p.plain)
         return m->gemm_epilogue(dt, BLOB_TRANS, BLOB_NO_TRANS, out, in, rows, dz, x, d->dw,
                                 BLOB_EPILOGUE_BGRADA, d->db, NULL, BLOB_MATH_DEFAULT);
@@ -103,7 +114,8 @@ static blob_status param_grads(nn_layer *l, const void *dz, const void *x, int64
 
 /* With a side stream, the parameter gradients (they read dz and x, and write the
  * parameter diffs) run beside the bottom gradient (it reads dz, W's data and the mask
- * below, and writes the bottom's diff): nothing one writes, the other touches. */
+ * below, and writes the bottom's diff, and on the host the bias diff below): nothing one
+ * writes, the other touches. */
 static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
                                blob *const *bottom)
 {
@@ -113,7 +125,7 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
     const int64_t rows = blob_shape(top)[0], in = ip->p.num_input, out = ip->p.num_output;
     const bool bottom_grad = propagate_down || ip->below;
     const void *x, *dz, *w = NULL;
-    void *dx = NULL, *mask = NULL;
+    void *dx = NULL, *mask = NULL, *db_below = NULL;
     param_diffs d;
     if (ip->p.relu && !ip->relu_from_above) { /* the ReLU's backward, in place */
         const void *y;
@@ -131,6 +143,8 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
     }
     if (ip->below)
         NN_TRY(m->mutable_data(ip->below->mask, &mask));
+    if (ip->below && bias_grad_from_above(ip->below))
+        NN_TRY(m->mutable_diff(ip->below->base.params[1], &db_below));
     void *caller = NULL;
     blob_status st = bottom_grad ? nn__side_begin(l, &caller) : BLOB_OK;
     if (st == BLOB_OK)
@@ -143,11 +157,10 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
         return st;
     if (!ip->below)
         return m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, rows, in, out, 1.0, dz, w, 0.0, dx);
-    /* dx goes through the ReLU below; that layer's weight gradient GEMM yields its bias
-     * gradient, off this chain (on the side stream), rather than this GEMM (DRELU_BGRAD:
-     * its column sums cost more kernels on the chain than the BGRADA epilogue beside it) */
+    /* dx goes through the ReLU below, with that layer's bias gradient or without it */
     return m->gemm_epilogue(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, rows, in, out, dz, w, dx,
-                            BLOB_EPILOGUE_DRELU, NULL, mask, BLOB_MATH_DEFAULT);
+                            db_below ? BLOB_EPILOGUE_DRELU_BGRAD : BLOB_EPILOGUE_DRELU,
+                            db_below, mask, BLOB_MATH_DEFAULT);
 }
 
 static void ip_destroy(nn_layer *l)

@@ -129,8 +129,9 @@ blob_status nn_ip_create(nn_layer **out, nn_mode mode, blob_dtype dtype, const n
 /* Fuse the backward of lower's ReLU into upper's: where upper is a fused InnerProduct
  * whose bottom is the top of lower, a fused InnerProduct with relu, upper's backward
  * computes its bottom's gradient with the DRELU epilogue on lower's ReLU mask, so that
- * one GEMM writes lower's gradient before the ReLU (into lower's top diff); lower's
- * backward then starts from it. upper's backward then always writes its bottom's diff. Returns whether the pair fused (false: any other
+ * one GEMM writes lower's gradient before the ReLU (into lower's top diff), and on the
+ * host lower's bias diff too (DRELU_BGRAD; on the GPU lower's weight gradient GEMM
+ * yields it, beside the chain); lower's backward then starts from them. upper's backward then always writes its bottom's diff. Returns whether the pair fused (false: any other
  * pair, each layer keeping its own backward). Call it before the first reshape. */
 bool nn_layer_fuse_relu_backward(nn_layer *upper, nn_layer *lower);
 
