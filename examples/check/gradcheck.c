@@ -4,7 +4,8 @@
  *  1. Every layer's backward against central differences of its forward, in double
  *     precision, on the CPU and on the GPU: one row of `rows` per layer and setting,
  *     the InnerProduct in its fused and plain kinds, with and without its ReLU, and a
- *     pair whose ReLU backward the upper layer's GEMM takes (DRELU).
+ *     pair whose ReLU backward the upper layer's GEMM takes (DRELU). Each layer alone
+ *     also gives the same diffs through nn_layer_forward_backward.
  *  2. Bad layer arguments and bottom shapes are refused with BLOB_EINVAL / BLOB_ESHAPE.
  *  3. Six SGD steps of the MLP and of LeNet in single precision, fused and plain, on the
  *     CPU, on the GPU eagerly and on the GPU with CUDA graphs: the losses and the final
@@ -24,6 +25,7 @@
 #define GRAD_TOL 1e-6 /* |analytic - numeric| <= GRAD_TOL * max(1, |analytic| + |numeric|) */
 #define AGREE_TOL 1e-3 /* relative, float32 CPU vs GPU after a few steps */
 #define SAME_TOL 1e-6  /* relative, float32 GPU with and without the side stream */
+#define FB_TOL 1e-12   /* relative, a layer's forward_backward against forward, backward */
 
 static int passed, failed, skipped;
 
@@ -107,8 +109,50 @@ static blob_status check_blob(layer_case *c, blob *v, const char *label, double 
     return st;
 }
 
+/* nn_layer_forward_backward (one pass where the layer's type fuses the two) against the
+ * forward and backward that ran before: each of the bottom's and the parameters' diffs,
+ * kept and then overwritten, comes back the same to FB_TOL; count those that do not. */
+static blob_status check_forward_backward(layer_case *c, int64_t *bad)
+{
+    blob *v[3] = {c->bottom[0]};
+    int nv = 1;
+    for (int i = 0; i < nn_layer_num_params(c->layer) && nv < 3; i++)
+        v[nv++] = nn_layer_param(c->layer, i);
+    double *kept[3] = {NULL, NULL, NULL};
+    blob_status st = BLOB_OK;
+    for (int k = 0; st == BLOB_OK && k < nv; k++) {
+        const int64_t n = blob_count(v[k]);
+        double *d;
+        if (!(kept[k] = malloc((size_t)n * sizeof(double))))
+            st = BLOB_ENOMEM;
+        else if ((st = blob_mutable_cpu_diff(v[k], (void **)&d)) == BLOB_OK)
+            for (int64_t i = 0; i < n; i++) {
+                kept[k][i] = d[i];
+                d[i] = 7.0;
+            }
+    }
+    if (st == BLOB_OK)
+        st = nn_layer_forward_backward(c->layer, c->bottom, c->top, true);
+    for (int k = 0; st == BLOB_OK && k < nv; k++) {
+        const double *d;
+        if ((st = blob_cpu_diff(v[k], (const void **)&d)) != BLOB_OK)
+            break;
+        for (int64_t i = 0; i < blob_count(v[k]); i++)
+            if (fabs(d[i] - kept[k][i]) > FB_TOL * fmax(1.0, fabs(kept[k][i]))) {
+                printf("  %s forward_backward diff %d[%lld]: %.17g, apart %.17g\n", c->name, k,
+                       (long long)i, d[i], kept[k][i]);
+                ++*bad;
+                break;
+            }
+    }
+    for (int k = 0; k < 3; k++)
+        free(kept[k]);
+    return st;
+}
+
 /* Random data in bottom[0] (|x| in [0.1, 1], away from ReLU's kink), labels, and
- * objective weights; then forward, backward and the comparisons. */
+ * objective weights; then forward, backward and the comparisons, and for a layer alone
+ * forward_backward against them. */
 static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
 {
     double *x;
@@ -152,6 +196,8 @@ static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
         for (int i = 0; l && i < nn_layer_num_params(l); i++)
             NN_TRY(check_blob(c, nn_layer_param(l, i), names[k][i], &max_err, &checked, &bad));
     }
+    if (!c->lower)
+        NN_TRY(check_forward_backward(c, &bad));
     printf("gradcheck %s %-16s %4lld derivatives, max error %.1e  %s\n",
            mode == NN_GPU ? "GPU" : "CPU", c->name, (long long)checked, max_err,
            bad ? "FAILED" : "ok");
