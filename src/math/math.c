@@ -113,19 +113,20 @@ static blob_status check_gemv(const char *fn, blob_dtype dtype, blob_trans trans
     return check_ptr(fn, "y", y, trans_a ? N : M);
 }
 
-/* rows x classes matrices m1, m2 and rows-long vectors v1, v2 (v2 may be absent). */
+/* rows x classes matrices m1, m2, m3 and rows-long vectors v1, v2, as many as names
+ * names. */
 static blob_status check_softmax(const char *fn, blob_dtype dtype, int64_t rows, int64_t classes,
                                  const char *names, const void *m1, const void *v1,
-                                 const void *m2, const void *v2)
+                                 const void *m2, const void *v2, const void *m3)
 {
     BLOB_TRY(check_dtype(fn, dtype));
     if (rows < 0 || classes < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative size rows = %lld, classes = %lld",
                           (long long)rows, (long long)classes);
     BLOB_TRY(check_count(fn, dtype, rows, classes));
-    const void *arrays[] = {m1, v1, m2, v2};
-    const int64_t counts[] = {rows * classes, rows, rows * classes, rows};
-    for (size_t i = 0; i < 4 && *names; i++, names = next_name(names))
+    const void *arrays[] = {m1, v1, m2, v2, m3};
+    const int64_t counts[] = {rows * classes, rows, rows * classes, rows, rows * classes};
+    for (size_t i = 0; i < 5 && *names; i++, names = next_name(names))
         BLOB_TRY(check_ptr(fn, names, arrays[i], counts[i]));
     return BLOB_OK;
 }
@@ -551,7 +552,7 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
                                           void *loss)
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
-                           labels, prob, loss));
+                           labels, prob, loss, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     loop_args l = {.dtype = dtype, .classes = classes, .a = logits, .labels = labels,
                    .y = prob, .z = loss};
@@ -564,7 +565,7 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
                                           void *loss)
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
-                           labels, prob, loss));
+                           labels, prob, loss, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward(blob_get_stream(), dtype, rows, classes, logits,
                                         labels, prob, loss);
@@ -575,7 +576,7 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
                                            void *dlogits)
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
-                           dlogits, NULL));
+                           dlogits, NULL, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = prob,
                    .labels = labels, .y = dlogits};
@@ -588,7 +589,7 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
                                            void *dlogits)
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
-                           dlogits, NULL));
+                           dlogits, NULL, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob_get_stream(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
@@ -599,9 +600,8 @@ blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                    const void *labels, double scale,
                                                    void *prob, void *loss, void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
-                           labels, prob, loss));
-    BLOB_TRY(check_ptr(__func__, "dlogits", dlogits, rows * classes));
+    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
+                           logits, labels, prob, loss, dlogits));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = logits,
                    .labels = labels, .y = prob, .z = loss, .w = dlogits};
@@ -614,9 +614,8 @@ blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                    const void *labels, double scale,
                                                    void *prob, void *loss, void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
-                           labels, prob, loss));
-    BLOB_TRY(check_ptr(__func__, "dlogits", dlogits, rows * classes));
+    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
+                           logits, labels, prob, loss, dlogits));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward_backward(blob_get_stream(), dtype, rows, classes,
                                                  logits, labels, scale, prob, loss, dlogits);
