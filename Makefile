@@ -50,6 +50,7 @@ CUDA_CFLAGS := -I$(CUDA_HOME)/include
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
 CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcublas -lcudart -lstdc++
 BACKEND_SRC := src/core/backend_cuda.c
+BACKEND_CU_SRC := src/core/backend_cuda_copy.cu
 KERNEL_SRC := $(wildcard src/kernels/*.cu)
 KERNEL_C_SRC := $(filter-out src/kernels/none.c,$(wildcard src/kernels/*.c))
 NVCCFLAGS ?= -O3
@@ -60,6 +61,7 @@ BUILD := build/cpu$(BUILD_TAG)
 CUDA_CFLAGS :=
 CUDA_LIBS :=
 BACKEND_SRC := src/core/backend_none.c
+BACKEND_CU_SRC :=
 KERNEL_SRC :=
 KERNEL_C_SRC := src/kernels/none.c
 endif
@@ -97,7 +99,8 @@ LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wild
              $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \
              $(wildcard src/blob/*.c) $(wildcard src/math/*.c) $(wildcard src/interop/*.c) \
              $(KERNEL_C_SRC) $(filter-out src/comm/ccl_%.c,$(wildcard src/comm/*.c)) $(CCL_SRC)
-LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_C_SRC:%.c=$(BUILD)/%.o) $(BACKEND_CU_SRC:%.cu=$(BUILD)/%.o) \
+           $(KERNEL_SRC:%.cu=$(BUILD)/%.o)
 LIB_LIBS := $(NCCL_LIBS) $(CUDA_LIBS) $(LDLIBS_BASE)
 
 SHARED := $(BUILD)/libblob.so.$(VERSION)

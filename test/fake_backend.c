@@ -132,6 +132,7 @@ static bool op_valid(const op *o)
     case BLOB__H2D:
         return inside(o->dst, o->bytes, BLK_DEVICE);
     case BLOB__D2H:
+    case BLOB__D2H_PINNED:
         return inside(o->src, o->bytes, BLK_DEVICE);
     case BLOB__D2D:
         return inside(o->src, o->bytes, BLK_DEVICE) && inside(o->dst, o->bytes, BLK_DEVICE);
@@ -157,6 +158,7 @@ static void run_op(const op *o)
         stats.h2d_bytes += o->bytes;
         break;
     case BLOB__D2H:
+    case BLOB__D2H_PINNED:
         stats.d2h++;
         stats.d2h_bytes += o->bytes;
         break;

@@ -618,6 +618,48 @@ START_TEST(test_gpu_device_mismatch)
 }
 END_TEST
 
+/* Device-to-host copies into pinned memory, around the size below which the backend
+ * stores them with a kernel: every size and alignment brings back the device's bytes,
+ * through a queued pull and through a synchronous read, over a stale host side. */
+static const size_t pull_sizes[] = {1, 3, 4, 6, 16, 20, 1000, 4096, 16383, 16384, 16385, 100000};
+
+START_TEST(test_gpu_pull_sizes)
+{
+    const size_t bytes = pull_sizes[_i / 3], offset = (size_t)(_i % 3) * 2; /* 0, 2, 4 */
+    uint8_t *want = malloc(bytes);
+    ck_assert_ptr_nonnull(want);
+    uint64_t r = 0x9e3779b97f4a7c15u + bytes;
+    for (size_t i = 0; i < bytes; i++) {
+        r = r * 6364136223846793005u + 1442695040888963407u;
+        want[i] = (uint8_t)(r >> 56) | 1; /* never zero */
+    }
+    /* the device bytes at dev + offset, from a staging block */
+    blob_syncedmem *stage, *m;
+    void *h, *dev;
+    const void *c;
+    ck_ok(blob_syncedmem_create(&stage, bytes + offset, BLOB_DEVICE_DEFAULT));
+    ck_ok(blob_syncedmem_mutable_cpu_data(stage, &h));
+    memcpy((uint8_t *)h + offset, want, bytes);
+    ck_ok(blob_syncedmem_mutable_gpu_data(stage, &dev));
+    for (int sync = 0; sync < 2; sync++) {
+        ck_ok(blob_syncedmem_create(&m, bytes, BLOB_DEVICE_DEFAULT));
+        ck_ok(blob_syncedmem_mutable_cpu_data(m, &h));
+        ck_assert(blob_syncedmem_host_pinned(m));
+        memset(h, 0, bytes); /* stale, and unlike every device byte */
+        ck_ok(blob_syncedmem_set_gpu_data(m, (uint8_t *)dev + offset, bytes));
+        if (!sync)
+            ck_ok(blob_syncedmem_async_cpu_pull(m, blob_get_stream()));
+        ck_ok(blob_syncedmem_cpu_data(m, &c));
+        ck_assert_ptr_eq(c, h);
+        ck_assert_msg(!memcmp(c, want, bytes), "%zu bytes at offset %zu (%s)", bytes, offset,
+                      sync ? "read" : "pull");
+        blob_syncedmem_free(m);
+    }
+    blob_syncedmem_free(stage);
+    free(want);
+}
+END_TEST
+
 Suite *syncedmem_suite(void)
 {
     Suite *s = suite_create("syncedmem");
@@ -648,6 +690,8 @@ Suite *syncedmem_suite(void)
     TCase *gpu = gpu_tcase("gpu");
     req_add_test(gpu, test_gpu_sequence);
     req_add_test(gpu, test_gpu_zero_fill_and_async);
+    req_add_loop_test(gpu, test_gpu_pull_sizes, 0,
+                      (int)(3 * sizeof pull_sizes / sizeof pull_sizes[0]));
     suite_add_tcase(s, gpu);
     TCase *gpu2 = multi_gpu_tcase("gpu2");
     req_add_test(gpu2, test_gpu_device_mismatch);

@@ -95,6 +95,7 @@ static enum cudaMemcpyKind copy_kind(blob__copy_kind kind)
     case BLOB__H2D:
         return cudaMemcpyHostToDevice;
     case BLOB__D2H:
+    case BLOB__D2H_PINNED:
         return cudaMemcpyDeviceToHost;
     case BLOB__D2D:
         return cudaMemcpyDeviceToDevice;
@@ -102,9 +103,18 @@ static enum cudaMemcpyKind copy_kind(blob__copy_kind kind)
     return cudaMemcpyDefault;
 }
 
+/* Copies into pinned host memory up to this size run as a kernel (backend_cuda_copy.cu);
+ * it returns the launch's cudaError_t. */
+#define PINNED_KERNEL_BYTES 16384
+int blob__cuda_copy_to_pinned(void *dst, const void *src, size_t bytes, void *stream);
+
 static blob_status cuda_copy_async(void *dst, const void *src, size_t bytes,
                                    blob__copy_kind kind, void *stream)
 {
+    if (kind == BLOB__D2H_PINNED && bytes && bytes <= PINNED_KERNEL_BYTES) {
+        CUDA_TRY((cudaError_t)blob__cuda_copy_to_pinned(dst, src, bytes, stream));
+        return BLOB_OK;
+    }
     CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, copy_kind(kind), (cudaStream_t)stream));
     return BLOB_OK;
 }

@@ -9,7 +9,9 @@
 
 #include "blob/status.h"
 
-typedef enum { BLOB__H2D, BLOB__D2H, BLOB__D2D } blob__copy_kind;
+/* D2H_PINNED: device to page-locked host memory from the pinned place, which the device
+ * can address. */
+typedef enum { BLOB__H2D, BLOB__D2H, BLOB__D2H_PINNED, BLOB__D2D } blob__copy_kind;
 
 /* Every device operation the library performs goes through one of these tables: the
  * CUDA runtime by default, a "no GPU" table in builds without CUDA, and an instrumented

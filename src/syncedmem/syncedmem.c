@@ -205,6 +205,12 @@ static blob_status use_on(blob_syncedmem *m, void *stream)
     return BLOB_OK;
 }
 
+/* The kind of a copy to the host side: pinned memory lets the backend store into it. */
+static blob__copy_kind d2h_kind(const blob_syncedmem *m)
+{
+    return m->host_pinned ? BLOB__D2H_PINNED : BLOB__D2H;
+}
+
 /* Copy between the sides on `stream` and wait for it. */
 static blob_status copy_sync(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
                              void *stream)
@@ -235,7 +241,7 @@ static blob_status to_cpu(blob_syncedmem *m)
                 BLOB_TRY(alloc_host(m));
             blob_status st = use_on(m, stream);
             if (st == BLOB_OK)
-                st = copy_sync(m->host, m->dev, m->size, BLOB__D2H, stream);
+                st = copy_sync(m->host, m->dev, m->size, d2h_kind(m), stream);
             if (st != BLOB_OK) {
                 if (fresh)
                     free_host(m);
@@ -429,7 +435,7 @@ static blob_status async_copy(blob_syncedmem *m, void *stream, bool to_gpu)
     if (fresh)
         BLOB_TRY(to_gpu ? alloc_dev(m, stream) : alloc_host(m));
     blob_status st = to_gpu ? copy_pending(m, m->dev, m->host, BLOB__H2D, stream)
-                            : copy_pending(m, m->host, m->dev, BLOB__D2H, stream);
+                            : copy_pending(m, m->host, m->dev, d2h_kind(m), stream);
     if (st != BLOB_OK && fresh) {
         if (to_gpu)
             free_dev(m);
