@@ -546,6 +546,21 @@ START_TEST(test_gpu_optim_rules)
 }
 END_TEST
 
+/* Tensors that fill the grid with chunks of two vectors per thread (the smaller ones above
+ * take chunks of one): over 8 blocks of 2048 floats per SM on any GPU of up to 240 SMs. */
+START_TEST(test_gpu_optim_large)
+{
+    const blob_dtype dt = (blob_dtype)_i;
+    test_seed(41 + (uint64_t)dt);
+    const int64_t counts[] = {4000003, 5, 2051};
+    for (int c = 0; c < CONFIGS; c++) {
+        tensors t = tensors_new(dt, true, 3, counts, c % 2 == 1);
+        run_and_check(&t, c, 2, step_tol(dt, 2), "gpu (large)");
+        tensors_free(&t);
+    }
+}
+END_TEST
+
 START_TEST(test_gpu_adam_many_steps)
 {
     const blob_dtype dt = (blob_dtype)(_i / 2);
@@ -694,6 +709,7 @@ Suite *optim_suite(void)
     TCase *gpu = gpu_tcase("gpu");
     tcase_set_timeout(gpu, 300);
     req_add_loop_test(gpu, test_gpu_optim_rules, 0, 2);
+    req_add_loop_test(gpu, test_gpu_optim_large, 0, 2);
     req_add_loop_test(gpu, test_gpu_adam_many_steps, 0, 4);
     req_add_loop_test(gpu, test_gpu_optim_graph, 0, 2);
     req_add_loop_test(gpu, test_gpu_blob_optim, 0, 2);
