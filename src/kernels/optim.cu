@@ -198,8 +198,7 @@ static blob_status launch(const char *func, cudaStream_t stream, const blob_opti
         a.diff[j] = (const T *)diff[i];
         a.h1[j] = hist1 ? (T *)hist1[i] : nullptr;
         a.h2[j] = hist2 ? (T *)hist2[i] : nullptr;
-        a.chunk_start[j + 1] =
-            a.chunk_start[j] + (counts[i] + chunk - 1) / chunk;
+        a.chunk_start[j + 1] = a.chunk_start[j] + (counts[i] + chunk - 1) / chunk;
     }
     BLOB__OPTIM_FILL(T, a.s, opt, 1);
     a.lr = opt->lr;
