@@ -478,6 +478,7 @@ static const blob__backend fake_backend = {
     .event_create = locked_fake_event_create,
     .event_destroy = locked_fake_event_destroy,
     .event_record = locked_fake_event_record,
+    .event_record_external = locked_fake_event_record, /* the fake captures nothing */
     .event_query = locked_fake_event_query,
     .event_synchronize = locked_fake_event_synchronize,
     .graph_begin = fake_graph_begin,

@@ -22,6 +22,7 @@ typedef struct {
     blob *out_blob;
     blob_syncedmem *out_mem;
     blob_graph *out_graph;
+    blob_event *out_event;
     void *out_ptr;
     const void *out_cptr;
     int out_int;

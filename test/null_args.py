@@ -43,6 +43,8 @@ VALUES = [
     (ANY, ANY, "blob_graph *", "NULL"),  # none can be made without a GPU
     (ANY, ANY, "const blob_graph *", "NULL"),
     (ANY, ANY, "blob_graph **", "&fx.out_graph"),
+    (ANY, ANY, "blob_event *", "NULL"),  # none can be made without a GPU
+    (ANY, ANY, "blob_event **", "&fx.out_event"),
     (ANY, ANY, "blob_alloc_stats *", "&fx.out_stats"),
     (ANY, ANY, "blob_release_fn", "null_release"),
     (ANY, ANY, "blob_comm_options *", "&fx.comm_opts"),

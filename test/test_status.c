@@ -35,6 +35,9 @@ START_TEST(test_no_gpu_reports)
     ck_assert_ptr_null(s);
     ck_status(blob_device_synchronize(), BLOB_ENODEV);
     ck_status(blob_stream_wait_stream(NULL, (void *)&s), BLOB_ENODEV);
+    blob_event *e = (blob_event *)&e;
+    ck_status(blob_event_create(&e), BLOB_ENODEV);
+    ck_assert_ptr_null(e);
     blob_syncedmem *m;
     ck_ok(blob_syncedmem_create(&m, 16, BLOB_DEVICE_DEFAULT));
     ck_assert_int_eq(blob_syncedmem_device(m), BLOB_HOST_ONLY);
@@ -144,6 +147,127 @@ START_TEST(test_stream_wait_stream)
 }
 END_TEST
 
+/* An event marks the work queued on a stream so far: a wait for it orders another stream
+ * after that work and not after later work (the fake runs the waited-for work when the
+ * wait is queued), the host waits for it, and it is bound to its GPU. */
+START_TEST(test_event)
+{
+    void *a, *b;
+    unsigned char *p;
+    blob_event *e = (blob_event *)&e;
+    ck_status(blob_event_create(NULL), BLOB_EINVAL);
+    ck_status(blob_event_record(NULL, NULL), BLOB_EINVAL);
+    ck_status(blob_stream_wait_event(NULL, NULL), BLOB_EINVAL);
+    ck_status(blob_event_synchronize(NULL), BLOB_EINVAL);
+    blob_event_free(NULL);
+    for (uint64_t n = 1; n <= 2; n++) { /* the object, then the device's event */
+        fake_fail_alloc_at(n, false);
+        ck_assert_int_ne(blob_event_create(&e), BLOB_OK);
+        ck_assert_ptr_null(e);
+    }
+    fake_fail_alloc_at(0, false);
+    ck_assert_uint_eq(fake_get_stats().events_created, 0);
+    ck_ok(blob_stream_create(&a));
+    ck_ok(blob_stream_create(&b));
+    ck_ok(blob_place_alloc(blob_place_device(0), 64, b, (void **)&p));
+    memset(p, 0, 64);
+    ck_ok(blob_event_create(&e));
+    ck_ok(blob_stream_wait_event(a, e)); /* never marked: nothing to wait for */
+    ck_ok(blob__be->memset_async(p, 7, 64, b));
+    ck_ok(blob_event_record(e, b));
+    ck_ok(blob__be->memset_async(p + 32, 9, 32, b)); /* after the mark */
+    ck_assert_int_eq(fake_queued(), 2);
+    ck_ok(blob_stream_wait_event(a, e));
+    ck_assert_int_eq(fake_queued(), 1);
+    ck_assert_int_eq(p[0], 7);
+    ck_assert_int_eq(p[63], 7);
+    ck_ok(blob_event_synchronize(e));
+    ck_assert_int_eq(fake_queued(), 1);
+    ck_ok(blob_device_set(1));
+    ck_status(blob_event_record(e, NULL), BLOB_EDEVICE);
+    ck_status(blob_stream_wait_event(NULL, e), BLOB_EDEVICE);
+    ck_status(blob_event_synchronize(e), BLOB_EDEVICE);
+    ck_ok(blob_device_set(0));
+    ck_ok(blob_stream_synchronize(b));
+    ck_assert_int_eq(p[63], 9);
+    blob_event_free(e);
+    blob_place_free(blob_place_device(0), p);
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_destroy(b));
+    ck_assert_uint_eq(fake_get_stats().violations, 0);
+}
+END_TEST
+
+/* A graph adds 1 to x, marks an event, then works on z for a while; after each launch a
+ * second stream waits for the event and copies x to y: it sees that launch's x, also
+ * when the host waits for the event first. The same eagerly, before the capture. Large
+ * enough that a missing wait shows. */
+START_TEST(test_gpu_event_in_graph)
+{
+    enum { N = 1 << 22, LATER = 8 };
+    int64_t shape[] = {N};
+    blob *xy, *z;
+    void *s, *copy, *x, *y, *dz;
+    blob_event *ready;
+    ck_ok(blob_stream_create(&s));
+    ck_ok(blob_stream_create(&copy));
+    ck_ok(blob_event_create(&ready));
+    blob_set_stream(s);
+    ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    ck_ok(blob_mutable_gpu_data(xy, &x));
+    ck_ok(blob_mutable_gpu_diff(xy, &y));
+    ck_ok(blob_mutable_gpu_data(z, &dz));
+    ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 0.0, x));
+    ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 0.0, dz));
+    blob_graph *g = NULL;
+    for (int run = 0; run < 4; run++) { /* eagerly, then three launches of the capture */
+        if (run <= 1) {
+            if (run == 1)
+                ck_ok(blob_graph_begin(s));
+            ck_ok(blob_gpu_add_scalar(BLOB_FLOAT32, N, 1.0, x));
+            ck_ok(blob_event_record(ready, s));
+            for (int k = 0; k < LATER; k++)
+                ck_ok(blob_gpu_add_scalar(BLOB_FLOAT32, N, 1.0, dz));
+        }
+        if (run == 1) {
+            ck_ok(blob_graph_end(s, &g));
+            int64_t kernels = 0, total = 0;
+            ck_ok(blob_graph_count_nodes(g, &kernels, &total));
+            ck_assert_int_eq(kernels, 1 + LATER);
+            ck_assert_int_eq(total, 2 + LATER); /* and the event's record */
+        }
+        if (run >= 1)
+            ck_ok(blob_graph_launch(g, s));
+        if (run == 2)
+            ck_ok(blob_event_synchronize(ready));
+        ck_ok(blob_stream_wait_event(copy, ready));
+        blob_set_stream(copy);
+        ck_ok(blob_gpu_copy(BLOB_FLOAT32, N, x, y));
+        blob_set_stream(s);
+        ck_ok(blob_stream_synchronize(copy));
+        ck_ok(blob_stream_synchronize(s));
+        const float *h;
+        ck_ok(blob_cpu_diff(xy, (const void **)&h));
+        const float want = 1.0f + (float)run;
+        for (int i = 0; i < N; i++)
+            if (h[i] != want)
+                ck_abort_msg("run %d: y[%d] = %g, want %g", run, i, h[i], want);
+        ck_ok(blob_mutable_gpu_diff(xy, &y)); /* the device side again (same memory) */
+    }
+    const float *hz;
+    ck_ok(blob_cpu_data(z, (const void **)&hz));
+    ck_assert_float_eq(hz[N - 1], (float)(4 * LATER));
+    blob_set_stream(NULL);
+    blob_graph_free(g);
+    blob_event_free(ready);
+    blob_free(xy);
+    blob_free(z);
+    ck_ok(blob_stream_destroy(copy));
+    ck_ok(blob_stream_destroy(s));
+}
+END_TEST
+
 /* y = 2x on a side stream forked from s after x is set, z = 1 on s meanwhile, then s
  * joins the side stream and adds y to z: eagerly, and captured as a graph with a
  * parallel branch that is replayed. Large enough that a missing wait shows. */
@@ -218,6 +342,7 @@ Suite *status_suite(void)
     TCase *fake = tcase_create("fake");
     tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
     tcase_add_test(fake, test_stream_wait_stream);
+    tcase_add_test(fake, test_event);
     suite_add_tcase(s, fake);
     TCase *nogpu = req_tcase("nogpu", "nogpu");
     req_add_test(nogpu, test_no_gpu_reports);
@@ -225,6 +350,7 @@ Suite *status_suite(void)
     TCase *gpu = gpu_tcase("gpu");
     req_add_test(gpu, test_gpu_graph_replay);
     req_add_test(gpu, test_gpu_stream_fork_join);
+    req_add_test(gpu, test_gpu_event_in_graph);
     suite_add_tcase(s, gpu);
     return s;
 }

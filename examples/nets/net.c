@@ -33,6 +33,8 @@ struct net {
     result results[NET_RESULTS];  /* of the last calls, the last at last_result */
     int last_result;
     void *side;                   /* NN_GPU: the layers' side stream (see step), or NULL */
+    blob_event *results_ready;    /* with side: where a captured step's results are done */
+    bool capturing;               /* a step is being captured into a graph */
     blob_comm_list *comm_params;  /* data parallel: params registered with cfg.comm */
     bool handed[MAX_LAYERS];      /* layer i's diffs went to the communicator this step */
     bool warm;                    /* a full-batch step ran, so all memory exists */
@@ -143,6 +145,7 @@ static blob_status flatten(net *n)
 }
 
 static blob_status hand_over(net *n, int layer);
+static blob_status start_readback(net *n, blob *labels, void *stream);
 
 /* A layer's listener (data parallel): hand its diffs over as soon as they are queued. */
 static blob_status params_ready(void *ctx, nn_layer *layer)
@@ -193,8 +196,9 @@ blob_status net_create(net **out, const net_config *cfg)
         st = BLOB_EINVAL;
     for (int i = 1; st == BLOB_OK && i < n->num_layers; i++)
         nn_layer_fuse_relu_backward(n->layers[i], n->layers[i - 1]);
-    if (st == BLOB_OK && cfg->mode == NN_GPU && !cfg->one_stream)
-        st = blob_stream_create(&n->side);
+    if (st == BLOB_OK && cfg->mode == NN_GPU && !cfg->one_stream &&
+        (st = blob_stream_create(&n->side)) == BLOB_OK)
+        st = blob_event_create(&n->results_ready);
     for (int i = 0; st == BLOB_OK && i < n->num_layers; i++)
         nn_layer_set_side_stream(n->layers[i], n->side);
     if (st == BLOB_OK)
@@ -234,6 +238,7 @@ void net_free(net *n)
         blob_syncedmem_free(n->results[k].loss);
         blob_syncedmem_free(n->results[k].prob);
     }
+    blob_event_free(n->results_ready);
     blob_stream_destroy(n->side); /* every pass joined it back (see step) */
     free(n);
 }
@@ -294,16 +299,32 @@ static blob_status reduce_end(net *n)
     return n->comm_params ? blob_comm_reduce_end(n->comm_params) : BLOB_OK;
 }
 
+/* The last layer's forward is done, so are the step's loss and probabilities: queue
+ * their copies to the host on the side stream forked from the current one, so that the
+ * host can have them while the device runs the rest of the step. A captured step marks
+ * results_ready there instead, and each launch of its graph queues the copies behind
+ * that mark (net_train_step). Without a side stream the copies follow the step. */
+static blob_status results_ready(net *n, blob *labels)
+{
+    if (!n->side)
+        return BLOB_OK;
+    NN_TRY(blob_stream_wait_stream(n->side, blob_get_stream()));
+    return n->capturing ? blob_event_record(n->results_ready, n->side)
+                        : start_readback(n, labels, n->side);
+}
+
 /* The backward pass from the top, the last layer's forward with it (the layers below
  * ran forward). */
 static blob_status backward(net *n, blob *x, blob *labels)
 {
     for (int i = n->num_layers - 1; i >= 0; i--) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
+        const bool last = i == n->num_layers - 1;
         n->handed[i] = false;
-        NN_TRY(i == n->num_layers - 1
-                   ? nn_layer_forward_backward(n->layers[i], bottom, n->tops[i], i > 0)
-                   : nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
+        NN_TRY(last ? nn_layer_forward_backward(n->layers[i], bottom, n->tops[i], i > 0)
+                    : nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
+        if (last)
+            NN_TRY(results_ready(n, labels));
         if (!n->handed[i])
             NN_TRY(hand_over(n, i));
     }
@@ -336,7 +357,8 @@ static blob_status sgd_update(net *n)
 
 /* The side stream. On the GPU the layers put work that the rest of the pass does not
  * read on n->side (nn_layer_set_side_stream): the mean loss in forward, each weight and
- * bias gradient beside the gradient of the layer's bottom in backward. Each such piece
+ * bias gradient beside the gradient of the layer's bottom in backward; the net puts the
+ * copies of the loss and probabilities to the host there (results_ready). Each such piece
  * of work is forked from the current ("main") stream when what it reads is complete on
  * it, and the main stream joins the side stream once, after backward, before the update.
  * All device pointers are taken on the main stream, so every blob keeps it as its
@@ -350,7 +372,11 @@ static blob_status sgd_update(net *n)
  *     step's forward and backward, which do write them, come after the join;
  *   - the side work writes W's and b's diffs (and the loss, and a Convolution's columns
  *     when they are not fresh): nothing on main reads them before the join; the update
- *     and the loss read-back come after it;
+ *     comes after it;
+ *   - the copies to the host read the loss and the probabilities, forked from main after
+ *     the last layer's forward and backward (the loss is on the side stream already):
+ *     only the next step writes them again, after this step's join, or under graphs
+ *     after main has waited for the copies that follow the launch (net_train_step);
  *   - the side stream's own order puts layer i's work before layer i-1's and step s's
  *     before step s+1's;
  *   - graph replays: the fork and join are captured as edges, so a replay orders the same
@@ -394,7 +420,9 @@ static blob_status graph_for(net *n, blob *x, blob *labels, const void *dx,
         return BLOB_OK;
     void *stream = blob_get_stream();
     NN_TRY(blob_graph_begin(stream));
+    n->capturing = true;
     blob_status st = step(n, x, labels);
+    n->capturing = false;
     blob_graph *g = NULL;
     blob_status end = blob_graph_end(stream, &g); /* ends the capture either way */
     if (st != BLOB_OK || end != BLOB_OK) {
@@ -426,14 +454,14 @@ static blob_status claim_device_side(net *n, bool outputs)
     return blob_mutable_gpu_data(prob(n), &p);
 }
 
-/* Queue the copy of `from`'s data to the host side of `to` behind the work on it: to's
- * device side borrows from's. */
-static blob_status pull(blob_syncedmem *to, blob *from)
+/* Queue the copy of `from`'s data to the host side of `to` on stream, which the caller
+ * ordered after the work on it: to's device side borrows from's. */
+static blob_status pull(blob_syncedmem *to, blob *from, void *stream)
 {
     const void *p;
     NN_TRY(blob_gpu_data(from, &p));
     NN_TRY(blob_syncedmem_set_gpu_data(to, (void *)p, blob_syncedmem_size(to)));
-    return blob_syncedmem_async_cpu_pull(to, blob_get_stream());
+    return blob_syncedmem_async_cpu_pull(to, stream);
 }
 
 /* Copy `from`'s data to `to` on the host. */
@@ -448,8 +476,8 @@ static blob_status copy_on_host(blob_syncedmem *to, blob *from)
 }
 
 /* Keep the loss and probabilities of this call in the next result: on the GPU, copies
- * to the host queued behind the step (nothing waits for them here). */
-static blob_status start_readback(net *n, blob *labels)
+ * to the host queued on stream (nothing waits for them here). */
+static blob_status start_readback(net *n, blob *labels, void *stream)
 {
     const int k = (n->last_result + 1) % NET_RESULTS;
     result *r = &n->results[k];
@@ -466,9 +494,9 @@ static blob_status start_readback(net *n, blob *labels)
     if (!r->loss)
         NN_TRY(blob_syncedmem_create(&r->loss, elem, device));
     if (n->cfg.mode == NN_GPU) {
-        NN_TRY(pull(r->loss, loss_top(n)));
+        NN_TRY(pull(r->loss, loss_top(n), stream));
         if (prob_bytes)
-            NN_TRY(pull(r->prob, prob(n)));
+            NN_TRY(pull(r->prob, prob(n), stream));
     } else {
         NN_TRY(copy_on_host(r->loss, loss_top(n)));
         if (prob_bytes)
@@ -494,22 +522,31 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
         NN_TRY(graph_for(n, x, labels, dx, dlabels, &g));
     }
     n->last_graph = g;
+    void *stream = blob_get_stream();
     if (g)
-        NN_TRY(blob_graph_launch(g, blob_get_stream()));
+        NN_TRY(blob_graph_launch(g, stream));
     else
         NN_TRY(step(n, x, labels));
     /* a smaller batch leaves blocks that a full one would still grow */
     n->warm |= full;
     if (n->cfg.mode == NN_GPU)
         NN_TRY(claim_device_side(n, g != NULL));
-    return start_readback(n, labels);
+    if (!n->side)
+        return start_readback(n, labels, stream);
+    if (!g)
+        return BLOB_OK; /* the step queued them (results_ready) */
+    /* behind the graph's mark, then the stream waits for the copies: only the next step
+     * writes what they read */
+    NN_TRY(blob_stream_wait_event(n->side, n->results_ready));
+    NN_TRY(start_readback(n, labels, n->side));
+    return blob_stream_wait_stream(stream, n->side);
 }
 
 blob_status net_forward(net *n, blob *x, blob *labels)
 {
     NN_TRY(reshape(n, x, labels));
     NN_TRY(join_side(n, forward(n, x, labels, n->num_layers)));
-    return start_readback(n, labels);
+    return start_readback(n, labels, blob_get_stream());
 }
 
 void net_set_lr(net *n, double lr)

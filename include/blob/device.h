@@ -76,6 +76,33 @@ BLOB_API blob_status blob_stream_synchronize(void *stream);
  * BLOB_ECUDA (the event could not be made, recorded or waited for). */
 BLOB_API blob_status blob_stream_wait_stream(void *stream, void *waited_stream);
 
+/* An event: a mark in the work of a stream that other streams and the host can wait for,
+ * also from outside a graph that records it, e.g. to read a result that a replayed
+ * graph computes early while the graph goes on:
+ *
+ *   blob_graph_begin(s); ... blob_event_record(ready, s); ... blob_graph_end(s, &g);
+ *   blob_graph_launch(g, s);
+ *   blob_stream_wait_event(copy, ready);  // copy's later work waits for that point only
+ *
+ * An event belongs to the GPU current when it is made, which must be current to record
+ * or wait for it. Errors of all four: BLOB_EINVAL (NULL event), BLOB_ENODEV,
+ * BLOB_EDEVICE (another GPU is current), BLOB_ENOMEM, BLOB_ECUDA. */
+typedef struct blob_event blob_event;
+BLOB_API blob_status blob_event_create(blob_event **out);
+/* NULL is a no-op. Waits already queued are not affected. */
+BLOB_API void blob_event_free(blob_event *event);
+/* Mark the work queued on stream so far. While stream is being captured
+ * (blob_graph_begin) the mark becomes part of the graph: each launch marks the event
+ * when the graph's work before the mark has completed, and the waits queued after the
+ * launch wait for that. Inside a capture, join streams with blob_stream_wait_stream, not
+ * with an event of these. */
+BLOB_API blob_status blob_event_record(blob_event *event, void *stream);
+/* Make the work queued on stream from now on wait, on the device, for the event's
+ * latest mark (none yet: nothing to wait for). */
+BLOB_API blob_status blob_stream_wait_event(void *stream, blob_event *event);
+/* Wait on the host for the event's latest mark. */
+BLOB_API blob_status blob_event_synchronize(blob_event *event);
+
 /* Set the stream on which this thread's device math (blob/math.h) and blob updates run.
  * NULL selects the legacy default stream. The stream is not owned. */
 BLOB_API void blob_set_stream(void *stream);

@@ -177,6 +177,18 @@ static blob_status cuda_event_record(void *event, void *stream)
     return BLOB_OK;
 }
 
+/* The external flag is for captures only: elsewhere CUDA refuses it. */
+static blob_status cuda_event_record_external(void *event, void *stream)
+{
+    enum cudaStreamCaptureStatus capture;
+    CUDA_TRY(cudaStreamIsCapturing((cudaStream_t)stream, &capture));
+    if (capture != cudaStreamCaptureStatusActive)
+        return cuda_event_record(event, stream);
+    CUDA_TRY(cudaEventRecordWithFlags((cudaEvent_t)event, (cudaStream_t)stream,
+                                      cudaEventRecordExternal));
+    return BLOB_OK;
+}
+
 static blob_status cuda_event_query(void *event, bool *done)
 {
     cudaError_t err = cudaEventQuery((cudaEvent_t)event);
@@ -279,6 +291,7 @@ static const blob__backend cuda_backend = {
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
+    .event_record_external = cuda_event_record_external,
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .graph_begin = cuda_graph_begin,

@@ -85,6 +85,7 @@ static const blob__backend none_backend = {
     .event_create = none_create,
     .event_destroy = none_free,
     .event_record = none_record,
+    .event_record_external = none_record,
     .event_query = none_query,
     .event_synchronize = none_on,
     .graph_begin = none_on,

@@ -41,6 +41,10 @@ typedef struct blob__backend {
     blob_status (*event_create)(void **out);
     void (*event_destroy)(void *event);
     blob_status (*event_record)(void *event, void *stream);
+    /* The same, but while stream is being captured the record is a node of the graph,
+     * which records the event at each launch for waiters outside the graph (not a
+     * dependency within the capture); outside a capture a plain record. */
+    blob_status (*event_record_external)(void *event, void *stream);
     /* *done = whether all work captured by the event has completed. */
     blob_status (*event_query)(void *event, bool *done);
     blob_status (*event_synchronize)(void *event);

@@ -212,6 +212,67 @@ blob_status blob_stream_wait_stream(void *stream, void *waited_stream)
     return st;
 }
 
+struct blob_event {
+    void *event;
+    int device;
+};
+
+blob_status blob_event_create(blob_event **out)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    BLOB_TRY(blob__require_gpu(__func__));
+    int device;
+    BLOB_TRY(blob__current_device(&device));
+    blob_event *e = blob__obj_alloc(sizeof *e);
+    if (!e)
+        return BLOB_ENOMEM;
+    blob_status st = blob__be->event_create(&e->event);
+    if (st != BLOB_OK) {
+        blob__obj_free(e);
+        return st;
+    }
+    e->device = device;
+    *out = e;
+    return BLOB_OK;
+}
+
+void blob_event_free(blob_event *e)
+{
+    if (!e)
+        return;
+    blob__be->event_destroy(e->event);
+    blob__obj_free(e);
+}
+
+/* The checks before an event is used: not NULL, a GPU, and its device current. */
+static blob_status usable(const blob_event *e, const char *func)
+{
+    if (!e)
+        return blob__fail(BLOB_EINVAL, func, "event is NULL");
+    BLOB_TRY(blob__require_gpu(func));
+    return blob__check_device(e->device);
+}
+
+blob_status blob_event_record(blob_event *e, void *stream)
+{
+    BLOB_TRY(usable(e, __func__));
+    return blob__be->event_record_external(e->event, stream);
+}
+
+blob_status blob_stream_wait_event(void *stream, blob_event *e)
+{
+    BLOB_TRY(usable(e, __func__));
+    return blob__be->stream_wait_event(stream, e->event);
+}
+
+blob_status blob_event_synchronize(blob_event *e)
+{
+    BLOB_TRY(usable(e, __func__));
+    return blob__be->event_synchronize(e->event);
+}
+
 void blob__stream_pool_drain(void)
 {
     pthread_mutex_lock(&pool_mu);
