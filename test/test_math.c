@@ -703,7 +703,7 @@ START_TEST(test_host_for_partition)
 }
 END_TEST
 
-enum { LOOP_THREADS = 4, LOOP_N = 1 << 18, LOOP_ROUNDS = 20 };
+enum { LOOP_THREADS = 4, LOOP_N = 1 << 20, LOOP_ROUNDS = 20 };
 
 /* One caller of pooled loops: ReLU forward and backward on its own arrays, checked
  * against the serial result every round. */

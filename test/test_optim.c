@@ -236,7 +236,7 @@ static double step_tol(blob_dtype dt, int steps)
     return 16 * (dt == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * steps;
 }
 
-static const int64_t odd_counts[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 140001};
+static const int64_t odd_counts[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 600001};
 #define N_ODD ((int)(sizeof odd_counts / sizeof odd_counts[0]))
 
 /* ---- Host ---- */

@@ -104,7 +104,7 @@ static int blas_threads(void)
 
 int blob__host_threads(int64_t work)
 {
-    enum { MIN_PER_THREAD = 1 << 16 }; /* elements; below this a thread costs more than it saves */
+    enum { MIN_PER_THREAD = 1 << 18 }; /* elements; below this a thread costs more than it saves */
     if (work < 2 * MIN_PER_THREAD)
         return 1;
     int64_t n = work / MIN_PER_THREAD, max = blas_threads();

@@ -118,7 +118,7 @@ blob_status blob__check_device(int device);
 /* ---- The host BLAS (blas.c) ---- */
 
 /* Threads for a host loop over `work` elements: 1 below the size where more pay off,
- * else as many as the BLAS uses (at most one per 64K elements). */
+ * else as many as the BLAS uses (at most one per 256K elements). */
 int blob__host_threads(int64_t work);
 
 /* ---- Host threads (pool.c) ---- */

@@ -71,7 +71,7 @@ static blob_status check_epilogue(const char *fn, blob_dtype dtype, blob_trans t
 
 /* Blocks of columns for the loops keeping one sum per column: a thread takes whole
  * blocks, so that a mask byte belongs to one thread. */
-enum { COL_BLOCK = 64 };
+enum { COL_BLOCK = 64, SUM_ROWS = 32 };
 
 /* The arguments of the host loops: X is C, or the input summed by BGRADA / BGRADB. */
 typedef struct {
@@ -85,20 +85,24 @@ typedef struct {
 #define T float
 #define V blob__vec_f32
 #define VI blob__vec_i32
+#define LANE_BITS {{1, 2, 4, 8}, {16, 32, 64, 128}}
 #define FN(name) name##_f32
 #include "fused_host.inc"
 #undef T
 #undef V
 #undef VI
+#undef LANE_BITS
 #undef FN
 #define T double
 #define V blob__vec_f64
 #define VI blob__vec_i64
+#define LANE_BITS {{1, 2}, {4, 8}, {16, 32}, {64, 128}}
 #define FN(name) name##_f64
 #include "fused_host.inc"
 #undef T
 #undef V
 #undef VI
+#undef LANE_BITS
 #undef FN
 
 /* The epilogue of C = P (already written), in one pass over C. */
