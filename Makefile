@@ -228,9 +228,9 @@ bench-dp: examples $(LAUNCH_BIN)
 
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
-	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --net lenet --batch 64 --batch 256
+	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --net lenet --batch 64 --batch 256 --tune 1
 	$(Q)$(EXAMPLES_BIN)/net_step --net mlp4096 --batch 512 --math fp32 --math tf32 --math bf16 \
-	    --steps 50
+	    --steps 50 --tune 1
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.

@@ -7,8 +7,11 @@
  * (bench/net_torch.py, which times the same way) when torch imports.
  *
  *   net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... [--device cpu|gpu]
- *            [--streams 1|2] [--steps N] [--repeats R] [--torch PATH]
+ *            [--streams 1|2] [--tune 0|1] [--steps N] [--repeats R] [--torch PATH]
  *
+ * --tune 1 times cuBLASLt's candidates for each GEMM of libblob's GPU steps once, in the
+ * first warm-up step, and keeps the fastest (blob_set_gemm_tuning); the default is the
+ * environment's (BLOB_GEMM_TUNING), and the tables' titles say which ran.
  * --streams 1 runs libblob's GPU steps on one stream (net_config.one_stream) instead of
  * the default two (the layers' parameter gradients beside the chain of the bottom
  * gradients).
@@ -244,8 +247,9 @@ static void print_table(const net_def *def, const char *math, nn_mode mode,
                         const int64_t *batches, int num_batches, const figures *f,
                         const char *no_torch)
 {
-    printf("\n%s (%s), %s GEMMs: one SGD step (forward, backward, update, loss read back), "
-           "us\n", def->name, def->title, math);
+    printf("\n%s (%s), %s GEMMs%s: one SGD step (forward, backward, update, loss read back), "
+           "us\n", def->name, def->title, math,
+           mode == NN_GPU && blob_get_gemm_tuning() ? " (tuned)" : "");
     printf("                ----------------- libblob -----------------  "
            "------------------ torch -------------------  best torch over\n");
     printf("batch  kind         eager     graph  graph async  kernels/nodes      "
@@ -294,7 +298,7 @@ static void print_table(const net_def *def, const char *math, nn_mode mode,
 static void usage(void)
 {
     fprintf(stderr, "usage: net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... "
-                    "[--device cpu|gpu] [--streams 1|2] [--steps N] [--repeats R] "
+                    "[--device cpu|gpu] [--streams 1|2] [--tune 0|1] [--steps N] [--repeats R] "
                     "[--torch bench/net_torch.py]"
                     "\nnets:");
     for (int i = 0; net_def_at(i); i++)
@@ -346,6 +350,8 @@ int main(int argc, char **argv)
             device = v;
         else if (v && !strcmp(a, "--streams") && (!strcmp(v, "1") || !strcmp(v, "2")))
             one_stream = !strcmp(v, "1");
+        else if (v && !strcmp(a, "--tune") && (!strcmp(v, "0") || !strcmp(v, "1")))
+            blob_set_gemm_tuning(!strcmp(v, "1"));
         else if (v && !strcmp(a, "--steps") && atoi(v) > 0)
             steps = atoi(v);
         else if (v && !strcmp(a, "--repeats") && atoi(v) > 0 && atoi(v) <= MAX_REPEATS)

@@ -289,6 +289,29 @@ START_TEST(test_mask_bytes)
 }
 END_TEST
 
+/* Off by default, on from the environment's BLOB_GEMM_TUNING=1, and set by the call. */
+START_TEST(test_gemm_tuning_setting)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("BLOB_GEMM_TUNING", "1", 1);
+        int ok = blob_get_gemm_tuning();
+        blob_set_gemm_tuning(false);
+        ok &= !blob_get_gemm_tuning();
+        _exit(ok ? 0 : 1);
+    }
+    int status = -1;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "BLOB_GEMM_TUNING=1 not seen");
+    ck_assert(!blob_get_gemm_tuning());
+    blob_set_gemm_tuning(true);
+    ck_assert(blob_get_gemm_tuning());
+    blob_set_gemm_tuning(false);
+    ck_assert(!blob_get_gemm_tuning());
+}
+END_TEST
+
 /* Exact codes and details, the same on both sides, checked before a GPU is looked for. */
 START_TEST(test_epilogue_bad_arguments)
 {
@@ -636,6 +659,72 @@ START_TEST(test_gpu_global_mode)
 }
 END_TEST
 
+/* With tuning, every epilogue and transpose at the MLP's first layer (where K is split)
+ * and at odd sizes, in FP32 and TF32: the timed algorithms compute what the loops do.
+ * Then a problem met first inside a capture: the replay, and the call after it that
+ * times the candidates, both agree with the loops. */
+START_TEST(test_gpu_gemm_tuning)
+{
+    static const int64_t shapes[][3] = {{64, 256, 784}, {17, 130, 19}};
+    blob_set_gemm_tuning(true);
+    test_seed(2024);
+    for (int mode = BLOB_MATH_FP32; mode <= BLOB_MATH_TF32; mode++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int t = 0; t < 4; t++)
+                for (int e = 0; e <= BLOB_EPILOGUE_BGRADB; e++) {
+                    problem p = {BLOB_FLOAT32, (blob_trans)(t & 1), (blob_trans)(t >> 1),
+                                 shapes[s][0], shapes[s][1], shapes[s][2], (blob_epilogue)e,
+                                 is_relu((blob_epilogue)e)};
+                    check(&p, true, (blob_math_mode)mode);
+                }
+
+    const int64_t M = 33, N = 65, K = 300;
+    const size_t f = sizeof(float);
+    float *A = malloc(f * M * K), *B = malloc(f * N * K), *bias = malloc(f * N);
+    float *got = malloc(f * M * N);
+    test_fill(BLOB_FLOAT32, A, M * K, -1, 1);
+    test_fill(BLOB_FLOAT32, B, N * K, -1, 1);
+    test_fill(BLOB_FLOAT32, bias, N, -1, 1);
+    void *dA = side_copy(true, A, f * M * K), *dB = side_copy(true, B, f * N * K);
+    void *dbias = side_copy(true, bias, f * N), *dC = side_alloc(true, f * M * N), *s;
+    ck_ok(blob_stream_create(&s));
+    blob_set_stream(s);
+    ck_ok(blob_graph_begin(s));
+    ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, M, N, K, dA, dB, dC,
+                                 BLOB_EPILOGUE_BIAS, dbias, NULL, BLOB_MATH_FP32));
+    blob_graph *g;
+    ck_ok(blob_graph_end(s, &g));
+    for (int run = 0; run < 2; run++) {
+        ck_ok(blob_gpu_set(BLOB_FLOAT32, M * N, -7.0, dC));
+        if (run == 0)
+            ck_ok(blob_graph_launch(g, s));
+        else
+            ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, M, N, K, dA,
+                                         dB, dC, BLOB_EPILOGUE_BIAS, dbias, NULL,
+                                         BLOB_MATH_FP32));
+        ck_ok(blob_stream_synchronize(s));
+        side_read(true, got, dC, f * M * N);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double e = bias[j], sa = fabs(bias[j]);
+                for (int64_t k = 0; k < K; k++) {
+                    e += (double)A[i * K + k] * B[j * K + k];
+                    sa += fabs((double)A[i * K + k] * B[j * K + k]);
+                }
+                ck_assert_msg(fabs(got[i * N + j] - e) <= 1e-5 * sa,
+                              "%s: C[%lld,%lld] = %g, want %g", run ? "eager" : "replay",
+                              (long long)i, (long long)j, got[i * N + j], e);
+            }
+    }
+    blob_graph_free(g);
+    blob_set_stream(NULL);
+    ck_ok(blob_stream_destroy(s));
+    side_free(true, dA), side_free(true, dB), side_free(true, dbias), side_free(true, dC);
+    free(A), free(B), free(bias), free(got);
+    blob_set_gemm_tuning(false);
+}
+END_TEST
+
 /* A layer's forward and backward, captured in a graph on a stream and replayed: the same
  * results as eager calls, and as many kernels as the calls launch. */
 START_TEST(test_gpu_epilogue_graph)
@@ -732,6 +821,7 @@ Suite *fused_suite(void)
     tcase_add_loop_test(tc, test_epilogue_bad_arguments, 0, 2);
     tcase_add_test(tc, test_epilogue_unused_null);
     tcase_add_test(tc, test_math_mode_setting);
+    tcase_add_test(tc, test_gemm_tuning_setting);
     tcase_add_test(tc, test_blas_info);
     tcase_add_test(tc, test_host_threads);
     tcase_add_test(tc, test_epilogue_without_gpu);
@@ -749,6 +839,7 @@ Suite *fused_suite(void)
     req_add_loop_test(gpu, test_gpu_epilogues, 0, 4);
     req_add_loop_test(gpu, test_gpu_global_mode, 0, 3);
     req_add_test(gpu, test_gpu_epilogue_graph);
+    req_add_test(gpu, test_gpu_gemm_tuning);
     suite_add_tcase(s, gpu);
     return s;
 }

@@ -256,6 +256,20 @@ BLOB_API blob_math_mode blob_get_math_mode(void);
 /* "default", "fp32", "tf32", "bf16"; "unknown" outside the enum. */
 BLOB_API const char *blob_math_mode_name(blob_math_mode mode);
 
+/* GEMM tuning, as cuDNN's benchmark mode or PyTorch's TunableOp. cuBLASLt picks the
+ * algorithm of a product by a heuristic. With tuning on, blob_gpu_gemm_epilogue times
+ * instead, on the device, the heuristic's candidates and the splits of K each allows,
+ * the first time the calling thread meets a problem (its shape, transposes, epilogue,
+ * mode and pointer alignments), and keeps the fastest. That first call waits on the host
+ * for the stream's work and runs the product some hundred times on its own arrays (what
+ * it writes, the call then writes again), tens of milliseconds; a problem met first while
+ * its stream is captured is timed at its first call outside a capture. The fastest can
+ * differ from run to run, and with it how a split K rounds. Off by default; the
+ * environment variable BLOB_GEMM_TUNING=1 turns it on at first use. Process-wide and
+ * thread-safe; problems already met keep what they had. */
+BLOB_API void blob_set_gemm_tuning(bool on);
+BLOB_API bool blob_get_gemm_tuning(void);
+
 /* What blob_*_gemm_epilogue does after the product P = op(A) op(B) (M x N, row-major),
  * which it writes to C (M x N) with nothing added from C's old contents:
  *   NONE         C = P

@@ -12,7 +12,12 @@
  * the whole problem, pointer alignments included, so a call in steady state only sets the
  * bias and mask pointers and launches. A problem cuBLASLt cannot fuse is remembered as
  * such and runs as a cuBLAS product followed by the epilogue kernels of epilogue.cu. The
- * workspace comes from the device allocator once per thread, device and stream. */
+ * workspace comes from the device allocator once per thread, device and stream.
+ *
+ * With tuning (blob_set_gemm_tuning) a plan keeps the candidates instead: the heuristic's
+ * usable ones and each one's algorithm with every split of K in SPLITS, and the first call
+ * outside a capture times them all on the device (tune_plan) and keeps the fastest. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,12 @@
 static constexpr int MAX_PLANS = 64;
 static constexpr int MAX_WORKSPACES = 8;
 static constexpr int CANDIDATES = 8;   /* heuristic results considered per plan */
+static constexpr int TUNE_CANDIDATES = 32; /* ... when tuning */
+static constexpr int32_t SPLITS[] = {1, 2, 4, 8, 16};
+static constexpr int MAX_TUNED = TUNE_CANDIDATES * (1 + sizeof SPLITS / sizeof SPLITS[0]);
+static constexpr int TUNE_RUNS = 8;        /* back-to-back products timed per candidate */
+static constexpr int TUNE_ROUNDS = 2;      /* the best of these many timings counts */
+static constexpr uint64_t TUNE_HOLD_NS = 200000; /* the device waits while the host queues */
 static constexpr int64_t MIN_K_PER_SPLIT = 64; /* see choose() */
 
 static blob_status lt_fail(cublasStatus_t st, const char *call, const char *func)
@@ -46,7 +57,8 @@ struct Key {
     int64_t M, N, K;
     uint8_t align[5]; /* log2 of the alignment of A, B, C, bias, mask (capped at 256) */
     uint8_t with_mask;
-    uint8_t unused[2];
+    uint8_t tuned;
+    uint8_t unused;
 };
 static_assert(sizeof(Key) == 6 * 4 + 3 * 8 + 8, "Key has padding");
 
@@ -56,6 +68,8 @@ struct Plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t *untimed; /* tuning: the candidates still to time, or NULL */
+    int num_untimed;
     uint64_t used; /* for LRU eviction */
 };
 
@@ -83,6 +97,7 @@ static int state_key_err;
 
 static void plan_destroy(Plan *p)
 {
+    free(p->untimed);
     (void)cublasLtMatmulDescDestroy(p->op);
     (void)cublasLtMatrixLayoutDestroy(p->a);
     (void)cublasLtMatrixLayoutDestroy(p->b);
@@ -310,6 +325,64 @@ static int choose(const cublasLtMatmulHeuristicResult_t *results, int found, siz
     return least;
 }
 
+/* Add algo to the n candidates in c unless it is there. */
+static void add_candidate(cublasLtMatmulAlgo_t *c, int *n, const cublasLtMatmulAlgo_t &algo)
+{
+    for (int i = 0; i < *n; i++)
+        if (!memcmp(&c[i], &algo, sizeof algo))
+            return;
+    c[(*n)++] = algo;
+}
+
+/* The candidates of tuning (p->untimed): each usable heuristic result, and its algorithm
+ * with every split of K in SPLITS that cuBLASLt accepts here within the workspace. None
+ * if there is no choice to make or no memory for them. */
+static void tune_candidates(cublasLtHandle_t h, Plan *p,
+                            const cublasLtMatmulHeuristicResult_t *results, int found,
+                            size_t ws)
+{
+    cublasLtMatmulAlgo_t *c = (cublasLtMatmulAlgo_t *)malloc(MAX_TUNED * sizeof *c);
+    int n = 0;
+    for (int i = 0; c && i < found; i++) {
+        if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > ws)
+            continue;
+        add_candidate(c, &n, results[i].algo);
+        uint32_t schemes = 0;
+        size_t written;
+        if (cublasLtMatmulAlgoCapGetAttribute(&results[i].algo,
+                                              CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                              sizeof schemes, &written) != CUBLAS_STATUS_SUCCESS)
+            schemes = 0;
+        /* for a split: sums in the compute type, else in the output, else in place */
+        uint32_t split_scheme = CUBLASLT_REDUCTION_SCHEME_INPLACE;
+        if (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+            split_scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        else if (schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
+            split_scheme = CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+        for (int32_t split : SPLITS) {
+            cublasLtMatmulAlgo_t a = results[i].algo;
+            const uint32_t scheme =
+                split > 1 ? split_scheme : (uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE;
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
+                                                     sizeof split) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                     &scheme, sizeof scheme) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulAlgoCheck(h, p->op, p->a, p->b, p->c, p->c, &a, &check) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                check.workspaceSize <= ws)
+                add_candidate(c, &n, a);
+        }
+    }
+    if (n < 2) {
+        free(c);
+        return;
+    }
+    p->untimed = c;
+    p->num_untimed = n;
+}
+
 /* Make the descriptors of key and choose among the heuristic's algorithms; p->fused
  * says whether there is one. bias and mask are this call's pointers (the heuristic reads
  * their alignment). On failure nothing is left allocated. */
@@ -365,11 +438,12 @@ static blob_status plan_make(const char *func, cublasLtHandle_t h, const Key &k,
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
                                                  sizeof align[i]);
-    cublasLtMatmulHeuristicResult_t results[CANDIDATES] = {};
+    cublasLtMatmulHeuristicResult_t results[TUNE_CANDIDATES] = {};
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref, CANDIDATES,
-                                           results, &found);
+        s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref,
+                                           k.tuned ? TUNE_CANDIDATES : CANDIDATES, results,
+                                           &found);
         if (refused(s)) { /* no algorithm for this configuration */
             s = CUBLAS_STATUS_SUCCESS;
             found = 0;
@@ -385,7 +459,84 @@ static blob_status plan_make(const char *func, cublasLtHandle_t h, const Key &k,
     p->fused = pick >= 0;
     if (p->fused)
         p->algo = results[pick].algo;
+    if (p->fused && k.tuned)
+        tune_candidates(h, p, results, found, ws);
     return BLOB_OK;
+}
+
+/* Holds the stream for ns nanoseconds of the device's clock. */
+__global__ void hold(uint64_t ns)
+{
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < ns);
+}
+
+/* Whether stream is being captured (or cannot be asked: taken as yes). */
+static bool stream_capturing(void *stream)
+{
+    cudaStreamCaptureStatus status;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return true;
+    }
+    return status != cudaStreamCaptureStatusNone;
+}
+
+/* Time the plan's untimed candidates on stream with this call's arrays (its descriptor
+ * points at its bias and mask), TUNE_RUNS products back to back each while a hold kernel
+ * lets the host queue them, best of TUNE_ROUNDS, and keep the fastest as p->algo; the
+ * host waits for the stream. What fails to run is not a candidate; if nothing could be
+ * timed the heuristic's choice stays. */
+static void tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
+                 const void *beta, const void *A, const void *B, void *C, const Workspace *w)
+{
+    const int n = p->num_untimed;
+    cudaEvent_t *ev = (cudaEvent_t *)calloc(2 * (size_t)n, sizeof *ev);
+    float *best = (float *)malloc((size_t)n * sizeof *best);
+    int made = 0;
+    while (ev && best && made < 2 * n && cudaEventCreate(&ev[made]) == cudaSuccess)
+        made++;
+    const cudaStream_t s = (cudaStream_t)stream;
+    for (int round = 0; made == 2 * n && round < TUNE_ROUNDS; round++) {
+        for (int i = 0; i < n; i++) {
+            bool ran = true;
+            hold<<<1, 1, 0, s>>>(TUNE_HOLD_NS);
+            ran &= cudaEventRecord(ev[2 * i], s) == cudaSuccess;
+            for (int r = 0; r < TUNE_RUNS && ran; r++)
+                ran = cublasLtMatmul(h, p->op, alpha, B, p->a, A, p->b, beta, C, p->c, C, p->c,
+                                     &p->untimed[i], w->ptr, w->bytes, s) ==
+                      CUBLAS_STATUS_SUCCESS;
+            ran &= cudaEventRecord(ev[2 * i + 1], s) == cudaSuccess;
+            if (!round || !ran)
+                best[i] = ran ? INFINITY : -1;
+        }
+        if (cudaEventSynchronize(ev[2 * n - 1]) != cudaSuccess)
+            break;
+        for (int i = 0; i < n; i++) {
+            float ms;
+            if (best[i] >= 0 && cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) == cudaSuccess)
+                best[i] = ms < best[i] ? ms : best[i];
+            else
+                best[i] = -1;
+        }
+    }
+    (void)cudaGetLastError(); /* refusals of candidates */
+    int pick = -1;
+    for (int i = 0; made == 2 * n && i < n; i++)
+        if (best[i] >= 0 && best[i] < INFINITY && (pick < 0 || best[i] < best[pick]))
+            pick = i;
+    if (pick >= 0)
+        p->algo = p->untimed[pick];
+    for (int i = 0; i < made; i++)
+        (void)cudaEventDestroy(ev[i]);
+    free(ev);
+    free(best);
+    free(p->untimed);
+    p->untimed = nullptr;
+    p->num_untimed = 0;
 }
 
 /* The cached plan of key, made (evicting the least recently used) if missing. */
@@ -418,7 +569,7 @@ static blob_status plan_for(const char *func, LtState *st, cublasLtHandle_t h, c
 static Key make_key(int device, blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
                     blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
                     const void *B, const void *C, blob_epilogue e, const void *bias,
-                    const void *mask)
+                    const void *mask, bool tune)
 {
     Key k;
     memset(&k, 0, sizeof k);
@@ -435,6 +586,7 @@ static Key make_key(int device, blob_dtype dtype, blob_math_mode mode, blob_tran
     for (int i = 0; i < 5; i++)
         k.align[i] = align_log2(ptrs[i]);
     k.with_mask = mask != nullptr;
+    k.tuned = tune;
     return k;
 }
 
@@ -462,7 +614,7 @@ static blob_status unfused(const char *func, void *stream, blob_dtype dtype,
 static blob_status find_plan(const char *func, blob_dtype dtype, blob_math_mode mode,
                              blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
                              int64_t K, const void *A, const void *B, const void *C,
-                             blob_epilogue e, void *bias, void *mask, LtState **st,
+                             blob_epilogue e, void *bias, void *mask, bool tune, LtState **st,
                              cublasLtHandle_t *h, int *device, Plan **plan)
 {
     *plan = nullptr;
@@ -470,7 +622,7 @@ static blob_status find_plan(const char *func, blob_dtype dtype, blob_math_mode 
     if (M == 0 || N == 0 || K == 0)
         return BLOB_OK;
     const Key k = make_key(*device, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, e, bias,
-                           mask);
+                           mask, tune);
     return plan_for(func, *st, *h, k, bias, mask, plan);
 }
 
@@ -478,14 +630,14 @@ extern "C" blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blo
                                              blob_trans trans_a, blob_trans trans_b, int64_t M,
                                              int64_t N, int64_t K, const void *A, const void *B,
                                              void *C, blob_epilogue epilogue, void *bias,
-                                             void *mask)
+                                             void *mask, bool tune)
 {
     LtState *st;
     cublasLtHandle_t h;
     int dev;
     Plan *p;
     BLOB_TRY(find_plan(__func__, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias,
-                       mask, &st, &h, &dev, &p));
+                       mask, tune, &st, &h, &dev, &p));
     if (p && p->fused) {
         Workspace *w;
         BLOB_TRY(workspace_for(st, dev, stream, &w));
@@ -493,9 +645,12 @@ extern "C" blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blo
         const float one32 = 1, zero32 = 0;
         const double one64 = 1, zero64 = 0;
         const bool f = dtype == BLOB_FLOAT32;
-        cublasStatus_t s = cublasLtMatmul(h, p->op, f ? (const void *)&one32 : &one64, B, p->a,
-                                          A, p->b, f ? (const void *)&zero32 : &zero64, C, p->c,
-                                          C, p->c, &p->algo, w->ptr, w->bytes,
+        const void *alpha = f ? (const void *)&one32 : &one64;
+        const void *beta = f ? (const void *)&zero32 : &zero64;
+        if (p->untimed && !stream_capturing(stream))
+            tune_plan(h, p, stream, alpha, beta, A, B, C, w);
+        cublasStatus_t s = cublasLtMatmul(h, p->op, alpha, B, p->a, A, p->b, beta, C, p->c, C,
+                                          p->c, &p->algo, w->ptr, w->bytes,
                                           (cudaStream_t)stream);
         if (s == CUBLAS_STATUS_SUCCESS)
             return BLOB_OK;
@@ -525,8 +680,8 @@ extern "C" blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_m
     int dev;
     Plan *p;
     BLOB_TRY(find_plan(__func__, dtype, mode, trans_a, trans_b, M, N, K, aligned, aligned, aligned,
-                       epilogue, bias ? aligned : nullptr, mask ? aligned : nullptr, &st, &h,
-                       &dev, &p));
+                       epilogue, bias ? aligned : nullptr, mask ? aligned : nullptr, false, &st,
+                       &h, &dev, &p));
     *fused = p && p->fused;
     return BLOB_OK;
 }

@@ -86,11 +86,12 @@ blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans tran
                               const void *A, const void *B, double beta, void *C);
 /* C = epilogue(op(A) op(B)) as blob_gpu_gemm_epilogue, with validated arguments (any size
  * >= 0), mode resolved (BLOB_MATH_FP32 for float64), and bias / mask NULL unless the
- * epilogue uses them. */
+ * epilogue uses them; with tune, a problem met for the first time has its algorithm
+ * timed (blob_set_gemm_tuning). */
 blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
                                   blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
                                   int64_t K, const void *A, const void *B, void *C,
-                                  blob_epilogue epilogue, void *bias, void *mask);
+                                  blob_epilogue epilogue, void *bias, void *mask, bool tune);
 /* *fused = whether cuBLASLt fuses the epilogue of this problem on the current device
  * (for 256-byte aligned arrays); empty problems never fuse. */
 blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,

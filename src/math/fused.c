@@ -168,7 +168,8 @@ blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
     if (!reads_bias(epilogue) && !writes_bias(epilogue))
         bias = NULL;
     return blob__k_gemm_epilogue(blob_get_stream(), dtype, blob__math_mode_for(dtype, mode),
-                                 trans_a, trans_b, M, N, K, A, B, C, epilogue, bias, mask);
+                                 trans_a, trans_b, M, N, K, A, B, C, epilogue, bias, mask,
+                                 blob_get_gemm_tuning());
 }
 
 blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,

@@ -1,7 +1,8 @@
-/* The process-wide math mode of float32 GPU products (blob/math.h). */
+/* The process-wide math mode of float32 GPU products and GEMM tuning (blob/math.h). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "blob/math.h"
@@ -67,4 +68,26 @@ blob_math_mode blob__math_mode_for(blob_dtype dtype, blob_math_mode mode)
     if (dtype != BLOB_FLOAT32)
         return BLOB_MATH_FP32;
     return mode == BLOB_MATH_DEFAULT ? blob_get_math_mode() : mode;
+}
+
+static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
+static _Atomic int tuning = -1; /* -1: the environment's */
+
+static void read_tuning_env(void)
+{
+    const char *v = getenv("BLOB_GEMM_TUNING");
+    int unset = -1;
+    atomic_compare_exchange_strong(&tuning, &unset, v && !strcmp(v, "1"));
+}
+
+void blob_set_gemm_tuning(bool on)
+{
+    pthread_once(&tuning_once, read_tuning_env);
+    atomic_store(&tuning, on);
+}
+
+bool blob_get_gemm_tuning(void)
+{
+    pthread_once(&tuning_once, read_tuning_env);
+    return atomic_load(&tuning) == 1;
 }
