@@ -491,7 +491,8 @@ static bool stream_capturing(void *stream)
  * host waits for the stream. What fails to run is not a candidate; if nothing could be
  * timed the heuristic's choice stays. */
 static void tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
-                 const void *beta, const void *A, const void *B, void *C, const Workspace *w)
+                      const void *beta, const void *A, const void *B, void *C,
+                      const Workspace *w)
 {
     const int n = p->num_untimed;
     cudaEvent_t *ev = (cudaEvent_t *)calloc(2 * (size_t)n, sizeof *ev);
@@ -502,6 +503,8 @@ static void tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alp
     const cudaStream_t s = (cudaStream_t)stream;
     for (int round = 0; made == 2 * n && round < TUNE_ROUNDS; round++) {
         for (int i = 0; i < n; i++) {
+            if (round && best[i] < 0) /* failed before */
+                continue;
             bool ran = true;
             hold<<<1, 1, 0, s>>>(TUNE_HOLD_NS);
             ran &= cudaEventRecord(ev[2 * i], s) == cudaSuccess;
@@ -510,10 +513,12 @@ static void tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alp
                                      &p->untimed[i], w->ptr, w->bytes, s) ==
                       CUBLAS_STATUS_SUCCESS;
             ran &= cudaEventRecord(ev[2 * i + 1], s) == cudaSuccess;
-            if (!round || !ran)
-                best[i] = ran ? INFINITY : -1;
+            if (!round)
+                best[i] = INFINITY;
+            if (!ran)
+                best[i] = -1;
         }
-        if (cudaEventSynchronize(ev[2 * n - 1]) != cudaSuccess)
+        if (cudaStreamSynchronize(s) != cudaSuccess)
             break;
         for (int i = 0; i < n; i++) {
             float ms;
