@@ -71,13 +71,12 @@ blob_math_mode blob__math_mode_for(blob_dtype dtype, blob_math_mode mode)
 }
 
 static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
-static _Atomic int tuning = -1; /* -1: the environment's */
+static _Atomic bool tuning; /* the environment's until set; read once before any set */
 
 static void read_tuning_env(void)
 {
     const char *v = getenv("BLOB_GEMM_TUNING");
-    int unset = -1;
-    atomic_compare_exchange_strong(&tuning, &unset, v && !strcmp(v, "1"));
+    atomic_store(&tuning, v && !strcmp(v, "1"));
 }
 
 void blob_set_gemm_tuning(bool on)
@@ -89,5 +88,5 @@ void blob_set_gemm_tuning(bool on)
 bool blob_get_gemm_tuning(void)
 {
     pthread_once(&tuning_once, read_tuning_env);
-    return atomic_load(&tuning) == 1;
+    return atomic_load(&tuning);
 }
