@@ -19,6 +19,7 @@
         .max_pool_backward = blob_##side##_max_pool_backward,                                \
         .avg_pool_forward = blob_##side##_avg_pool_forward,                                  \
         .avg_pool_backward = blob_##side##_avg_pool_backward,                                \
+        .optim_step = blob_##side##_optim_step,                                              \
         .data = blob_##side##_data, .mutable_data = blob_mutable_##side##_data,              \
         .diff = blob_##side##_diff, .mutable_diff = blob_mutable_##side##_diff,              \
     }
@@ -100,14 +101,19 @@ blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops
     return BLOB_OK;
 }
 
-blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n)
+blob_status nn__reshape_filled(const nn_layer *l, blob *b, int64_t n, double value)
 {
-    if (blob_num_axes(ones) == 1 && blob_count(ones) == n)
+    if (blob_num_axes(b) == 1 && blob_count(b) == n)
         return BLOB_OK;
     void *p;
-    NN_TRY(blob_reshape(ones, 1, &n));
-    NN_TRY(l->m->mutable_data(ones, &p));
-    return l->m->set(l->dtype, n, 1.0, p);
+    NN_TRY(blob_reshape(b, 1, &n));
+    NN_TRY(l->m->mutable_data(b, &p));
+    return l->m->set(l->dtype, n, value, p);
+}
+
+blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n)
+{
+    return nn__reshape_filled(l, ones, n, 1.0);
 }
 
 blob_status nn_layer_reshape(nn_layer *l, blob *const *bottom, blob *top)

@@ -56,7 +56,9 @@ blob_status nn__params_ready(nn_layer *l);
 blob_status nn__side_begin(nn_layer *l, void **caller);
 void nn__side_end(void *caller);
 
-/* Give `ones` n elements, all 1 (kept when it already has them). */
+/* Give b n elements, all `value` (kept when it already has n: the value must be the
+ * same for the same n); nn__reshape_ones with value 1. */
+blob_status nn__reshape_filled(const nn_layer *l, blob *b, int64_t n, double value);
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);
 
 #endif

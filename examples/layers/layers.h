@@ -70,6 +70,9 @@ typedef struct {
                                     const void *, void *);
     blob_status (*avg_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t,
                                      const void *, void *);
+    blob_status (*optim_step)(const blob_optim *, blob_dtype, int, const int64_t *,
+                              void *const *, const void *const *, void *const *,
+                              void *const *, int64_t *);
     blob_status (*data)(blob *, const void **);
     blob_status (*mutable_data)(blob *, void **);
     blob_status (*diff)(blob *, const void **);

@@ -5,7 +5,7 @@ typedef struct {
     nn_layer base;
     blob *prob;     /* M x C probabilities of the last forward */
     blob *row_loss; /* M per-row losses */
-    blob *ones;     /* M ones: the mean is a gemv with it */
+    blob *weights;  /* M values 1/M: the mean is their product with the row losses */
 } softmax_loss_layer;
 
 static softmax_loss_layer *sl_of(nn_layer *l) { return (softmax_loss_layer *)l; }
@@ -20,7 +20,7 @@ static blob_status softmax_loss_reshape(nn_layer *l, blob *const *bottom, blob *
     NN_TRY(blob_reshape_like(sl->prob, bottom[0]));
     NN_TRY(blob_reshape(sl->row_loss, 1, &rows));
     NN_TRY(blob_reshape(top, 0, NULL));
-    return nn__reshape_ones(l, sl->ones, rows);
+    return nn__reshape_filled(l, sl->weights, rows, 1.0 / (double)rows);
 }
 
 /* The forward pass, and with dlogits (bottom[0]'s diff) the backward in the same pass. */
@@ -29,11 +29,11 @@ static blob_status softmax_loss_pass(nn_layer *l, blob *const *bottom, blob *top
     softmax_loss_layer *sl = sl_of(l);
     const nn_math *m = l->m;
     const int64_t *shape = blob_shape(sl->prob);
-    const void *logits, *labels, *ones;
+    const void *logits, *labels, *weights;
     void *prob, *row_loss, *loss, *dlogits;
     NN_TRY(m->data(bottom[0], &logits));
     NN_TRY(m->data(bottom[1], &labels));
-    NN_TRY(m->data(sl->ones, &ones));
+    NN_TRY(m->data(sl->weights, &weights));
     NN_TRY(m->mutable_data(sl->prob, &prob));
     NN_TRY(m->mutable_data(sl->row_loss, &row_loss));
     NN_TRY(m->mutable_data(top, &loss));
@@ -46,14 +46,16 @@ static blob_status softmax_loss_pass(nn_layer *l, blob *const *bottom, blob *top
         NN_TRY(m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob,
                                        row_loss));
     }
-    /* mean over rows: a 1-column gemv, so nothing waits for the result; what follows
-     * reads prob or dlogits only, so the mean can go beside it on a side stream (reading
-     * row_loss and ones, writing the loss) */
+    /* mean over rows: a 1 x 1 product (1 x M row losses by M x 1 weights), so nothing
+     * waits for the result, in float32 whatever the math mode (on the GPU one cuBLASLt
+     * kernel; cuBLAS's gemv takes two, and three times as long); what follows reads
+     * prob or dlogits only, so the mean can go beside it on a side stream (reading
+     * row_loss and weights, writing the loss) */
     void *caller;
     blob_status st = nn__side_begin(l, &caller);
     if (st == BLOB_OK)
-        st = m->gemv(l->dtype, BLOB_TRANS, shape[0], 1, 1.0 / (double)shape[0], row_loss, ones,
-                     0.0, loss);
+        st = m->gemm_epilogue(l->dtype, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, shape[0], row_loss,
+                              weights, loss, BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32);
     nn__side_end(caller);
     return st;
 }
@@ -92,7 +94,7 @@ static void softmax_loss_destroy(nn_layer *l)
     softmax_loss_layer *sl = sl_of(l);
     blob_free(sl->prob);
     blob_free(sl->row_loss);
-    blob_free(sl->ones);
+    blob_free(sl->weights);
 }
 
 static const nn_layer_ops softmax_loss_ops = {
@@ -109,7 +111,7 @@ blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtyp
     blob_status st;
     if ((st = nn_blob_create(&sl->prob, mode, dtype, 1, &zero)) != BLOB_OK ||
         (st = nn_blob_create(&sl->row_loss, mode, dtype, 1, &zero)) != BLOB_OK ||
-        (st = nn_blob_create(&sl->ones, mode, dtype, 1, &zero)) != BLOB_OK) {
+        (st = nn_blob_create(&sl->weights, mode, dtype, 1, &zero)) != BLOB_OK) {
         nn_layer_free(l);
         *out = NULL;
         return st;

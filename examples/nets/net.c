@@ -28,8 +28,9 @@ struct net {
     blob *params[MAX_PARAMS];     /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
     blob *flat;                   /* every parameter (data) and its gradient (diff) */
-    blob *history;                /* plain: momentum, one per element of flat */
-    blob_optim_state *optim;      /* fused: the optimizer's momentum */
+    blob *history;                /* the momentum, one per element of flat */
+    blob_syncedmem *steps;        /* fused: the step counters of the updates, two sets */
+    int64_t split;                /* see sgd_update; 0: one update of all of flat */
     result results[NET_RESULTS];  /* of the last calls, the last at last_result */
     int last_result;
     void *side;                   /* NN_GPU: the layers' side stream (see step), or NULL */
@@ -109,7 +110,8 @@ blob_status net_add_ip(net *n, const char *name, const char *relu_name, int64_t 
 
 /* Lay all parameters out in one blob, as Caffe's multi-GPU solver does: each one's data
  * and diff become views of a slice of flat's (borrowed memory on the mode's side), so
- * the SGD update is one optimizer step (four kernels plainly) for the whole net. */
+ * the SGD update is one optimizer step (four kernels plainly) for the whole net, or two
+ * with a side stream (sgd_update). */
 static blob_status flatten(net *n)
 {
     const net_config *c = &n->cfg;
@@ -117,11 +119,16 @@ static blob_status flatten(net *n)
     int64_t total = 0;
     for (int i = 0; i < n->num_params; i++)
         total += blob_count(n->params[i]);
-    /* the history is zero-filled on first access, as it starts */
-    if (c->plain)
-        NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
-    else
-        NN_TRY(blob_optim_state_create(&n->optim));
+    const int first = nn_layer_num_params(n->layers[0]);
+    for (int i = 0; n->side && !c->plain && !c->comm && i < first; i++)
+        n->split += blob_count(n->params[i]);
+    if (n->split == total)
+        n->split = 0;
+    /* the history and step counters are zero-filled on first access, as they start */
+    NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
+    if (!c->plain)
+        NN_TRY(blob_syncedmem_create(&n->steps, 2 * BLOB_OPTIM_STEP_WORDS * sizeof(int64_t),
+                                     nn_device(c->mode)));
     NN_TRY(nn_blob_create(&n->flat, c->mode, c->dtype, 1, &total));
     char *data, *diff;
     NN_TRY(blob_mutable_cpu_data(n->flat, (void **)&data));
@@ -233,7 +240,7 @@ void net_free(net *n)
     }
     blob_free(n->flat); /* after the parameters that borrow its memory */
     blob_free(n->history);
-    blob_optim_state_free(n->optim);
+    blob_syncedmem_free(n->steps);
     for (int k = 0; k < NET_RESULTS; k++) {
         blob_syncedmem_free(n->results[k].loss);
         blob_syncedmem_free(n->results[k].prob);
@@ -321,6 +328,8 @@ static blob_status backward(net *n, blob *x, blob *labels)
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
         const bool last = i == n->num_layers - 1;
         n->handed[i] = false;
+        if (i == 0 && n->split) /* every other layer's gradients are queued */
+            NN_TRY(blob_stream_wait_stream(n->side, blob_get_stream()));
         NN_TRY(last ? nn_layer_forward_backward(n->layers[i], bottom, n->tops[i], i > 0)
                     : nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
         if (last)
@@ -331,17 +340,52 @@ static blob_status backward(net *n, blob *x, blob *labels)
     return BLOB_OK;
 }
 
+/* Caffe's SGD rule over flat's elements [at, at + count), with step counter set `set`,
+ * given the device (or host) memory of flat's data w and diff dw, the history h and the
+ * counters. */
+static blob_status update_range(net *n, char *w, const char *dw, char *h, int64_t *steps,
+                                int64_t at, int64_t count, int set)
+{
+    const net_config *c = &n->cfg;
+    const size_t elem = blob_dtype_size(c->dtype);
+    blob_optim opt = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, c->lr);
+    opt.momentum = c->momentum;
+    opt.weight_decay = c->weight_decay;
+    void *data = w + (size_t)at * elem, *hist = h + (size_t)at * elem;
+    const void *diff = dw + (size_t)at * elem;
+    return n->m->optim_step(&opt, c->dtype, 1, &count, &data, &diff, &hist, NULL,
+                            steps + set * BLOB_OPTIM_STEP_WORDS);
+}
+
 /* Caffe's SGDSolver: Regularize, ComputeUpdateValue, then Net::Update, over all
- * parameters at once: one blob_optim_step of Caffe's rule, or plainly four kernels. */
+ * parameters: one blob_*_optim_step of Caffe's rule, or plainly four kernels. With a
+ * split (two streams, fused), two: the first layer's parameters, whose gradients come
+ * last and on the current stream, are updated there, and the others on the side stream
+ * behind theirs, so that no wait for the other stream lies between the last gradient
+ * and the update of either (the side stream waited for the current one before the first
+ * layer's backward: see backward and step). */
 static blob_status sgd_update(net *n)
 {
     const nn_math *m = n->m;
     const net_config *c = &n->cfg;
     if (!c->plain) {
-        blob_optim opt = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, c->lr);
-        opt.momentum = c->momentum;
-        opt.weight_decay = c->weight_decay;
-        return blob_optim_step(&opt, &n->flat, 1, n->optim);
+        char *w, *h;
+        const char *dw;
+        int64_t *steps;
+        NN_TRY(m->mutable_data(n->flat, (void **)&w));
+        NN_TRY(m->diff(n->flat, (const void **)&dw));
+        NN_TRY(m->mutable_data(n->history, (void **)&h));
+        NN_TRY(c->mode == NN_GPU ? blob_syncedmem_mutable_gpu_data(n->steps, (void **)&steps)
+                                 : blob_syncedmem_mutable_cpu_data(n->steps, (void **)&steps));
+        const int64_t total = blob_count(n->flat);
+        if (!n->split)
+            return update_range(n, w, dw, h, steps, 0, total, 0);
+        NN_TRY(update_range(n, w, dw, h, steps, 0, n->split, 0));
+        void *main_stream = blob_get_stream();
+        blob_set_stream(n->side);
+        blob_status st = update_range(n, w, dw, h, steps, n->split, total - n->split, 1);
+        blob_set_stream(main_stream);
+        return st;
     }
     int64_t count = blob_count(n->flat);
     const void *w;
@@ -360,7 +404,8 @@ static blob_status sgd_update(net *n)
  * bias gradient beside the gradient of the layer's bottom in backward; the net puts the
  * copies of the loss and probabilities to the host there (results_ready). Each such piece
  * of work is forked from the current ("main") stream when what it reads is complete on
- * it, and the main stream joins the side stream once, after backward, before the update.
+ * it, and the main stream joins the side stream once, after backward, before the update,
+ * or with a split update (sgd_update) after it, with part of the update on the side.
  * All device pointers are taken on the main stream, so every blob keeps it as its
  * stream, the library's accessors never order anything on the side stream, and the
  * ordering below is all there is. Happens-before, per step and across steps:
@@ -372,11 +417,16 @@ static blob_status sgd_update(net *n)
  *     step's forward and backward, which do write them, come after the join;
  *   - the side work writes W's and b's diffs (and the loss, and a Convolution's columns
  *     when they are not fresh): nothing on main reads them before the join; the update
- *     comes after it;
+ *     comes after it, or reads them on the side stream (the split update);
  *   - the copies to the host read the loss and the probabilities, forked from main after
  *     the last layer's forward and backward (the loss is on the side stream already):
  *     only the next step writes them again, after this step's join, or under graphs
  *     after main has waited for the copies that follow the launch (net_train_step);
+ *   - the split update (sgd_update): the side stream waits for main before the first
+ *     layer's backward, when every other layer's gradients, and every read of their
+ *     weights (by the bottom gradients), are queued; it then updates those layers'
+ *     parameters and momentum, which main does not touch before the join, while main
+ *     runs the first layer's backward and update, which touch that layer's only;
  *   - the side stream's own order puts layer i's work before layer i-1's and step s's
  *     before step s+1's;
  *   - graph replays: the fork and join are captured as edges, so a replay orders the same
@@ -398,6 +448,8 @@ static blob_status step(net *n, blob *x, blob *labels)
         st = reduce_begin(n);
     if (st == BLOB_OK)
         st = backward(n, x, labels);
+    if (n->split) /* the update on both streams, then the join */
+        return join_side(n, st == BLOB_OK ? sgd_update(n) : st);
     NN_TRY(join_side(n, st));
     NN_TRY(reduce_end(n));
     return sgd_update(n);

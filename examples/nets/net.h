@@ -91,7 +91,8 @@ typedef struct {
     bool graph;
     /* Caffe's layers and update instead of the fused ones: InnerProducts of the plain kind
      * with ReLU layers of their own (net_add_ip), and the update as four kernels (axpy,
-     * axpby, copy, blob_update) instead of one blob_optim_step of BLOB_OPTIM_SGD_CAFFE.
+     * axpby, copy, blob_update) instead of blob_*_optim_step of BLOB_OPTIM_SGD_CAFFE
+     * (one kernel; two with the second stream, one per stream).
      * Both compute the same values (up to rounding). */
     bool plain;
     /* NN_GPU: queue all of a step on the current stream. By default the net has a second
