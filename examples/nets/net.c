@@ -108,6 +108,13 @@ blob_status net_add_ip(net *n, const char *name, const char *relu_name, int64_t 
     return net_add(n, relu_name, l);
 }
 
+/* The step counters' memory on the mode's side. */
+static blob_status steps_memory(net *n, int64_t **out)
+{
+    return n->cfg.mode == NN_GPU ? blob_syncedmem_mutable_gpu_data(n->steps, (void **)out)
+                                 : blob_syncedmem_mutable_cpu_data(n->steps, (void **)out);
+}
+
 /* Lay all parameters out in one blob, as Caffe's multi-GPU solver does: each one's data
  * and diff become views of a slice of flat's (borrowed memory on the mode's side), so
  * the SGD update is one optimizer step (four kernels plainly) for the whole net, or two
@@ -124,7 +131,6 @@ static blob_status flatten(net *n)
         n->split += blob_count(n->params[i]);
     if (n->split == total)
         n->split = 0;
-    /* the history and step counters are zero-filled on first access, as they start */
     NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
     if (!c->plain)
         NN_TRY(blob_syncedmem_create(&n->steps, 2 * BLOB_OPTIM_STEP_WORDS * sizeof(int64_t),
@@ -140,6 +146,13 @@ static blob_status flatten(net *n)
     }
     NN_TRY(n->m->mutable_data(n->flat, (void **)&data));
     NN_TRY(n->m->mutable_diff(n->flat, (void **)&diff));
+    /* the history and counters zero-filled on the mode's side now, on the current stream,
+     * before any step: a split update reads them on the side stream (sgd_update) */
+    void *history;
+    int64_t *steps;
+    NN_TRY(n->m->mutable_data(n->history, &history));
+    if (n->steps)
+        NN_TRY(steps_memory(n, &steps));
     blob_status (*borrow)(blob_syncedmem *, void *, size_t) =
         c->mode == NN_GPU ? blob_syncedmem_set_gpu_data : blob_syncedmem_set_cpu_data;
     at = 0;
@@ -375,8 +388,7 @@ static blob_status sgd_update(net *n)
         NN_TRY(m->mutable_data(n->flat, (void **)&w));
         NN_TRY(m->diff(n->flat, (const void **)&dw));
         NN_TRY(m->mutable_data(n->history, (void **)&h));
-        NN_TRY(c->mode == NN_GPU ? blob_syncedmem_mutable_gpu_data(n->steps, (void **)&steps)
-                                 : blob_syncedmem_mutable_cpu_data(n->steps, (void **)&steps));
+        NN_TRY(steps_memory(n, &steps));
         const int64_t total = blob_count(n->flat);
         if (!n->split)
             return update_range(n, w, dw, h, steps, 0, total, 0);
