@@ -378,7 +378,8 @@ int main(int argc, char **argv)
 
     static figures f[MAX_MATHS][MAX_NETS][MAX_BATCHES];
     void *stream = NULL;
-    blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
+    /* above the nets' side streams, as the trainer's (net.h, one_stream) */
+    blob_status st = mode == NN_GPU ? blob_stream_create_with_priority(&stream, 1) : BLOB_OK;
     blob_set_stream(stream);
     for (int m = 0; st == BLOB_OK && m < num_maths; m++)
         if ((st = blob_set_math_mode(maths[m])) == BLOB_OK)

@@ -30,6 +30,7 @@ typedef struct {
     size_t n_ops, cap_ops;
     size_t executed;  /* ops[0..executed) have run */
     uint64_t id;      /* 0 for the default stream */
+    int priority;     /* as created */
 } stream;
 
 /* Events name their stream by id: a stream destroyed after the record has run all its
@@ -270,6 +271,14 @@ void fake_drain(void)
     pthread_mutex_unlock(&fake_mu);
 }
 
+int fake_stream_priority(void *s)
+{
+    pthread_mutex_lock(&fake_mu);
+    int p = s ? ((stream *)s)->priority : 0;
+    pthread_mutex_unlock(&fake_mu);
+    return p;
+}
+
 int fake_queued(void)
 {
     pthread_mutex_lock(&fake_mu);
@@ -287,7 +296,7 @@ static blob_status fake_device_synchronize(void)
     return BLOB_OK;
 }
 
-static blob_status fake_stream_create(void **out)
+static blob_status fake_stream_create(void **out, int priority)
 {
     if (n_streams == sizeof streams / sizeof streams[0])
         return BLOB_FAIL(BLOB_ECUDA, "fake: too many streams");
@@ -296,6 +305,7 @@ static blob_status fake_stream_create(void **out)
     static uint64_t next_id;
     memset(p, 0, sizeof(stream));
     ((stream *)p)->id = ++next_id;
+    ((stream *)p)->priority = priority;
     streams[n_streams++] = p;
     *out = p;
     return BLOB_OK;
@@ -418,7 +428,7 @@ LOCKED(blob_status, fake_copy_async,
 LOCKED(blob_status, fake_memset_async, (void *dst, int value, size_t bytes, void *s),
        (dst, value, bytes, s))
 LOCKED(blob_status, fake_device_synchronize, (void), ())
-LOCKED(blob_status, fake_stream_create, (void **out), (out))
+LOCKED(blob_status, fake_stream_create, (void **out, int priority), (out, priority))
 LOCKED_VOID(fake_stream_destroy, (void *s), (s))
 LOCKED(blob_status, fake_stream_synchronize, (void *s), (s))
 LOCKED(blob_status, fake_stream_wait_event, (void *s, void *e), (s, e))

@@ -49,6 +49,8 @@ void fake_fail_copies(bool fail);
 void fake_drain(void);
 /* Number of queued operations not yet executed, over all streams. */
 int fake_queued(void);
+/* The priority a fake stream was created with (0 for the default stream). */
+int fake_stream_priority(void *stream);
 
 /* Memory of the fake device is host memory: tests may read it directly. */
 

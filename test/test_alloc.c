@@ -672,7 +672,7 @@ static void *stress_thread(void *arg)
     int dev = w->id % 2;
     blob_place places[2] = {PINNED, blob_place_device(dev)};
     void *own = NULL;
-    if (blob__be->set_device(dev) != BLOB_OK || blob__be->stream_create(&own) != BLOB_OK) {
+    if (blob__be->set_device(dev) != BLOB_OK || blob__be->stream_create(&own, 0) != BLOB_OK) {
         w->errors++;
         return NULL;
     }

@@ -33,6 +33,8 @@ START_TEST(test_no_gpu_reports)
     ck_status(blob_device_set(0), BLOB_ENODEV);
     ck_status(blob_stream_create(&s), BLOB_ENODEV);
     ck_assert_ptr_null(s);
+    ck_status(blob_stream_create_with_priority(&s, 1), BLOB_ENODEV);
+    ck_assert_ptr_null(s);
     ck_status(blob_device_synchronize(), BLOB_ENODEV);
     ck_status(blob_stream_wait_stream(NULL, (void *)&s), BLOB_ENODEV);
     blob_event *e = (blob_event *)&e;
@@ -110,6 +112,47 @@ START_TEST(test_gpu_graph_replay)
 }
 END_TEST
 
+/* Work on urgent streams (a level, and more levels than the device has) runs, eagerly
+ * and in a graph captured on one and launched on a default stream. */
+START_TEST(test_gpu_stream_priority)
+{
+    enum { N = 4096 };
+    int64_t shape[] = {N};
+    blob *b;
+    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    void *urgent, *most, *plain, *y;
+    ck_ok(blob_stream_create_with_priority(&urgent, 1));
+    ck_ok(blob_stream_create_with_priority(&most, 1000));
+    ck_ok(blob_stream_create(&plain));
+    blob_set_stream(urgent);
+    ck_ok(blob_mutable_gpu_data(b, &y));
+    ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 1.0, y));
+    ck_ok(blob_stream_wait_stream(most, urgent));
+    blob_set_stream(most);
+    ck_ok(blob_mutable_gpu_data(b, &y));
+    ck_ok(blob_gpu_scal(BLOB_FLOAT32, N, 3.0, y));
+    ck_ok(blob_graph_begin(most));
+    ck_ok(blob_gpu_add_scalar(BLOB_FLOAT32, N, 1.0, y));
+    blob_graph *g;
+    ck_ok(blob_graph_end(most, &g));
+    ck_ok(blob_stream_wait_stream(plain, most));
+    for (int r = 0; r < 2; r++)
+        ck_ok(blob_graph_launch(g, plain));
+    ck_ok(blob_stream_synchronize(plain));
+    blob_set_stream(plain);
+    const float *h;
+    ck_ok(blob_cpu_data(b, (const void **)&h));
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(h[i], 5.0f);
+    blob_set_stream(NULL);
+    blob_graph_free(g);
+    blob_free(b);
+    ck_ok(blob_stream_destroy(urgent));
+    ck_ok(blob_stream_destroy(most));
+    ck_ok(blob_stream_destroy(plain));
+}
+END_TEST
+
 /* A wait orders a stream after the work queued so far on another, through one pooled
  * event (the fake runs the waited-for work when the wait is queued). */
 START_TEST(test_stream_wait_stream)
@@ -144,6 +187,34 @@ START_TEST(test_stream_wait_stream)
     ck_ok(blob_stream_destroy(a));
     ck_ok(blob_stream_destroy(b));
     ck_assert_uint_eq(fake_get_stats().violations, 0);
+}
+END_TEST
+
+/* A stream's priority reaches the backend; the pool hands a stream out again only for
+ * the same priority; bad arguments fail before anything is made. */
+START_TEST(test_stream_priority)
+{
+    void *a, *b, *c;
+    ck_ok(blob_stream_create_with_priority(&a, 2));
+    ck_assert_int_eq(fake_stream_priority(a), 2);
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_create(&b)); /* not a: its priority differs */
+    ck_assert_ptr_ne(b, a);
+    ck_assert_int_eq(fake_stream_priority(b), 0);
+    ck_ok(blob_stream_create_with_priority(&c, 2)); /* a again */
+    ck_assert_ptr_eq(c, a);
+    const uint64_t made = fake_get_stats().streams_created;
+    c = (void *)&c;
+    ck_status(blob_stream_create_with_priority(&c, -1), BLOB_EINVAL);
+    ck_assert_ptr_null(c);
+    ck_assert(strstr(blob_last_error(), "priority -1"));
+    ck_status(blob_stream_create_with_priority(NULL, 1), BLOB_EINVAL);
+    fake_fail_alloc_at(1, false); /* the backend cannot make it */
+    ck_status(blob_stream_create_with_priority(&c, 3), BLOB_ECUDA);
+    ck_assert_ptr_null(c);
+    ck_assert_uint_eq(fake_get_stats().streams_created, made);
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_destroy(b));
 }
 END_TEST
 
@@ -343,6 +414,7 @@ Suite *status_suite(void)
     tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
     tcase_add_test(fake, test_stream_wait_stream);
     tcase_add_test(fake, test_event);
+    tcase_add_test(fake, test_stream_priority);
     suite_add_tcase(s, fake);
     TCase *nogpu = req_tcase("nogpu", "nogpu");
     req_add_test(nogpu, test_no_gpu_reports);
@@ -351,6 +423,7 @@ Suite *status_suite(void)
     req_add_test(gpu, test_gpu_graph_replay);
     req_add_test(gpu, test_gpu_stream_fork_join);
     req_add_test(gpu, test_gpu_event_in_graph);
+    req_add_test(gpu, test_gpu_stream_priority);
     suite_add_tcase(s, gpu);
     return s;
 }

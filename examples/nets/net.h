@@ -96,12 +96,14 @@ typedef struct {
      * Both compute the same values (up to rounding). */
     bool plain;
     /* NN_GPU: queue all of a step on the current stream. By default the net has a second
-     * stream of its own for the work that the rest of a pass does not read (each layer's
-     * weight and bias gradients beside its bottom's gradient, the mean loss beside
-     * backward; see nn_layer_set_side_stream), forked from the current stream and joined
-     * back before the update, so that the chain of kernels each step waits for is
-     * shorter; under graphs the two become parallel branches. Both compute the same
-     * values. */
+     * stream of its own, of the default priority, for the work that the rest of a pass
+     * does not read (each layer's weight and bias gradients beside its bottom's gradient,
+     * the mean loss beside backward; see nn_layer_set_side_stream; and the update of all
+     * but the first layer's parameters), forked from the current stream and joined back
+     * at the end of the step, so that the chain of kernels each step waits for is
+     * shorter; under graphs the two become parallel branches. A current stream of a
+     * higher priority (blob_stream_create_with_priority) has the GPU start the chain's
+     * kernels first. Both compute the same values. */
     bool one_stream;
     /* Copy only the loss back to the host after each call, not the probabilities: then
      * net_output and net_output_ago refuse (BLOB_ENOTSUP) and net_loss alone reads. */

@@ -578,7 +578,8 @@ static int run(trainer *t)
     };
     void *compute = NULL, *copy = NULL;
     blob_status st = BLOB_OK;
-    if (t->mode == NN_GPU && (st = blob_stream_create(&compute)) == BLOB_OK)
+    /* the step's chain above the net's side stream (net.h, one_stream) */
+    if (t->mode == NN_GPU && (st = blob_stream_create_with_priority(&compute, 1)) == BLOB_OK)
         st = blob_stream_create(&copy);
     blob_set_stream(compute);
     double accuracy = 0;

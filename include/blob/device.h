@@ -50,9 +50,19 @@ BLOB_API blob_status blob_device_synchronize(void);
 /* Create a non-blocking stream on the current device; *stream is NULL on failure. */
 BLOB_API blob_status blob_stream_create(void **stream);
 
-/* Give back a stream made by blob_stream_create. Blocks used on it may outlive it: the
- * library keeps the CUDA stream alive and hands it out again later. NULL is a no-op;
- * BLOB_EINVAL for a stream not made by blob_stream_create (or given back already).
+/* The same with a scheduling priority: 0 is the default (blob_stream_create's); each
+ * level above it is more urgent, up to the device's most urgent (the levels beyond are
+ * that one). The GPU starts blocks of more urgent streams' kernels first, which shortens
+ * a chain of small kernels that runs beside other work, such as a training step's next
+ * layer beside the weight gradients on a second stream. Kernels captured from a stream
+ * keep its priority in the graph (blob_graph_end). Errors: BLOB_EINVAL (NULL, a
+ * negative priority), BLOB_ENODEV, BLOB_ECUDA. */
+BLOB_API blob_status blob_stream_create_with_priority(void **stream, int priority);
+
+/* Give back a stream made by blob_stream_create(_with_priority). Blocks used on it may
+ * outlive it: the library keeps the CUDA stream alive and hands it out again later (for
+ * the same priority). NULL is a no-op; BLOB_EINVAL for a stream not made by those (or
+ * given back already).
  * A stream the caller creates itself and passes to blob_set_stream must outlive every
  * block used on it. */
 BLOB_API blob_status blob_stream_destroy(void *stream);

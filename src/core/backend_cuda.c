@@ -131,10 +131,13 @@ static blob_status cuda_device_synchronize(void)
     return BLOB_OK;
 }
 
-static blob_status cuda_stream_create(void **out)
+static blob_status cuda_stream_create(void **out, int priority)
 {
+    int least, greatest; /* CUDA counts down: greatest is the most urgent, e.g. -5 */
+    CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    const int cuda_priority = least - priority < greatest ? greatest : least - priority;
     cudaStream_t s;
-    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, cuda_priority));
     *out = s;
     return BLOB_OK;
 }
@@ -219,7 +222,8 @@ static blob_status cuda_graph_end(void *stream, void **graph, void **exec)
     cudaGraph_t g;
     CUDA_TRY(cudaStreamEndCapture((cudaStream_t)stream, &g));
     cudaGraphExec_t e;
-    cudaError_t err = cudaGraphInstantiate(&e, g, 0);
+    /* each kernel at the priority of the stream it was captured from */
+    cudaError_t err = cudaGraphInstantiate(&e, g, cudaGraphInstantiateFlagUseNodePriority);
     if (err != cudaSuccess)
         (void)cudaGraphDestroy(g);
     CUDA_TRY(err);

@@ -30,6 +30,11 @@ static blob_status none_memset(void *dst, int value, size_t bytes, void *stream)
 }
 static blob_status none_sync(void) { return no_gpu("synchronize"); }
 static blob_status none_create(void **out) { (void)out; return no_gpu("create"); }
+static blob_status none_stream_create(void **out, int priority)
+{
+    (void)out, (void)priority;
+    return no_gpu("create");
+}
 static blob_status none_on(void *obj) { (void)obj; return no_gpu("synchronize"); }
 static blob_status none_wait(void *stream, void *event)
 {
@@ -78,7 +83,7 @@ static const blob__backend none_backend = {
     .copy_async = none_copy_async,
     .memset_async = none_memset,
     .device_synchronize = none_sync,
-    .stream_create = none_create,
+    .stream_create = none_stream_create,
     .stream_destroy = none_free,
     .stream_synchronize = none_on,
     .stream_wait_event = none_wait,

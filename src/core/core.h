@@ -34,7 +34,8 @@ typedef struct blob__backend {
                               void *stream);
     blob_status (*memset_async)(void *dst, int value, size_t bytes, void *stream);
     blob_status (*device_synchronize)(void);
-    blob_status (*stream_create)(void **out);
+    /* priority: 0 the default, each level above more urgent (clamped to the device's) */
+    blob_status (*stream_create)(void **out, int priority);
     void (*stream_destroy)(void *stream);
     blob_status (*stream_synchronize)(void *stream);
     blob_status (*stream_wait_event)(void *stream, void *event);

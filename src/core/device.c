@@ -83,6 +83,7 @@ typedef struct {
     void *stream;
     const blob__backend *be; /* the table that made it */
     int device;
+    int priority;
     bool in_use;
 } pooled_stream;
 
@@ -103,17 +104,21 @@ static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static pooled_stream *pool;
 static size_t pool_len, pool_cap;
 
-blob_status blob_stream_create(void **stream)
+/* A pooled stream of that priority for fn (the public function called). */
+static blob_status create_stream(const char *fn, void **stream, int priority)
 {
     if (!stream)
-        return BLOB_FAIL(BLOB_EINVAL, "stream is NULL");
+        return blob__fail(BLOB_EINVAL, fn, "stream is NULL");
     *stream = NULL;
-    BLOB_TRY(blob__require_gpu(__func__));
+    if (priority < 0)
+        return blob__fail(BLOB_EINVAL, fn, "negative priority %d", priority);
+    BLOB_TRY(blob__require_gpu(fn));
     int device;
     BLOB_TRY(blob__current_device(&device));
     pthread_mutex_lock(&pool_mu);
     for (size_t i = 0; i < pool_len; i++) {
-        if (!pool[i].in_use && pool[i].device == device && pool[i].be == blob__be) {
+        if (!pool[i].in_use && pool[i].device == device && pool[i].be == blob__be &&
+            pool[i].priority == priority) {
             pool[i].in_use = true;
             *stream = pool[i].stream;
             pthread_mutex_unlock(&pool_mu);
@@ -125,16 +130,23 @@ blob_status blob_stream_create(void **stream)
     if (grown)
         pool = grown;
     else
-        st = BLOB_FAIL(BLOB_ENOMEM, "no memory for the stream pool");
+        st = blob__fail(BLOB_ENOMEM, fn, "no memory for the stream pool");
     void *s = NULL;
     if (st == BLOB_OK)
-        st = blob__be->stream_create(&s);
+        st = blob__be->stream_create(&s, priority);
     if (st == BLOB_OK) {
-        pool[pool_len++] = (pooled_stream){s, blob__be, device, true};
+        pool[pool_len++] = (pooled_stream){s, blob__be, device, priority, true};
         *stream = s;
     }
     pthread_mutex_unlock(&pool_mu);
     return st;
+}
+
+blob_status blob_stream_create(void **stream) { return create_stream(__func__, stream, 0); }
+
+blob_status blob_stream_create_with_priority(void **stream, int priority)
+{
+    return create_stream(__func__, stream, priority);
 }
 
 blob_status blob_stream_destroy(void *stream)
