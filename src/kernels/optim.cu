@@ -169,7 +169,7 @@ static __global__ void __launch_bounds__(THREADS)
 }
 
 /* The blocks that the GPU's SMs hold at once. */
-static blob_status resident_blocks(const char *func, int64_t *most)
+static blob_status resident_blocks(const char *func, int64_t *out)
 {
     static int sm_count[64]; /* per device, read once */
     int dev;
@@ -180,7 +180,7 @@ static blob_status resident_blocks(const char *func, int64_t *most)
         if (dev >= 0 && dev < 64)
             sm_count[dev] = sms;
     }
-    *most = (int64_t)sms * RESIDENT_PER_SM;
+    *out = (int64_t)sms * RESIDENT_PER_SM;
     return BLOB_OK;
 }
 
