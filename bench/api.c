@@ -177,6 +177,9 @@ void bench_reshape(void)
 
 /* ---- 6, host side: blob_update vs cblas_saxpy ---- */
 
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
 int bench_update_run(void *ctx, int n)
 {
     bench_update_ctx *u = ctx;
@@ -193,52 +196,79 @@ static int update_cblas_run(void *ctx, int n)
     return 0;
 }
 
-static int update_host_size(int64_t n, double *v)
+/* The arrays of size n: a host-only blob's data (ones) and diff (1e-7). */
+static int update_host_setup(bench_update_ctx *u, int64_t n)
 {
-    bench_update_ctx u = {.n = n};
-    BTRY(blob_create(&u.b, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &n));
+    *u = (bench_update_ctx){.n = n};
+    BTRY(blob_create(&u->b, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &n));
     float *diff;
-    int rc = -1;
-    blob_status st = blob_mutable_cpu_data(u.b, (void **)&u.data);
+    blob_status st = blob_mutable_cpu_data(u->b, (void **)&u->data);
     if (st == BLOB_OK)
-        st = blob_mutable_cpu_diff(u.b, (void **)&diff);
+        st = blob_mutable_cpu_diff(u->b, (void **)&diff);
     if (st != BLOB_OK) {
         bench_fail("accessor: %s", blob_last_error());
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            u.data[i] = 1.0f;
-            diff[i] = 1e-7f;
-        }
-        u.diff = diff;
-        int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n);
-        int reps = n >= (1 << 22) ? 7 : 15;
-        bench_op ob = {bench_update_run, NULL, &u}, oc = {update_cblas_run, NULL, &u};
-        v[0] = bench_time(&ob, batch, reps, &bench_wall) / 1e3;
-        v[1] = isnan(v[0]) ? NAN : bench_time(&oc, batch, reps, &bench_wall) / 1e3;
-        v[2] = v[0] / v[1];
-        v[3] = 12.0 * (double)n / (v[0] * 1e3);
-        rc = isnan(v[2]) ? -1 : 0;
+        blob_free(u->b);
+        return -1;
     }
-    blob_free(u.b);
-    return rc;
+    for (int64_t i = 0; i < n; i++) {
+        u->data[i] = 1.0f;
+        diff[i] = 1e-7f;
+    }
+    u->diff = diff;
+    return 0;
 }
 
+/* us per call of run over n elements, or NaN. */
+static double update_host_time(int (*run)(void *, int), int64_t n)
+{
+    bench_update_ctx u;
+    if (update_host_setup(&u, n) != 0)
+        return NAN;
+    int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n);
+    int reps = n >= (1 << 22) ? 7 : 15;
+    bench_op op = {run, NULL, &u};
+    double us = bench_time(&op, batch, reps, &bench_wall) / 1e3;
+    blob_free(u.b);
+    return us;
+}
+
+/* libblob's figures first, then OpenBLAS's on its own threads (as many as the library's,
+ * which runs it on one): its threads spin for a while after each call and would take
+ * the cores from the library's. */
 void bench_update_host(void)
 {
     static const char *const cols[] = {"blob us", "cblas us", "blob/cblas", "blob GB/s"};
-    static const int64_t sizes[] = {1 << 10, 1 << 16, 1 << 20, 1 << 24};
+    enum { SIZES = 4 };
+    static const int64_t sizes[SIZES] = {1 << 10, 1 << 16, 1 << 20, 1 << 24};
     report_section("6h", "blob_update on the host (data AT_CPU) vs cblas_saxpy, float32", 4,
                    cols);
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    double blob_us[SIZES], cblas_us[SIZES];
+    char why[SIZES][256] = {{0}};
+    for (int i = 0; i < SIZES; i++)
+        if (isnan(blob_us[i] = update_host_time(bench_update_run, sizes[i])))
+            snprintf(why[i], sizeof why[i], "%s", bench_error());
+    blob_blas_info blas = {.threads = 1};
+    blob_blas_get_info(&blas);
+    const int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(blas.threads);
+    for (int i = 0; i < SIZES; i++)
+        if (!why[i][0] && isnan(cblas_us[i] = update_host_time(update_cblas_run, sizes[i])))
+            snprintf(why[i], sizeof why[i], "%s", bench_error());
+    if (openblas_set_num_threads && blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
+    for (int i = 0; i < SIZES; i++) {
         char label[32];
         snprintf(label, sizeof label, "%lld elems", (long long)sizes[i]);
-        double v[4];
-        if (update_host_size(sizes[i], v) != 0)
-            report_error(label, bench_error());
+        double v[4] = {blob_us[i], cblas_us[i], blob_us[i] / cblas_us[i],
+                       12.0 * (double)sizes[i] / (blob_us[i] * 1e3)};
+        if (why[i][0])
+            report_error(label, why[i]);
         else
             report_row(label, v, GOAL_NONE, false);
     }
-    report_note("same buffers for both; GB/s counts 12 bytes per element (read x, y; write y)");
+    report_note("cblas: OpenBLAS on its own threads, as many as the library's, after all of "
+                "libblob's rows; GB/s counts 12 bytes per element (read x, y; write y)");
 }
 
 /* ---- 7: a training-like loop whose batch changes every step ---- */

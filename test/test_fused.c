@@ -271,6 +271,18 @@ START_TEST(test_cpu_epilogues)
 }
 END_TEST
 
+/* With 7 host threads the products are cut into blocks, each with its epilogue run by
+ * the thread that computed it: the same results. */
+START_TEST(test_cpu_epilogues_threaded)
+{
+    blob_blas_info info;
+    ck_ok(blob_blas_get_info(&info));
+    ck_ok(blob_set_host_threads(7));
+    check_all((blob_dtype)_i, false, BLOB_MATH_DEFAULT);
+    ck_ok(blob_set_host_threads(info.threads));
+}
+END_TEST
+
 /* Bits past N in a mask row are unspecified, and the mask row length is N rounded up
  * to 128 bits: 16 bytes per 128 columns. */
 START_TEST(test_mask_bytes)
@@ -817,6 +829,7 @@ Suite *fused_suite(void)
     TCase *tc = tcase_create("host");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_cpu_epilogues, 0, 4);
+    tcase_add_loop_test(tc, test_cpu_epilogues_threaded, 0, 2);
     tcase_add_test(tc, test_mask_bytes);
     tcase_add_loop_test(tc, test_epilogue_bad_arguments, 0, 2);
     tcase_add_test(tc, test_epilogue_unused_null);

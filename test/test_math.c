@@ -403,6 +403,102 @@ START_TEST(test_cpu_ops_chunked)
 }
 END_TEST
 
+/* The library's host threads, as blob_blas_get_info reports them. */
+static int host_threads(void)
+{
+    blob_blas_info info;
+    ck_ok(blob_blas_get_info(&info));
+    return info.threads;
+}
+
+extern int openblas_get_parallel(void) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
+/* The GEMMs cut into blocks for 7 host threads (more blocks than pool workers at first,
+ * odd grids, blocks ending inside rows and columns) and the vector operations split into
+ * parts: the same results as the one-thread reference, also with CBLAS pieces of 7. */
+START_TEST(test_cpu_ops_threaded)
+{
+    static const int64_t mnk[][3] = {{64, 256, 100}, {256, 96, 64}, {100, 37, 300},
+                                     {9, 1000, 20}, {1000, 9, 20}, {130, 130, 130}};
+    const blob_dtype dt = (blob_dtype)_i;
+    const int before = host_threads();
+    ck_ok(blob_set_host_threads(7));
+    ck_assert_int_eq(host_threads(), 7);
+    for (int chunked = 0; chunked < 2; chunked++) {
+        blob__blas_chunk = chunked ? 7 : INT_MAX;
+        for (size_t i = 0; i < sizeof mnk / sizeof mnk[0]; i++)
+            for (int t = 0; t < 4; t++)
+                check_gemm(&cpu_side, dt, t & 1, t >> 1, mnk[i][0], mnk[i][1], mnk[i][2], 1.5,
+                           -0.75);
+        check_gemv(&cpu_side, dt, BLOB_NO_TRANS, 3000, 400, 0.5, 2);
+        check_gemv(&cpu_side, dt, BLOB_TRANS, 400, 3000, 0.5, 2);
+    }
+    blob__blas_chunk = INT_MAX;
+    check_vector_ops(&cpu_side, dt, (3 << 20) + 5);
+    ck_ok(blob_set_host_threads(before));
+}
+END_TEST
+
+/* The blocks of a GEMM: within the host threads, aligned, covering C; one block for
+ * small products, for one host thread, and once OpenBLAS is given its threads back (its
+ * product then right on its own threads). */
+START_TEST(test_gemm_grid)
+{
+    static const int64_t mnk[][3] = {{64, 256, 784}, {256, 784, 64}, {256, 10, 128},
+                                     {10, 128, 64},  {1, 1, 1},      {3, 5000, 5000},
+                                     {5000, 3, 5000}, {1000, 1000, 1000}};
+    const int before = host_threads();
+    const bool pthreads_blas = openblas_get_parallel && openblas_get_parallel() == 1;
+    const bool serial_blas = openblas_get_parallel && openblas_get_parallel() == 0;
+    ck_ok(blob_set_host_threads(7));
+    bool cut = false;
+    for (size_t i = 0; i < sizeof mnk / sizeof mnk[0]; i++)
+        for (int d = 0; d < 2; d++) {
+            const int64_t M = mnk[i][0], N = mnk[i][1], K = mnk[i][2];
+            const size_t elem = d ? sizeof(double) : sizeof(float);
+            int64_t rows, cols;
+            blob__gemm_grid(M, N, K, elem, false, &rows, &cols);
+            int64_t whole_rows, whole_cols;
+            blob__gemm_grid(M, N, K, elem, true, &whole_rows, &whole_cols);
+            ck_assert_int_eq(whole_rows, M);
+            ck_assert(whole_cols == N || whole_cols % (int64_t)(64 / elem) == 0);
+            ck_assert_int_le((N + whole_cols - 1) / whole_cols, 7);
+            const int64_t blocks = ((M + rows - 1) / rows) * ((N + cols - 1) / cols);
+            ck_assert_msg(rows >= 1 && rows <= M && cols >= 1 && cols <= N && blocks <= 7,
+                          "%lld x %lld x %lld: blocks of %lld x %lld", (long long)M,
+                          (long long)N, (long long)K, (long long)rows, (long long)cols);
+            ck_assert(rows == M || rows % 8 == 0);
+            ck_assert(cols == N || cols % (int64_t)(64 / elem) == 0);
+            if (M * N * K < (1 << 16))
+                ck_assert_int_eq(blocks, 1);
+            cut |= blocks > 1;
+        }
+    if (pthreads_blas || serial_blas)
+        ck_assert_msg(cut, "no product was cut with 7 host threads");
+    else
+        printf("note: test_gemm_grid: the BLAS threads its own calls, products stay whole\n");
+    int64_t rows, cols;
+    if (pthreads_blas) { /* OpenBLAS given its threads back: whole products */
+        ck_assert_int_eq(openblas_get_num_threads(), 1);
+        openblas_set_num_threads(2);
+        blob__gemm_grid(1000, 1000, 1000, sizeof(float), false, &rows, &cols);
+        ck_assert(rows == 1000 && cols == 1000);
+        /* OpenBLAS starts the threads the library stopped at load time again */
+        check_gemm(&cpu_side, BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, 300, 200, 250, 1.5, -0.75);
+        openblas_set_num_threads(1);
+    }
+    ck_ok(blob_set_host_threads(1));
+    blob__gemm_grid(1000, 1000, 1000, sizeof(float), false, &rows, &cols);
+    ck_assert(rows == 1000 && cols == 1000);
+    ck_status(blob_set_host_threads(0), BLOB_EINVAL);
+    ck_status(blob_set_host_threads(65), BLOB_EINVAL);
+    ck_assert_int_eq(host_threads(), 1);
+    ck_ok(blob_set_host_threads(before));
+}
+END_TEST
+
 /* ---- Errors: each operation called with small valid arguments except for one ---- */
 
 enum { N_OPS = 16 };
@@ -727,16 +823,12 @@ static void *loop_caller(void *arg)
     return (void *)bad;
 }
 
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
-
 /* Run callers of pooled loops: `threads` of them at once, or, with fork_first, one in a
  * forked child of a process whose pool has run, which starts again from nothing. */
 static void run_loop_callers(int threads, bool fork_first)
 {
-    const int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-    if (openblas_set_num_threads) /* as many host threads as a BLAS of 4 */
-        openblas_set_num_threads(4);
+    const int before = host_threads();
+    ck_ok(blob_set_host_threads(4));
     if (fork_first) {
         ck_assert_ptr_null(loop_caller((void *)(uintptr_t)3)); /* the workers start */
         pid_t child = fork();
@@ -755,8 +847,7 @@ static void run_loop_callers(int threads, bool fork_first)
         ck_assert_int_eq(pthread_join(t[i], &bad), 0);
         ck_assert_msg(!bad, "thread %d computed a wrong result", i);
     }
-    if (openblas_set_num_threads && blas_threads > 0)
-        openblas_set_num_threads(blas_threads);
+    ck_ok(blob_set_host_threads(before));
 }
 
 /* Several threads run pooled loops at once (one has the host threads, the others run
@@ -780,6 +871,8 @@ Suite *math_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_cpu_ops, 0, 2);
     tcase_add_loop_test(tc, test_cpu_ops_chunked, 0, 2);
+    tcase_add_loop_test(tc, test_cpu_ops_threaded, 0, 2);
+    tcase_add_test(tc, test_gemm_grid);
     tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
     tcase_add_loop_test(tc, test_empty_null, 0, 2);
     tcase_add_loop_test(tc, test_cpu_bad_labels, 0, 2);

@@ -411,19 +411,33 @@ typedef struct {
     char name[64];    /* e.g. "OpenBLAS 0.3.21", or "CBLAS" when not OpenBLAS */
     char core[32];    /* the kernel set in use, e.g. "SkylakeX"; "" when unknown */
     char detected[32]; /* the one OpenBLAS chose by itself, when the library changed it */
-    int threads;      /* threads of a BLAS call (and of the host loops) */
+    int threads;      /* the library's host threads (blob_set_host_threads) */
     char summary[192]; /* one line, e.g. "OpenBLAS 0.3.21, core Prescott -> SkylakeX
-                          (AVX-512 CPU; OPENBLAS_CORETYPE chooses), 16 threads" */
+                          (AVX-512 CPU; OPENBLAS_CORETYPE chooses), 16 threads (GEMMs cut
+                          into blocks, one BLAS thread each)" */
 } blob_blas_info;
 
 /* Describe the host BLAS. OpenBLAS's runtime core choice is checked when the library is
  * loaded: where it chose a generic core (Prescott, Nehalem, ...) on a CPU with AVX-512 or
  * AVX2, as it does on virtual machines that hide the CPU model, the library switches it
- * to SkylakeX or Haswell, once; a core set with OPENBLAS_CORETYPE is always kept. The
- * host loops of blob_cpu_* (epilogues, ReLU, softmax, optimizer steps) use as many
- * threads as the BLAS, on arrays large enough to gain from them.
+ * to SkylakeX or Haswell, once; a core set with OPENBLAS_CORETYPE is always kept.
+ *
+ * The host math of blob_cpu_* runs on the library's host threads: a GEMM is cut into
+ * blocks of C, one per thread, each a one-thread BLAS call; vector operations, epilogues,
+ * ReLU, softmax and optimizer steps split their arrays the same way when large enough to
+ * gain. With OpenBLAS built for pthreads, the library sets its thread count to 1 at load
+ * time for this: other OpenBLAS calls of the process then run on one thread too, until
+ * openblas_set_num_threads gives it more, after which the library's GEMMs are handed to
+ * OpenBLAS whole. With an OpenMP OpenBLAS, or another CBLAS, GEMMs are always handed over
+ * whole, to be threaded by the BLAS.
  * Errors: BLOB_EINVAL for NULL. */
 BLOB_API blob_status blob_blas_get_info(blob_blas_info *out);
+
+/* Set the number of the library's host threads (the calling thread included), 1 to 64.
+ * The default is the thread count OpenBLAS chose at load time (OPENBLAS_NUM_THREADS or
+ * OMP_NUM_THREADS, else the cores); 1 runs all host math on the calling thread.
+ * Errors: BLOB_EINVAL for n out of range. */
+BLOB_API blob_status blob_set_host_threads(int n);
 
 #ifdef __cplusplus
 }

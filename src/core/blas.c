@@ -1,13 +1,24 @@
-/* The host BLAS: what it is, the OpenBLAS core it runs, and the thread count that the
- * host loops share with it (blob/math.h, blob_blas_get_info).
+/* The host BLAS: what it is, the OpenBLAS core it runs, and the library's host threads
+ * (blob/math.h, blob_blas_get_info, blob_set_host_threads).
  *
  * OpenBLAS builds with DYNAMIC_ARCH pick their kernels at load time from the CPU model.
  * On virtual machines that hide the model they fall back to a generic core (Prescott)
  * even where AVX-512 is there, and GEMMs run several times slower. OpenBLAS reads
  * OPENBLAS_CORETYPE when (re)initialised, so at load time, before any thread of ours
  * uses it, we set that variable for the fast core, re-run its initialisation, and unset
- * the variable again. The OpenBLAS entry points are weak: any CBLAS still links. */
+ * the variable again.
+ *
+ * OpenBLAS's own threads split a GEMM poorly at the sizes of small nets (a 64 x 256 x 784
+ * product took 134 us on 16 of them and 29 us cut into 16 blocks, one per thread of the
+ * library's, each a one-thread call), and they keep spinning after it, taking the cores
+ * from the host loops that follow. So with a pthreads OpenBLAS the library runs the BLAS
+ * one thread per call from load time on and threads the host math itself, with as many
+ * threads as OpenBLAS would have used. A caller who gives OpenBLAS its threads back
+ * (openblas_set_num_threads) gets its products whole again. The OpenBLAS entry points are
+ * weak: any CBLAS still links, and then runs each call whole with its own threading. */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +33,9 @@ extern char *openblas_get_corename(void) __attribute__((weak));
 extern int openblas_get_num_threads(void) __attribute__((weak));
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+extern int openblas_get_parallel(void) __attribute__((weak));
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+extern int blas_thread_shutdown_(void) __attribute__((weak));
 
 /* Cores whose kernels predate AVX2: OpenBLAS's choices when it cannot name the CPU. */
 static const char *const generic_cores[] = {
@@ -89,26 +103,81 @@ void blob__blas_select_core(const char *user_coretype)
     pthread_mutex_unlock(&info_mu);
 }
 
+enum { MAX_HOST_THREADS = 64 };
+
+static _Atomic int host_threads = 1; /* the library's host threads, the caller's included */
+static bool one_thread_blas;         /* the BLAS runs a call on its caller alone (OpenBLAS's
+                                        count permitting) */
+
 /* At load time, while no thread of ours is inside OpenBLAS. */
 __attribute__((constructor)) static void blas_init(void)
 {
     blob__blas_select_core(getenv("OPENBLAS_CORETYPE"));
-}
-
-static int blas_threads(void)
-{
     long n = openblas_get_num_threads ? openblas_get_num_threads()
                                       : sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    host_threads = n < 1 ? 1 : n > MAX_HOST_THREADS ? MAX_HOST_THREADS : (int)n;
+    if (openblas_get_parallel && openblas_set_num_threads && openblas_get_num_threads) {
+        int kind = openblas_get_parallel(); /* 0 serial, 1 pthreads, 2 OpenMP */
+        if (kind == 1) {
+            openblas_set_num_threads(1);
+            /* its idle threads would spin for a while yet, taking cores from ours; it
+               starts them again itself if given threads back */
+            if (blas_thread_shutdown_)
+                blas_thread_shutdown_();
+        }
+        one_thread_blas = kind == 0 || kind == 1;
+    }
+}
+
+blob_status blob_set_host_threads(int n)
+{
+    if (n < 1 || n > MAX_HOST_THREADS)
+        return BLOB_FAIL(BLOB_EINVAL, "%d host threads: must be 1 to %d", n, MAX_HOST_THREADS);
+    host_threads = n;
+    return BLOB_OK;
 }
 
 int blob__host_threads(int64_t work)
 {
-    enum { MIN_PER_THREAD = 1 << 18 }; /* elements; below this a thread costs more than it saves */
+    enum { MIN_PER_THREAD = 1 << 14 }; /* elements; below this a thread costs more than it saves */
     if (work < 2 * MIN_PER_THREAD)
         return 1;
-    int64_t n = work / MIN_PER_THREAD, max = blas_threads();
+    int64_t n = work / MIN_PER_THREAD, max = host_threads;
     return (int)(n < max ? n : max);
+}
+
+/* Threads cut a GEMM only while the BLAS would run each piece alone. */
+static bool slicing(void)
+{
+    return one_thread_blas && openblas_get_num_threads() == 1 && host_threads > 1;
+}
+
+void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows,
+                     int64_t *rows, int64_t *cols)
+{
+    /* Multiply-adds below which a block costs more to hand out than it saves; the cost of
+     * packing an element of A or B into the BLAS's panels, in multiply-adds. */
+    enum { MIN_BLOCK_WORK = 1 << 16, PACK_COST = 24, ROW_ALIGN = 8 };
+    const int64_t col_align = (int64_t)(64 / elem); /* blocks of C meet at cache lines */
+    *rows = M;
+    *cols = N;
+    const double work = (double)M * (double)N * (double)K;
+    int nt = slicing() ? host_threads : 1;
+    if (work / MIN_BLOCK_WORK < nt)
+        nt = (int)(work / MIN_BLOCK_WORK);
+    double best = work + PACK_COST * (double)(M + N) * (double)K;
+    for (int r = 1; r <= (whole_rows ? 1 : nt); r++)
+        for (int c = 1; r * c <= nt; c++) {
+            int64_t bm = (M + r - 1) / r, bn = (N + c - 1) / c;
+            bm = (bm + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+            bn = (bn + col_align - 1) / col_align * col_align;
+            double cost = ((double)bm * (double)bn + PACK_COST * (double)(bm + bn)) * (double)K;
+            if (cost < best) {
+                best = cost;
+                *rows = bm < M ? bm : M;
+                *cols = bn < N ? bn : N;
+            }
+        }
 }
 
 blob_status blob_blas_get_info(blob_blas_info *out)
@@ -124,7 +193,7 @@ blob_status blob_blas_get_info(blob_blas_info *out)
         snprintf(out->name, sizeof out->name, "%s", openblas_get_config ? "OpenBLAS" : "CBLAS");
     snprintf(out->core, sizeof out->core, "%s", core_name());
     snprintf(out->detected, sizeof out->detected, "%s", detected);
-    out->threads = blas_threads();
+    out->threads = host_threads;
     int n;
     if (!*out->core)
         n = snprintf(out->summary, sizeof out->summary, "%s", out->name);
@@ -135,8 +204,9 @@ blob_status blob_blas_get_info(blob_blas_info *out)
         n = snprintf(out->summary, sizeof out->summary, "%s, core %s%s", out->name, out->core,
                      action);
     if (n >= 0 && (size_t)n < sizeof out->summary)
-        snprintf(out->summary + n, sizeof out->summary - (size_t)n, ", %d thread%s",
-                 out->threads, out->threads == 1 ? "" : "s");
+        snprintf(out->summary + n, sizeof out->summary - (size_t)n, ", %d thread%s%s",
+                 out->threads, out->threads == 1 ? "" : "s",
+                 slicing() ? " (GEMMs cut into blocks, one BLAS thread each)" : "");
     pthread_mutex_unlock(&info_mu);
     return BLOB_OK;
 }

@@ -119,8 +119,16 @@ blob_status blob__check_device(int device);
 /* ---- The host BLAS (blas.c) ---- */
 
 /* Threads for a host loop over `work` elements: 1 below the size where more pay off,
- * else as many as the BLAS uses (at most one per 256K elements). */
+ * else the library's host threads (at most one per 256K elements). */
 int blob__host_threads(int64_t work);
+
+/* The blocks a host GEMM's C (M x N, reduction K, elements of elem bytes) is cut into, one
+ * per host thread: *rows x *cols each (the last of a row or column smaller; *rows == M
+ * with whole_rows), chosen for the least work on one thread, each worth enough to pay for
+ * its hand-over. M x N (one block) when the BLAS threads its calls itself or there is one
+ * host thread. Blocks start on multiples of 8 rows and of 64 bytes of a row. */
+void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows,
+                     int64_t *rows, int64_t *cols);
 
 /* ---- Host threads (pool.c) ---- */
 

@@ -139,6 +139,20 @@ static void cpu_bias_grad(blob_dtype dtype, blob_epilogue e, blob_trans trans_a,
     }
 }
 
+typedef struct {
+    epilogue_args a;
+    bool f, drelu;
+} block_epilogue;
+
+static void epilogue_on_block(void *ctx, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    const block_epilogue *b = ctx;
+    if (b->drelu)
+        (b->f ? drelu_block_f32 : drelu_block_f64)(&b->a, i0, i1, j0, j1);
+    else
+        (b->f ? bias_relu_block_f32 : bias_relu_block_f64)(&b->a, i0, i1, j0, j1);
+}
+
 blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
                                    int64_t M, int64_t N, int64_t K, const void *A,
                                    const void *B, void *C, blob_epilogue epilogue, void *bias,
@@ -146,8 +160,24 @@ blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
 {
     BLOB_TRY(check_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias,
                             mask, mode));
+    const bool bias_grad = epilogue == BLOB_EPILOGUE_BGRADA || epilogue == BLOB_EPILOGUE_BGRADB;
+    if (!bias_grad && epilogue != BLOB_EPILOGUE_NONE && M && N && K) {
+        /* each thread runs the epilogue on its block of C while it is in its cache */
+        int64_t rows, cols;
+        blob__gemm_grid(M, N, K, blob_dtype_size(dtype), epilogue == BLOB_EPILOGUE_DRELU_BGRAD,
+                        &rows, &cols);
+        if (rows < M || cols < N) {
+            block_epilogue b = {{M, N, C, reads_bias(epilogue) || writes_bias(epilogue) ? bias
+                                                                                      : NULL,
+                                 relu(epilogue) || reads_mask(epilogue) ? mask : NULL,
+                                 relu(epilogue)},
+                                dtype == BLOB_FLOAT32, reads_mask(epilogue)};
+            return blob__cpu_gemm_blocks(dtype, trans_a, trans_b, M, N, K, 1.0, A, B, 0.0, C,
+                                         rows, cols, epilogue_on_block, &b);
+        }
+    }
     BLOB_TRY(blob_cpu_gemm(dtype, trans_a, trans_b, M, N, K, 1.0, A, B, 0.0, C));
-    if (epilogue == BLOB_EPILOGUE_BGRADA || epilogue == BLOB_EPILOGUE_BGRADB)
+    if (bias_grad)
         cpu_bias_grad(dtype, epilogue, trans_a, trans_b, M, N, K, A, B, bias);
     else
         cpu_epilogue(dtype, M, N, C, epilogue, bias, relu(epilogue) || reads_mask(epilogue) ?

@@ -185,10 +185,57 @@ static void cpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
     TYPED(dtype, T *p = y; for (int64_t i = 0; i < n; i++) p[i] = (T)alpha;);
 }
 
-static void cpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
+/* The vector operations of the host BLAS, cut into one contiguous part per host thread;
+ * dot and asum sum the parts' results in order. */
+typedef enum { VEC_AXPY, VEC_AXPBY, VEC_SCAL, VEC_COPY, VEC_DOT, VEC_ASUM } vec_op;
+
+typedef struct {
+    vec_op op;
+    blob_dtype dtype;
+    int64_t n;
+    int parts;
+    double alpha, beta;
+    const void *x;
+    void *y;
+    double sums[64]; /* per part: dot and asum; at most the host threads */
+} vec_job;
+
+static void vec_parts(void *ctx, int64_t p0, int64_t p1)
 {
-    for (int64_t off = 0; off < n; off += blob__blas_chunk)
-        BLAS(dtype, scal, piece(n, off), alpha, at(dtype, x, off), 1);
+    vec_job *v = ctx;
+    const blob_dtype dt = v->dtype;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t lo = v->n * p / v->parts, hi = v->n * (p + 1) / v->parts;
+        double sum = 0;
+        for (int64_t off = lo; off < hi; off += blob__blas_chunk) {
+            const blasint len = piece(hi, off);
+            void *y = v->y ? at(dt, v->y, off) : NULL;
+            const void *x = v->x ? at(dt, v->x, off) : NULL;
+            switch (v->op) {
+            case VEC_AXPY: BLAS(dt, axpy, len, v->alpha, x, 1, y, 1); break;
+            case VEC_AXPBY: BLAS(dt, axpby, len, v->alpha, x, 1, v->beta, y, 1); break;
+            case VEC_SCAL: BLAS(dt, scal, len, v->alpha, y, 1); break;
+            case VEC_COPY: BLAS(dt, copy, len, x, 1, y, 1); break;
+            case VEC_DOT: sum += BLAS(dt, dot, len, x, 1, y, 1); break;
+            case VEC_ASUM: sum += BLAS(dt, asum, len, x, 1); break;
+            }
+        }
+        v->sums[p] = sum;
+    }
+}
+
+/* Run op over n elements; returns the sum of dot or asum (0 for the others). */
+static double vec_run(vec_op op, blob_dtype dtype, int64_t n, double alpha, const void *x,
+                      double beta, void *y)
+{
+    vec_job v = {op, dtype, n, blob__host_threads(n), alpha, beta, x, y, {0}};
+    if (v.parts > (int)(sizeof v.sums / sizeof v.sums[0]))
+        v.parts = (int)(sizeof v.sums / sizeof v.sums[0]);
+    blob__host_for(v.parts, v.parts, vec_parts, &v);
+    double sum = 0;
+    for (int p = 0; p < v.parts; p++)
+        sum += v.sums[p];
+    return sum;
 }
 
 /* The class a label value names, or -1 if it is not an integer in [0, classes). */
@@ -222,11 +269,71 @@ static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double bet
     if (beta == 0)
         cpu_set(dtype, n, 0, y);
     else
-        cpu_scal(dtype, n, beta, y);
+        vec_run(VEC_SCAL, dtype, n, beta, NULL, 0, y);
     return BLOB_OK;
 }
 
 /* ---- The public functions, host and GPU side by side ---- */
+
+/* A host GEMM, the blocks of C it is cut into, and what runs on each after it. */
+typedef struct {
+    blob_dtype dtype;
+    blob_trans trans_a, trans_b;
+    int64_t M, N, K, lda, ldb, rows, cols; /* blocks of C: rows x cols */
+    double alpha, beta;
+    const void *A, *B;
+    void *C;
+    blob__gemm_block_fn after;
+    void *after_ctx;
+} gemm_job;
+
+/* C's rows [i0, i1) x columns [j0, j1) by the BLAS, in pieces that fit its ints, each
+ * accumulated over the pieces of K (beta on the first only). */
+static void gemm_block(const gemm_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    const int64_t c = blob__blas_chunk;
+    for (int64_t i = i0; i < i1; i += c)
+        for (int64_t j = j0; j < j1; j += c)
+            for (int64_t k = 0; k < g->K; k += c)
+                BLAS(g->dtype, gemm, CblasRowMajor, cblas_trans(g->trans_a),
+                     cblas_trans(g->trans_b), piece(i1, i), piece(j1, j), piece(g->K, k),
+                     g->alpha,
+                     at(g->dtype, g->A, g->trans_a ? k * g->lda + i : i * g->lda + k),
+                     (blasint)g->lda,
+                     at(g->dtype, g->B, g->trans_b ? j * g->ldb + k : k * g->ldb + j),
+                     (blasint)g->ldb, k ? 1.0 : g->beta, at(g->dtype, g->C, i * g->N + j),
+                     (blasint)g->N);
+}
+
+static void gemm_blocks(void *ctx, int64_t lo, int64_t hi)
+{
+    const gemm_job *g = ctx;
+    const int64_t across = (g->N + g->cols - 1) / g->cols;
+    for (int64_t b = lo; b < hi; b++) {
+        const int64_t i0 = b / across * g->rows, j0 = b % across * g->cols;
+        const int64_t i1 = i0 + g->rows < g->M ? i0 + g->rows : g->M;
+        const int64_t j1 = j0 + g->cols < g->N ? j0 + g->cols : g->N;
+        gemm_block(g, i0, i1, j0, j1);
+        if (g->after)
+            g->after(g->after_ctx, i0, i1, j0, j1);
+    }
+}
+
+blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
+                                  int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                                  const void *B, double beta, void *C, int64_t rows,
+                                  int64_t cols, blob__gemm_block_fn after, void *after_ctx)
+{
+    static const char fn[] = "blob_cpu_gemm";
+    gemm_job g = {dtype, trans_a, trans_b, M, N, K, trans_a ? M : K, trans_b ? K : N, rows,
+                  cols, alpha, beta, A, B, C, after, after_ctx};
+    BLOB_TRY(check_ld(fn, "A", g.lda));
+    BLOB_TRY(check_ld(fn, "B", g.ldb));
+    BLOB_TRY(check_ld(fn, "C", N));
+    const int64_t blocks = ((M + rows - 1) / rows) * ((N + cols - 1) / cols);
+    blob__host_for((int)blocks, blocks, gemm_blocks, &g);
+    return BLOB_OK;
+}
 
 blob_status blob_cpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b, int64_t M,
                           int64_t N, int64_t K, double alpha, const void *A, const void *B,
@@ -237,20 +344,10 @@ blob_status blob_cpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         return BLOB_OK;
     if (K == 0)
         return scale_empty(false, dtype, M * N, beta, C);
-    int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N, c = blob__blas_chunk;
-    BLOB_TRY(check_ld(__func__, "A", lda));
-    BLOB_TRY(check_ld(__func__, "B", ldb));
-    BLOB_TRY(check_ld(__func__, "C", N));
-    /* Blocks of C, each accumulated over the pieces of K (beta on the first only). */
-    for (int64_t i = 0; i < M; i += c)
-        for (int64_t j = 0; j < N; j += c)
-            for (int64_t k = 0; k < K; k += c)
-                BLAS(dtype, gemm, CblasRowMajor, cblas_trans(trans_a), cblas_trans(trans_b),
-                     piece(M, i), piece(N, j), piece(K, k), alpha,
-                     at(dtype, A, trans_a ? k * lda + i : i * lda + k), (blasint)lda,
-                     at(dtype, B, trans_b ? j * ldb + k : k * ldb + j), (blasint)ldb,
-                     k ? 1.0 : beta, at(dtype, C, i * N + j), (blasint)N);
-    return BLOB_OK;
+    int64_t rows, cols;
+    blob__gemm_grid(M, N, K, blob_dtype_size(dtype), false, &rows, &cols);
+    return blob__cpu_gemm_blocks(dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, rows,
+                                 cols, NULL, NULL);
 }
 
 blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b, int64_t M,
@@ -271,23 +368,42 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
                         beta, C);
 }
 
+typedef struct {
+    blob_dtype dtype;
+    blob_trans trans_a;
+    int64_t N, red; /* A's row length; the length of x */
+    double alpha, beta;
+    const void *A, *x;
+    void *y;
+} gemv_job;
+
+/* y's elements [o0, o1), in pieces, each accumulated over the pieces of x (beta on the
+ * first only). */
+static void gemv_range(void *ctx, int64_t o0, int64_t o1)
+{
+    const gemv_job *g = ctx;
+    const int64_t c = blob__blas_chunk, N = g->N, red = g->red;
+    const bool t = g->trans_a == BLOB_TRANS;
+    for (int64_t o = o0; o < o1; o += c)
+        for (int64_t r = 0; r < red; r += c)
+            BLAS(g->dtype, gemv, CblasRowMajor, cblas_trans(g->trans_a),
+                 t ? piece(red, r) : piece(o1, o), t ? piece(o1, o) : piece(red, r), g->alpha,
+                 at(g->dtype, g->A, t ? r * N + o : o * N + r), (blasint)N,
+                 at(g->dtype, g->x, r), 1, r ? 1.0 : g->beta, at(g->dtype, g->y, o), 1);
+}
+
 blob_status blob_cpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N,
                           double alpha, const void *A, const void *x, double beta, void *y)
 {
     BLOB_TRY(check_gemv(__func__, dtype, trans_a, M, N, A, x, y));
-    int64_t out = trans_a ? N : M, red = trans_a ? M : N, c = blob__blas_chunk;
+    int64_t out = trans_a ? N : M, red = trans_a ? M : N;
     if (out == 0)
         return BLOB_OK;
     if (red == 0)
         return scale_empty(false, dtype, out, beta, y);
     BLOB_TRY(check_ld(__func__, "A", N));
-    /* Pieces of y, each accumulated over the pieces of x (beta on the first only). */
-    for (int64_t o = 0; o < out; o += c)
-        for (int64_t r = 0; r < red; r += c)
-            BLAS(dtype, gemv, CblasRowMajor, cblas_trans(trans_a),
-                 trans_a ? piece(red, r) : piece(out, o), trans_a ? piece(out, o) : piece(red, r),
-                 alpha, at(dtype, A, trans_a ? r * N + o : o * N + r), (blasint)N,
-                 at(dtype, x, r), 1, r ? 1.0 : beta, at(dtype, y, o), 1);
+    gemv_job g = {dtype, trans_a, N, red, alpha, beta, A, x, y};
+    blob__host_for(blob__host_threads(M * N), out, gemv_range, &g);
     return BLOB_OK;
 }
 
@@ -307,8 +423,7 @@ blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64
 blob_status blob_cpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    for (int64_t off = 0; off < n; off += blob__blas_chunk)
-        BLAS(dtype, axpy, piece(n, off), alpha, at(dtype, x, off), 1, at(dtype, y, off), 1);
+    vec_run(VEC_AXPY, dtype, n, alpha, x, 0, y);
     return BLOB_OK;
 }
 
@@ -323,9 +438,7 @@ blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
                            double beta, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    for (int64_t off = 0; off < n; off += blob__blas_chunk)
-        BLAS(dtype, axpby, piece(n, off), alpha, at(dtype, x, off), 1, beta, at(dtype, y, off),
-             1);
+    vec_run(VEC_AXPBY, dtype, n, alpha, x, beta, y);
     return BLOB_OK;
 }
 
@@ -340,7 +453,7 @@ blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
 blob_status blob_cpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x));
-    cpu_scal(dtype, n, alpha, x);
+    vec_run(VEC_SCAL, dtype, n, alpha, NULL, 0, x);
     return BLOB_OK;
 }
 
@@ -355,10 +468,7 @@ blob_status blob_cpu_dot(blob_dtype dtype, int64_t n, const void *x, const void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(check_out(__func__, out));
-    double sum = 0;
-    for (int64_t off = 0; off < n; off += blob__blas_chunk)
-        sum += BLAS(dtype, dot, piece(n, off), at(dtype, x, off), 1, at(dtype, y, off), 1);
-    *out = sum;
+    *out = vec_run(VEC_DOT, dtype, n, 0, x, 0, (void *)y);
     return BLOB_OK;
 }
 
@@ -374,10 +484,7 @@ blob_status blob_cpu_asum(blob_dtype dtype, int64_t n, const void *x, double *ou
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x));
     BLOB_TRY(check_out(__func__, out));
-    double sum = 0;
-    for (int64_t off = 0; off < n; off += blob__blas_chunk)
-        sum += BLAS(dtype, asum, piece(n, off), at(dtype, x, off), 1);
-    *out = sum;
+    *out = vec_run(VEC_ASUM, dtype, n, 0, x, 0, NULL);
     return BLOB_OK;
 }
 
@@ -392,8 +499,7 @@ blob_status blob_gpu_asum(blob_dtype dtype, int64_t n, const void *x, double *ou
 blob_status blob_cpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
-    for (int64_t off = 0; off < n; off += blob__blas_chunk)
-        BLAS(dtype, copy, piece(n, off), at(dtype, x, off), 1, at(dtype, y, off), 1);
+    vec_run(VEC_COPY, dtype, n, 0, x, 0, y);
     return BLOB_OK;
 }
 

@@ -24,6 +24,18 @@ blob_status blob__check_dtype(const char *fn, blob_dtype dtype);
 blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
                               const void *p);
 
+/* Run by a host GEMM's thread on the block of C it has just computed: rows [i0, i1) x
+ * columns [j0, j1). */
+typedef void (*blob__gemm_block_fn)(void *ctx, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+/* blob_cpu_gemm on checked arguments with M, N, K > 0, C cut into blocks of rows x cols
+ * (blob__gemm_grid), each computed by one of the host threads, which then runs after on it
+ * (when not NULL). Errors: BLOB_EOVERFLOW for a row longer than the BLAS's int. */
+blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
+                                  int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                                  const void *B, double beta, void *C, int64_t rows,
+                                  int64_t cols, blob__gemm_block_fn after, void *after_ctx);
+
 /* A math mode in the enum (mode.c). */
 blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);
 /* The mode a GPU product of dtype runs in: the process-wide one for BLOB_MATH_DEFAULT,
