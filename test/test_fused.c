@@ -823,6 +823,65 @@ START_TEST(test_gpu_epilogue_graph)
 }
 END_TEST
 
+/* The same product launched again and again (cuBLASLt's launch is then replayed from a
+ * graph), with new inputs each time, on two streams and under a capture: each result
+ * equals the host's. */
+START_TEST(test_gpu_epilogue_replay)
+{
+    const int64_t B = 64, I = 200, O = 130;
+    const size_t f = sizeof(float), mb = blob_relu_mask_bytes(B, O);
+    float *x = malloc(f * B * I), *w = malloc(f * O * I), *b = malloc(f * O);
+    float *ref = malloc(f * B * O), *got = malloc(f * B * O);
+    unsigned char *ref_mask = aligned_alloc(16, mb), *got_mask = malloc(mb);
+    test_seed(777);
+    test_fill(BLOB_FLOAT32, w, O * I, -1, 1);
+    test_fill(BLOB_FLOAT32, b, O, -1, 1);
+    void *s[2];
+    ck_ok(blob_stream_create(&s[0]));
+    ck_ok(blob_stream_create(&s[1]));
+    blob_set_stream(s[0]);
+    float *dx = side_alloc(true, f * B * I), *dw = side_copy(true, w, f * O * I);
+    float *db = side_copy(true, b, f * O), *y = side_alloc(true, f * B * O);
+    void *mask = side_alloc(true, mb);
+    ck_ok(blob__be->memset_async(mask, 0, mb, s[0])); /* cuBLASLt reads the bytes it updates */
+    for (int r = 0; r < 12; r++) {
+        /* rounds 0-4 on one stream, 5-9 on the other, 10-11 captured and replayed */
+        blob_set_stream(s[r >= 5 && r < 10]);
+        test_fill(BLOB_FLOAT32, x, B * I, -1, 1);
+        ck_ok(blob__be->copy_async(dx, x, f * B * I, BLOB__H2D, blob_get_stream()));
+        ck_ok(blob_cpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, x, w, ref,
+                                     BLOB_EPILOGUE_BIAS_RELU, b, ref_mask, 0));
+        if (r < 10) {
+            ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw,
+                                         y, BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));
+        } else {
+            blob_graph *g;
+            ck_ok(blob_graph_begin(blob_get_stream()));
+            ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw,
+                                         y, BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));
+            ck_ok(blob_graph_end(blob_get_stream(), &g));
+            ck_ok(blob_graph_launch(g, blob_get_stream()));
+            blob_graph_free(g);
+        }
+        side_read(true, got, y, f * B * O);
+        side_read(true, got_mask, mask, mb);
+        for (int64_t i = 0; i < B * O; i++)
+            ck_assert_msg(fabsf(got[i] - ref[i]) <= 1e-5f * (1 + fabsf(ref[i])),
+                          "round %d [%lld]: GPU %g, host %g", r, (long long)i, got[i], ref[i]);
+        for (int64_t i = 0; i < B; i++)
+            for (int64_t j = 0; j < O; j++)
+                ck_assert(bit(got_mask, O, i, j) == bit(ref_mask, O, i, j));
+    }
+    void *bufs[] = {dx, dw, db, y, mask};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        side_free(true, bufs[k]);
+    blob_set_stream(NULL);
+    ck_ok(blob_stream_destroy(s[0]));
+    ck_ok(blob_stream_destroy(s[1]));
+    free(x), free(w), free(b), free(ref), free(got), free(ref_mask), free(got_mask);
+}
+END_TEST
+
 Suite *fused_suite(void)
 {
     Suite *s = suite_create("fused");
@@ -852,6 +911,7 @@ Suite *fused_suite(void)
     req_add_loop_test(gpu, test_gpu_epilogues, 0, 4);
     req_add_loop_test(gpu, test_gpu_global_mode, 0, 3);
     req_add_test(gpu, test_gpu_epilogue_graph);
+    req_add_test(gpu, test_gpu_epilogue_replay);
     req_add_test(gpu, test_gpu_gemm_tuning);
     suite_add_tcase(s, gpu);
     return s;
