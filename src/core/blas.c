@@ -103,8 +103,6 @@ void blob__blas_select_core(const char *user_coretype)
     pthread_mutex_unlock(&info_mu);
 }
 
-enum { MAX_HOST_THREADS = 64 };
-
 static _Atomic int host_threads = 1; /* the library's host threads, the caller's included */
 static bool one_thread_blas;         /* the BLAS runs a call on its caller alone (OpenBLAS's
                                         count permitting) */
@@ -115,7 +113,7 @@ __attribute__((constructor)) static void blas_init(void)
     blob__blas_select_core(getenv("OPENBLAS_CORETYPE"));
     long n = openblas_get_num_threads ? openblas_get_num_threads()
                                       : sysconf(_SC_NPROCESSORS_ONLN);
-    host_threads = n < 1 ? 1 : n > MAX_HOST_THREADS ? MAX_HOST_THREADS : (int)n;
+    host_threads = n < 1 ? 1 : n > BLOB__MAX_HOST_THREADS ? BLOB__MAX_HOST_THREADS : (int)n;
     if (openblas_get_parallel && openblas_set_num_threads && openblas_get_num_threads) {
         int kind = openblas_get_parallel(); /* 0 serial, 1 pthreads, 2 OpenMP */
         if (kind == 1) {
@@ -131,8 +129,9 @@ __attribute__((constructor)) static void blas_init(void)
 
 blob_status blob_set_host_threads(int n)
 {
-    if (n < 1 || n > MAX_HOST_THREADS)
-        return BLOB_FAIL(BLOB_EINVAL, "%d host threads: must be 1 to %d", n, MAX_HOST_THREADS);
+    if (n < 1 || n > BLOB__MAX_HOST_THREADS)
+        return BLOB_FAIL(BLOB_EINVAL, "%d host threads: must be 1 to %d", n,
+                         BLOB__MAX_HOST_THREADS);
     host_threads = n;
     return BLOB_OK;
 }

@@ -118,6 +118,9 @@ blob_status blob__check_device(int device);
 
 /* ---- The host BLAS (blas.c) ---- */
 
+/* The most host threads the library runs, the caller's included. */
+enum { BLOB__MAX_HOST_THREADS = 64 };
+
 /* Threads for a host loop over `work` elements: 1 below the size where more pay off,
  * else the library's host threads (at most one per 256K elements). */
 int blob__host_threads(int64_t work);

@@ -15,7 +15,7 @@
 
 #include "core.h"
 
-enum { MAX_WORKERS = 63 };
+enum { MAX_WORKERS = BLOB__MAX_HOST_THREADS - 1 };
 static const int64_t SPIN_NS = 50000;
 
 static pthread_mutex_t dispatch_mu = PTHREAD_MUTEX_INITIALIZER; /* one loop at a time */

@@ -197,7 +197,7 @@ typedef struct {
     double alpha, beta;
     const void *x;
     void *y;
-    double sums[64]; /* per part: dot and asum; at most the host threads */
+    double sums[BLOB__MAX_HOST_THREADS]; /* per part: dot and asum */
 } vec_job;
 
 static void vec_parts(void *ctx, int64_t p0, int64_t p1)
@@ -229,8 +229,6 @@ static double vec_run(vec_op op, blob_dtype dtype, int64_t n, double alpha, cons
                       double beta, void *y)
 {
     vec_job v = {op, dtype, n, blob__host_threads(n), alpha, beta, x, y, {0}};
-    if (v.parts > (int)(sizeof v.sums / sizeof v.sums[0]))
-        v.parts = (int)(sizeof v.sums / sizeof v.sums[0]);
     blob__host_for(v.parts, v.parts, vec_parts, &v);
     double sum = 0;
     for (int p = 0; p < v.parts; p++)
