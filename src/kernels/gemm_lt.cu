@@ -583,6 +583,17 @@ static void tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alp
     p->num_untimed = 0;
 }
 
+/* The least recently used of slots[0, n), n >= 1: the first with the smallest `used`. */
+template <typename T>
+static T *least_recent(T *slots, int n)
+{
+    T *lru = &slots[0];
+    for (int i = 1; i < n; i++)
+        if (slots[i].used < lru->used)
+            lru = &slots[i];
+    return lru;
+}
+
 /* The cached plan of key, made (evicting the least recently used) if missing. */
 static blob_status plan_for(const char *func, LtState *st, cublasLtHandle_t h, const Key &k,
                             void *bias, void *mask, Plan **out)
@@ -597,10 +608,7 @@ static blob_status plan_for(const char *func, LtState *st, cublasLtHandle_t h, c
         if (st->num_plans < MAX_PLANS) {
             p = &st->plans[st->num_plans++];
         } else {
-            p = &st->plans[0];
-            for (int i = 1; i < MAX_PLANS; i++)
-                if (st->plans[i].used < p->used)
-                    p = &st->plans[i];
+            p = least_recent(st->plans, MAX_PLANS);
             plan_destroy(p);
         }
         *p = fresh;
@@ -728,10 +736,7 @@ static bool replay(LtState *st, int dev, cublasLtHandle_t h, Plan *p, void *stre
         if (p->num_launches < LAUNCHES) {
             l = &p->launches[p->num_launches++];
         } else {
-            l = &p->launches[0];
-            for (int i = 1; i < LAUNCHES; i++)
-                if (p->launches[i].used < l->used)
-                    l = &p->launches[i];
+            l = least_recent(p->launches, LAUNCHES);
             launch_forget(l);
         }
         *l = now;

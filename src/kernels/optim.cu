@@ -21,6 +21,8 @@
  * second word, which that block sets back to 0), so a captured graph replays correctly. */
 #include <math.h>
 
+#include <atomic>
+
 #include "common.cuh"
 #include "optim_formula.h"
 
@@ -171,14 +173,14 @@ static __global__ void __launch_bounds__(THREADS)
 /* The blocks that the GPU's SMs hold at once. */
 static blob_status resident_blocks(const char *func, int64_t *out)
 {
-    static int sm_count[64]; /* per device, read once */
+    static std::atomic<int> sm_count[64]; /* per device, 0 until read; racers store alike */
     int dev;
     BLOB_TRY(blob__current_device(&dev));
-    int sms = dev >= 0 && dev < 64 ? sm_count[dev] : 0;
+    int sms = dev >= 0 && dev < 64 ? sm_count[dev].load(std::memory_order_relaxed) : 0;
     if (!sms) {
         CUDA_TRY(func, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         if (dev >= 0 && dev < 64)
-            sm_count[dev] = sms;
+            sm_count[dev].store(sms, std::memory_order_relaxed);
     }
     *out = (int64_t)sms * RESIDENT_PER_SM;
     return BLOB_OK;
