@@ -461,9 +461,10 @@ static void fake_graph_destroy(void *graph, void *exec)
     (void)graph, (void)exec;
 }
 
-static blob_status fake_graph_count_nodes(void *graph, int64_t *kernels, int64_t *total)
+static blob_status fake_graph_count_nodes(void *graph, int64_t *kernels, int64_t *host,
+                                          int64_t *total)
 {
-    (void)graph, (void)kernels, (void)total;
+    (void)graph, (void)kernels, (void)host, (void)total;
     return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 

@@ -211,8 +211,14 @@ BLOB_API blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op);
  * Buckets are runs of consecutive blobs of at most the communicator's bucket size
  * (blobs larger than that are split), reduced in place when the diffs of a bucket lie
  * back to back in device memory (one flat blob viewed by the list's blobs), and packed
- * into a buffer of the caching allocator otherwise. The diffs end on the GPU (head
- * AT_GPU). Errors: BLOB_EINVAL (op), BLOB_ESTATE (begin twice, or ready/end with no
+ * into a buffer of the caching allocator otherwise. From a bucket's second all-reduce
+ * on, its collective is replayed from a CUDA graph captured then (again when the op or
+ * the address of a diff changes): NCCL launches on a nonblocking communicator through a
+ * new thread every time, a replay costs a few microseconds. That is done where NCCL's
+ * graph of a collective has no host function on any rank, as the communicator's first
+ * list creation finds out; a network transport's proxy needs one, and the ranks of
+ * several hosts keep NCCL's launches. A replayed packed bucket keeps its buffer until
+ * the list is freed. The diffs end on the GPU (head AT_GPU). Errors: BLOB_EINVAL (op), BLOB_ESTATE (begin twice, or ready/end with no
  * step), BLOB_ERANGE (first, n), BLOB_ESHAPE (a blob changed its count), communicator
  * errors. */
 BLOB_API blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op);

@@ -19,6 +19,7 @@
 typedef struct blob__ccl {
     const char *name;
     bool multi_rank; /* can join more than one rank */
+    bool graphs;     /* its collectives can be captured in a CUDA graph and replayed */
     blob_status (*new_id)(blob_comm_id *out);
     /* Start joining as `rank` of `world` on the current device. On success *handle is
      * set even while the join goes on. */

@@ -163,6 +163,7 @@ static void nccl_abort(void *handle)
 static const blob__ccl nccl_table = {
     .name = "nccl",
     .multi_rank = true,
+    .graphs = true,
     .new_id = nccl_new_id,
     .init = nccl_init,
     .init_local = nccl_init_local,

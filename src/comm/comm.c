@@ -758,6 +758,58 @@ blob_status blob__comm_gather_host(blob_comm *c, const char *func, const void *i
                            BLOB_COMM_SUM);
 }
 
+/* Capture an all-reduce of one element on c's stream and look for host functions in
+ * the graph: *ok when there are none. A graph that cannot be made leaves *ok false; a
+ * failed collective call brings c down. */
+static blob_status probe_capture(blob_comm *c, const char *func, bool *ok)
+{
+    *ok = false;
+    void *buf = NULL, *graph = NULL, *exec = NULL;
+    if (blob_place_alloc(blob_place_device(c->device), sizeof(float), c->stream, &buf) != BLOB_OK)
+        return BLOB_OK;
+    blob_status st = BLOB_OK;
+    if (blob__be->graph_begin(c->stream) == BLOB_OK) {
+        pthread_mutex_lock(&c->mu);
+        if (c->failure != BLOB_OK)
+            st = blob__comm_failed(c, func);
+        else if ((st = c->ccl->all_reduce(c->handle, buf, 1, BLOB_FLOAT32, BLOB_COMM_SUM,
+                                          c->stream)) != BLOB_OK)
+            st = blob__comm_fail_last(c, func, st, "the replay probe");
+        else
+            st = blob__comm_settle(c, func, "the replay probe", BLOB__COMM_PEER_HINT);
+        pthread_mutex_unlock(&c->mu);
+        int64_t kernels = 0, host = 0, total = 0;
+        if (blob__be->graph_end(c->stream, &graph, &exec) == BLOB_OK &&
+            blob__be->graph_count_nodes(graph, &kernels, &host, &total) == BLOB_OK)
+            *ok = st == BLOB_OK && kernels > 0 && host == 0;
+        blob__be->graph_destroy(graph, exec);
+    }
+    blob_place_free(blob_place_device(c->device), buf);
+    return st;
+}
+
+blob_status blob__comm_decide_replay(blob_comm *c, const char *func)
+{
+    if (c->replay_decided)
+        return BLOB_OK;
+    bool ok = false;
+    if (c->ccl->graphs)
+        BLOB_TRY(probe_capture(c, func, &ok));
+    int64_t mine = ok;
+    int64_t *all = blob__obj_alloc((size_t)c->size * sizeof *all);
+    if (!all)
+        return blob__comm_poison(c, func, BLOB_ENOMEM, "the replay decision");
+    blob_status st = blob__comm_gather_host(c, func, &mine, sizeof mine, all);
+    bool every = st == BLOB_OK;
+    for (int r = 0; r < c->size && every; r++)
+        every = all[r] == 1;
+    blob__obj_free(all);
+    BLOB_TRY(st);
+    c->replay = every;
+    c->replay_decided = true;
+    return BLOB_OK;
+}
+
 blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int n, blob_comm_op op)
 {
     if (!c || !values)

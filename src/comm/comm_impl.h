@@ -27,6 +27,7 @@ struct blob_comm {
     void *order_event; /* orders it and the caller's stream (the owner's thread only) */
     uint64_t seq;  /* collectives started: names them in messages */
     int lists;     /* lists created, to name them */
+    bool replay_decided, replay; /* see blob__comm_decide_replay */
 
     /* Guarded by mu, which the watchdog thread takes too. NCCL calls on handle are made
      * with mu held and never block for long (the communicator is nonblocking); CUDA
@@ -54,6 +55,17 @@ typedef struct {
     int first, last;
 } blob__comm_bucket;
 
+/* A bucket's all-reduce (pack, NCCL, unpack) captured in a CUDA graph and replayed:
+ * NCCL launches on a nonblocking communicator through a new thread each time, tens of
+ * microseconds of host time, while a replay costs a few. */
+typedef struct {
+    int calls;          /* all-reduces of the bucket so far */
+    void *graph, *exec; /* NULL until captured */
+    blob_comm_op op;    /* as captured */
+    char **dev;         /* device sides of the bucket's blobs (first..last), as captured */
+    void *buf;          /* a packed bucket's buffer, kept for the replays */
+} blob__comm_replay;
+
 struct blob_comm_list {
     blob_comm *c;
     int id;          /* 1 for the communicator's first list, ... */
@@ -65,6 +77,8 @@ struct blob_comm_list {
     size_t elem;
     int num_buckets;
     blob__comm_bucket *buckets;
+    blob__comm_replay *replays; /* one per bucket */
+    char **replay_dev;          /* the replays' dev arrays, end to end */
     /* the step begun and not ended */
     bool open;
     blob_comm_op op;
@@ -147,6 +161,14 @@ blob_status blob__comm_order(blob_comm *c, void *waiter, void *stream);
  * at r * bytes) and wait for it. A failure brings c down. */
 blob_status blob__comm_gather_host(blob_comm *c, const char *func, const void *in, size_t bytes,
                                    void *out);
+
+/* Decide once, with the other ranks, whether c's collectives may be replayed from CUDA
+ * graphs (c->replay): only if the collective library can be captured and a probe
+ * capture holds no host function on any rank. NCCL puts one in a graph for the proxy of
+ * a network transport; every launch of such a graph waits until the host function of
+ * the one before has run, and a dead peer can make that wait forever. A collective:
+ * every rank calls it at the same point. A failure brings c down. */
+blob_status blob__comm_decide_replay(blob_comm *c, const char *func);
 
 /* Bring c down with the failure just recorded on this thread, as the failure of what
  * (mu not held). For failures after which the ranks may no longer make the same calls. */

@@ -162,6 +162,8 @@ static void list_release(blob_comm_list *l)
     blob__obj_free(l->counts);
     blob__obj_free(l->offset);
     blob__obj_free(l->buckets);
+    blob__obj_free(l->replays);
+    blob__obj_free(l->replay_dev);
     blob__obj_free(l->ready);
     blob__obj_free(l->dev);
     blob__obj_free(l);
@@ -203,6 +205,25 @@ static blob_status check_blobs(const blob_comm *c, blob *const *blobs, int n, in
                              blob_device(blobs[i]), c->device);
     }
     *bad = -1;
+    return BLOB_OK;
+}
+
+/* The list's replay records, none captured yet. */
+static blob_status replays_alloc(blob_comm_list *l)
+{
+    size_t keys = 0;
+    for (int k = 0; k < l->num_buckets; k++)
+        keys += (size_t)(l->buckets[k].last - l->buckets[k].first + 1);
+    l->replays = blob__obj_alloc((size_t)l->num_buckets * sizeof *l->replays);
+    l->replay_dev = blob__obj_alloc(keys * sizeof *l->replay_dev);
+    if (!l->replays || !l->replay_dev)
+        return BLOB_ENOMEM; /* detail recorded by the allocation */
+    memset(l->replays, 0, (size_t)l->num_buckets * sizeof *l->replays);
+    char **dev = l->replay_dev;
+    for (int k = 0; k < l->num_buckets; k++) {
+        l->replays[k].dev = dev;
+        dev += l->buckets[k].last - l->buckets[k].first + 1;
+    }
     return BLOB_OK;
 }
 
@@ -287,6 +308,8 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
                 local = BLOB_ENOMEM;
         }
     }
+    if (local == BLOB_OK && l->num_buckets > 0)
+        local = replays_alloc(l);
     blob_status st = local;
     if (c->size > 1) {
         char detail[256];
@@ -295,6 +318,8 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
         if (st == local && st != BLOB_OK) /* this rank's own error, with its own detail */
             st = BLOB_FAIL(local, "%s", detail);
     }
+    if (st == BLOB_OK && c->size > 1)
+        st = blob__comm_decide_replay(c, __func__);
     if (st != BLOB_OK) {
         if (l)
             list_release(l);
@@ -309,8 +334,17 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
 
 void blob_comm_list_free(blob_comm_list *l)
 {
-    if (l)
-        list_release(l);
+    if (!l)
+        return;
+    /* a graph still running is freed when it ends; the buffer is reused on the
+     * communicator's stream, after the work queued there */
+    for (int k = 0; k < l->num_buckets; k++) {
+        if (l->replays[k].exec)
+            blob__be->graph_destroy(l->replays[k].graph, l->replays[k].exec);
+        if (l->replays[k].buf)
+            blob_place_free(blob_place_device(l->c->device), l->replays[k].buf);
+    }
+    list_release(l);
 }
 
 /* ---- collectives on lists ---- */
@@ -427,44 +461,107 @@ static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, ch
     return BLOB_OK;
 }
 
+/* Pack bucket k into buf (unless in place), all-reduce it there and unpack it, on the
+ * communicator's stream; what names it. A failure brings the communicator down. */
+static blob_status bucket_collective(blob_comm_list *l, const blob__comm_bucket *k, char *buf,
+                                     bool in_place, const char *func, const char *what)
+{
+    blob_comm *c = l->c;
+    if (!in_place && move_pieces(l, k, buf, true) != BLOB_OK)
+        return blob__comm_poison(c, func, BLOB_ECUDA, what);
+    blob_status st;
+    pthread_mutex_lock(&c->mu);
+    if (c->failure != BLOB_OK)
+        st = blob__comm_failed(c, func);
+    else if ((st = c->ccl->all_reduce(c->handle, buf, (size_t)(k->end - k->begin), l->dtype,
+                                      l->op, c->stream)) != BLOB_OK)
+        st = blob__comm_fail_last(c, func, st, what);
+    else
+        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
+    pthread_mutex_unlock(&c->mu);
+    if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
+        st = blob__comm_poison(c, func, BLOB_ECUDA, what);
+    return st;
+}
+
+/* Whether bucket kb's graph holds the list's op and diffs of now. */
+static bool replay_current(const blob_comm_list *l, int kb)
+{
+    const blob__comm_replay *r = &l->replays[kb];
+    const blob__comm_bucket *k = &l->buckets[kb];
+    return r->exec && r->op == l->op &&
+           !memcmp(r->dev, l->dev + k->first, (size_t)(k->last - k->first + 1) * sizeof *r->dev);
+}
+
+/* Capture bucket kb's collective in a graph, replacing the one it had. */
+static blob_status capture(blob_comm_list *l, int kb, char *buf, bool in_place, const char *func,
+                           const char *what)
+{
+    blob_comm *c = l->c;
+    blob__comm_replay *r = &l->replays[kb];
+    const blob__comm_bucket *k = &l->buckets[kb];
+    blob__be->graph_destroy(r->graph, r->exec);
+    r->graph = r->exec = NULL;
+    blob_status st = blob__be->graph_begin(c->stream);
+    if (st != BLOB_OK)
+        return blob__comm_poison(c, func, st, what);
+    blob_status queued = bucket_collective(l, k, buf, in_place, func, what);
+    void *graph = NULL, *exec = NULL;
+    st = blob__be->graph_end(c->stream, &graph, &exec); /* ends the capture in any case */
+    if (queued != BLOB_OK) {
+        blob__be->graph_destroy(graph, exec);
+        return queued;
+    }
+    if (st != BLOB_OK)
+        return blob__comm_poison(c, func, st, what);
+    r->graph = graph;
+    r->exec = exec;
+    r->op = l->op;
+    memcpy(r->dev, l->dev + k->first, (size_t)(k->last - k->first + 1) * sizeof *r->dev);
+    return BLOB_OK;
+}
+
 /* All-reduce bucket kb on the communicator's stream: in place when its diffs lie back
- * to back, else packed into a buffer of the caching allocator and unpacked after. func:
- * the public call that queues it, named in errors. */
+ * to back, else packed into a buffer of the caching allocator and unpacked after. From
+ * the bucket's second all-reduce on (the first lets NCCL connect), the collective is
+ * replayed from a graph, captured again when the op or a diff moved; every rank makes
+ * the same choice, as all make the same calls. func: the public call that queues it,
+ * named in errors. */
 static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
 {
     blob_comm *c = l->c;
     const blob__comm_bucket *k = &l->buckets[kb];
-    size_t count = (size_t)(k->end - k->begin);
+    blob__comm_replay *r = &l->replays[kb];
+    size_t bytes = (size_t)(k->end - k->begin) * l->elem;
     bool in_place = blob__comm_contiguous(l->dev, l->counts, k->first, k->last, l->elem);
+    bool replay = c->replay && r->calls++ > 0;
+    char what[96];
+    pthread_mutex_lock(&c->mu);
+    snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
+             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, bytes / l->elem);
+    pthread_mutex_unlock(&c->mu);
     char *buf = NULL;
     blob_status st = BLOB_OK;
     if (in_place) {
         buf = l->dev[k->first] + (size_t)(k->begin - l->offset[k->first]) * l->elem;
-    } else {
+    } else if (!replay || !r->buf) {
         void *p = NULL;
-        st = blob_place_alloc(blob_place_device(c->device), count * l->elem, c->stream, &p);
+        st = blob_place_alloc(blob_place_device(c->device), bytes, c->stream, &p);
         buf = p;
-        if (st == BLOB_OK)
-            st = move_pieces(l, k, buf, true);
-    }
-    char what[96];
-    pthread_mutex_lock(&c->mu);
-    snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
-             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, count);
-    if (st != BLOB_OK) {
-        st = blob__comm_fail_last(c, func, st, what);
-    } else if (c->failure != BLOB_OK) {
-        st = blob__comm_failed(c, func);
-    } else if ((st = c->ccl->all_reduce(c->handle, buf, count, l->dtype, l->op, c->stream)) !=
-               BLOB_OK) {
-        st = blob__comm_fail_last(c, func, st, what);
+        if (replay)
+            r->buf = p;
     } else {
-        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
+        buf = r->buf;
     }
-    pthread_mutex_unlock(&c->mu);
-    if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
-        st = blob__comm_poison(c, func, BLOB_ECUDA, what);
-    if (!in_place) /* reused on the communicator's stream, after the work queued there */
+    if (st != BLOB_OK)
+        return blob__comm_poison(c, func, st, what);
+    if (!replay)
+        st = bucket_collective(l, k, buf, in_place, func, what);
+    else if (!replay_current(l, kb))
+        st = capture(l, kb, buf, in_place, func, what);
+    if (replay && st == BLOB_OK && (st = blob__be->graph_launch(r->exec, c->stream)) != BLOB_OK)
+        st = blob__comm_poison(c, func, st, what);
+    if (!in_place && !replay) /* reused on the communicator's stream, after the work queued there */
         blob_place_free(blob_place_device(c->device), buf);
     if (st == BLOB_OK) {
         pthread_mutex_lock(&c->mu);

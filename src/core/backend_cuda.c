@@ -246,7 +246,8 @@ static void cuda_graph_destroy(void *graph, void *exec)
         (void)cudaGetLastError();
 }
 
-static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t *total)
+static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t *host,
+                                          int64_t *total)
 {
     size_t n = 0;
     CUDA_TRY(cudaGraphGetNodes((cudaGraph_t)graph, NULL, &n));
@@ -263,11 +264,12 @@ static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t
             st = blob__cuda_fail(err, "cudaGraphNodeGetType", __func__);
         } else if (type != cudaGraphNodeTypeGraph) {
             *kernels += type == cudaGraphNodeTypeKernel;
+            *host += type == cudaGraphNodeTypeHost;
             *total += 1;
         } else if ((err = cudaGraphChildGraphNodeGetGraph(nodes[i], &child)) != cudaSuccess) {
             st = blob__cuda_fail(err, "cudaGraphChildGraphNodeGetGraph", __func__);
         } else {
-            st = cuda_graph_count_nodes(child, kernels, total);
+            st = cuda_graph_count_nodes(child, kernels, host, total);
         }
     }
     free(nodes);

@@ -63,9 +63,10 @@ static blob_status none_graph_launch(void *exec, void *stream)
     return no_gpu("graph_launch");
 }
 static void none_graph_destroy(void *graph, void *exec) { (void)graph, (void)exec; }
-static blob_status none_graph_count_nodes(void *graph, int64_t *kernels, int64_t *total)
+static blob_status none_graph_count_nodes(void *graph, int64_t *kernels, int64_t *host,
+                                          int64_t *total)
 {
-    (void)graph, (void)kernels, (void)total;
+    (void)graph, (void)kernels, (void)host, (void)total;
     return no_gpu("graph_count_nodes");
 }
 

@@ -54,9 +54,10 @@ typedef struct blob__backend {
     blob_status (*graph_end)(void *stream, void **graph, void **exec);
     blob_status (*graph_launch)(void *exec, void *stream);
     void (*graph_destroy)(void *graph, void *exec);
-    /* The kernel launches and all operations of a captured graph (child graphs counted
-     * by their contents). */
-    blob_status (*graph_count_nodes)(void *graph, int64_t *kernels, int64_t *total);
+    /* Add the kernel launches, the host functions and all operations of a captured graph
+     * (child graphs counted by their contents) to the counts. */
+    blob_status (*graph_count_nodes)(void *graph, int64_t *kernels, int64_t *host,
+                                     int64_t *total);
 } blob__backend;
 
 /* The table in use. Read on every device operation; changed only by install. */

@@ -3,8 +3,11 @@
  * environment, as blob-launch sets them.
  *
  *   comm_probe gpus             print the number of GPUs
- *   comm_probe allreduce STEPS  sums and means of diffs (separate blobs, and views of one
- *                               flat blob) checked exactly against the host's
+ *   comm_probe allreduce STEPS [replay]
+ *                               sums and means of diffs (separate blobs, and views of one
+ *                               flat blob; two steps of each op in turn) checked exactly
+ *                               against the host's; replay: buckets replayed from graphs
+ *                               whatever the transport (the communicator's choice forced)
  *   comm_probe train STEPS KILL_RANK KILL_STEP
  *                               SGD steps on broadcast weights (update only after
  *                               blob_comm_synchronize); KILL_RANK SIGKILLs itself at the
@@ -24,6 +27,8 @@
 #include <time.h>
 
 #include <blob/blob.h>
+
+#include "../../src/comm/comm_impl.h"
 
 static int rank = -1;
 
@@ -107,9 +112,13 @@ static int check_diff(blob *b, int world, int s, int64_t at, blob_comm_op op, co
     return 0;
 }
 
-static int all_reduce(int steps)
+static int all_reduce(int steps, bool replay)
 {
     blob_comm *c = join();
+    if (replay) { /* before the first list decides */
+        c->replay_decided = true;
+        c->replay = true;
+    }
     int world = blob_comm_size(c);
     enum { N = 3 };
     const int64_t counts[N] = {(1 << 20) + 3, 1000, 5};
@@ -128,7 +137,7 @@ static int all_reduce(int steps)
     int bad = 0;
     double t0 = now();
     for (int s = 0; s < steps; s++) {
-        blob_comm_op op = s % 2 ? BLOB_COMM_MEAN : BLOB_COMM_SUM;
+        blob_comm_op op = s / 2 % 2 ? BLOB_COMM_MEAN : BLOB_COMM_SUM;
         for (int i = 0, at = 0; i < N; at += (int)counts[i++]) {
             fill_diff(sep[i], rank, s, at);
             fill_diff(view[i], rank, s + 1000, at);
@@ -145,8 +154,8 @@ static int all_reduce(int steps)
         }
     }
     if (!bad)
-        SAY("allreduce ok: %d steps of %d ranks, sum and mean, exact, %.2f s", steps, world,
-            now() - t0);
+        SAY("allreduce ok: %d steps of %d ranks, sum and mean, exact%s, %.2f s", steps, world,
+            replay ? ", replayed" : "", now() - t0);
     blob_comm_list_free(ls);
     blob_comm_list_free(lv);
     for (int i = 0; i < N; i++) {
@@ -284,8 +293,8 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "gpus")) {
         printf("%d\n", blob_device_count());
         r = 0;
-    } else if (!strcmp(mode, "allreduce") && argc == 3) {
-        r = all_reduce(atoi(argv[2]));
+    } else if (!strcmp(mode, "allreduce") && (argc == 3 || (argc == 4 && !strcmp(argv[3], "replay")))) {
+        r = all_reduce(atoi(argv[2]), argc == 4);
     } else if (!strcmp(mode, "train") && argc == 5) {
         r = train(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     } else if (!strcmp(mode, "mismatch")) {
@@ -293,7 +302,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "init")) {
         r = init();
     } else {
-        fprintf(stderr, "usage: comm_probe gpus | allreduce STEPS | train STEPS KILL_RANK "
+        fprintf(stderr, "usage: comm_probe gpus | allreduce STEPS [replay] | train STEPS KILL_RANK "
                 "KILL_STEP | mismatch | init\n");
         return 2;
     }
