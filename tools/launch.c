@@ -2,7 +2,7 @@
  * does, for communicators made with blob_comm_options_from_env.
  *
  *   blob-launch --nproc N [--nnodes M --node-rank K] [--rendezvous FILE] [--grace S]
- *               [--] program [args...]
+ *               [--one-gpu] [--] program [args...]
  *
  * Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK and
  * BLOB_COMM_ID_FILE (FILE, or a file in a fresh temporary directory removed at the end),
@@ -14,6 +14,10 @@
  * forwarded signal. The exit status is the first failed rank's (128 + the signal if it
  * was killed), 128 + the signal the launcher received, or 0. If the launcher itself is
  * killed, the kernel kills the ranks (PR_SET_PDEATHSIG).
+ *
+ * --one-gpu tries a run of several hosts on one GPU: every rank gets LOCAL_RANK 0 and a
+ * host of its own in NCCL's eyes (NCCL_HOSTID), so that the ranks share GPU 0 and talk
+ * through NCCL's network transport, as ranks on different hosts do.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,12 +49,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: %s --nproc N [--nnodes M --node-rank K] [--rendezvous FILE] [--grace S]\n"
-            "       [--] program [args...]\n"
+            "       [--one-gpu] [--] program [args...]\n"
             "Starts N ranks of program with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
             "GROUP_RANK, BLOB_COMM_ID_FILE, MASTER_ADDR and MASTER_PORT set; when one fails,\n"
             "stops the others (SIGTERM, then SIGKILL after S seconds, default 5).\n"
             "Several hosts: run it on each with --nnodes and --node-rank, and a --rendezvous\n"
-            "file on storage every host can read.\n",
+            "file on storage every host can read.\n"
+            "--one-gpu: every rank on GPU 0, each a host of its own to NCCL (NCCL_HOSTID),\n"
+            "so that a run of several hosts can be tried on one GPU.\n",
             prog);
 }
 
@@ -115,6 +121,7 @@ int main(int argc, char **argv)
     int nproc = 0, nnodes = 1, node_rank = 0;
     double grace = 5;
     const char *rendezvous = NULL;
+    bool one_gpu = false;
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -133,6 +140,8 @@ int main(int argc, char **argv)
             node_rank = parse_int(argv[++i], "--node-rank", 0, (1 << 20) - 1);
         } else if (!strcmp(a, "--rendezvous") && has_value) {
             rendezvous = argv[++i];
+        } else if (!strcmp(a, "--one-gpu")) {
+            one_gpu = true;
         } else if (!strcmp(a, "--grace") && has_value) {
             char *end;
             grace = strtod(argv[++i], &end);
@@ -220,8 +229,14 @@ int main(int argc, char **argv)
             if (getppid() != launcher)
                 _exit(1);
             sigprocmask(SIG_SETMASK, &old, NULL);
-            set_env_int("RANK", (long)node_rank * nproc + r);
-            set_env_int("LOCAL_RANK", r);
+            long rank = (long)node_rank * nproc + r;
+            set_env_int("RANK", rank);
+            set_env_int("LOCAL_RANK", one_gpu ? 0 : r);
+            if (one_gpu) {
+                char host[64];
+                snprintf(host, sizeof host, "blob-launch-host-%ld", rank);
+                setenv("NCCL_HOSTID", host, 1);
+            }
             execvp(cmd[0], cmd);
             fprintf(stderr, "%s: cannot run %s: %s\n", prog, cmd[0], strerror(errno));
             _exit(127);

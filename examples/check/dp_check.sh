@@ -3,8 +3,9 @@
 # 1-rank communicator changes nothing. With two GPUs: 2 ranks as threads and as processes
 # (over NVLink, and with NCCL forced onto sockets as between two hosts) end with the
 # weights of one GPU trained with twice the batch, and a rank killed mid-training ends
-# the run with an error, never a hang. Tests that need two GPUs, or the dataset, are
-# skipped with a count.
+# the run with an error, never a hang. With one GPU, the tests over sockets run with the
+# two ranks sharing it as two hosts would (blob-launch --one-gpu). Tests that need two
+# GPUs, a GPU, or the dataset are skipped with a count.
 # Usage: sh examples/check/dp_check.sh EXAMPLES_BIN LAUNCHER OUT_DIR   (make examples-check)
 set -u
 bin=${1:?usage: dp_check.sh EXAMPLES_BIN LAUNCHER OUT_DIR}
@@ -98,32 +99,52 @@ fi
 
 gpu_tests=9
 gpus=$("$check" gpus 2>/dev/null || echo 0)
-if [ "$gpus" -lt 2 ]; then
+sockets="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1"
+if [ "$gpus" -ge 2 ]; then
+    hows="threads nvlink sockets" one_gpu=
+elif [ "$gpus" = 1 ]; then
+    hows=sockets one_gpu=--one-gpu
+    # two "hosts" on one machine: sockets on the loopback interface, unless one is chosen
+    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}" NCCL_IB_DISABLE=1
+    skipped=$((skipped + 4))
+    echo "skipped: 4 tests as threads or over NVLink (they need two GPUs; 1 found)"
+fi
+# rank_env R: the variables of rank R started by hand
+rank_env() {
+    if [ -n "$one_gpu" ]; then echo "RANK=$1 LOCAL_RANK=0 NCCL_HOSTID=blob-test-host-$1"; else
+        echo "RANK=$1 LOCAL_RANK=$1"; fi
+}
+if [ "$gpus" -lt 1 ]; then
     skipped=$((skipped + gpu_tests))
-    echo "skipped: $gpu_tests tests (they need two GPUs; $gpus found)"
+    echo "skipped: $gpu_tests tests (they need a GPU; none found)"
 else
-    echo "data parallel, two GPUs"
-    expect "dp_check threads: 2 threads = 1 GPU with twice the batch" "$check" threads
-    expect "dp_check rank: 2 processes = 1 GPU with twice the batch (NVLink)" \
-        env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 "$check" rank
-    expect "dp_check rank: 2 processes = 1 GPU with twice the batch (sockets)" \
-        env BLOB_COMM_BUCKET_MB=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
-        "$launch" --nproc 2 "$check" rank
+    echo "data parallel, two ranks${one_gpu:+ sharing one GPU as two hosts}"
+    for how in $hows; do
+        # shellcheck disable=SC2086
+        case $how in
+        threads) expect "dp_check threads: 2 threads = 1 GPU with twice the batch" "$check" threads ;;
+        nvlink) expect "dp_check rank: 2 processes = 1 GPU with twice the batch (NVLink)" \
+            env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 "$check" rank ;;
+        sockets) expect "dp_check rank: 2 processes = 1 GPU with twice the batch (sockets)" \
+            env BLOB_COMM_BUCKET_MB=1 $sockets "$launch" --nproc 2 $one_gpu "$check" rank ;;
+        esac
+    done
     if ! have_data; then
-        skipped=$((skipped + 6))
-        echo "skipped: 6 tests (they need Fashion-MNIST in $data)"
+        n=$((gpus >= 2 ? 6 : 4))
+        skipped=$((skipped + n))
+        echo "skipped: $n tests (they need Fashion-MNIST in $data)"
     else
         # 3200 images: 50 steps of 64, or of 2 x 32
         run="--limit 3200 --epochs 1 --lr 0.05"
         # shellcheck disable=SC2086
         "$train" $run --batch 64 --out "$out/one" >"$out/one.txt" 2>&1 ||
             echo "        (train on one GPU failed: see $out/one.txt)"
-        for how in threads nvlink sockets; do
+        for how in $hows; do
+            # shellcheck disable=SC2086
             case $how in
             threads) set -- "$train" --gpus 2 ;;
             nvlink) set -- "$launch" --nproc 2 "$train" ;;
-            sockets) set -- env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
-                "$launch" --nproc 2 "$train" ;;
+            sockets) set -- env $sockets "$launch" --nproc 2 $one_gpu "$train" ;;
             esac
             # shellcheck disable=SC2086
             "$@" $run --batch 32 --out "$out/$how" >"$out/$how.txt" 2>&1
@@ -140,8 +161,8 @@ else
         timeout=3
         long="--limit 3200 --epochs 10000 --batch 32"
         start_rank() {
-            # shellcheck disable=SC2086
-            BLOB_COMM_TIMEOUT=$timeout RANK=$1 LOCAL_RANK=$1 WORLD_SIZE=2 \
+            # shellcheck disable=SC2046,SC2086
+            env BLOB_COMM_TIMEOUT=$timeout $(rank_env "$1") WORLD_SIZE=2 \
                 BLOB_COMM_ID_FILE="$tmp/id" "$train" $long --out "$out/killed" \
                 >"$tmp/rank$1" 2>&1 &
         }
@@ -175,7 +196,7 @@ else
         # The same through the launcher: it ends the run and fails with the killed
         # rank's status.
         # shellcheck disable=SC2086
-        BLOB_COMM_TIMEOUT=$timeout "$launch" --nproc 2 --grace 2 "$train" $long \
+        BLOB_COMM_TIMEOUT=$timeout "$launch" --nproc 2 $one_gpu --grace 2 "$train" $long \
             --out "$out/killed" >"$tmp/launch" 2>&1 &
         lpid=$!
         pids="$pids $lpid"

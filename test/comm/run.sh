@@ -1,6 +1,7 @@
 #!/bin/sh
 # The launcher's tests (every build), then the multi-process communicator tests, which
-# need two GPUs and NCCL and are skipped with a count otherwise.
+# need a GPU and NCCL and are skipped with a count otherwise: on two GPUs over NVLink and
+# over sockets, on one GPU shared by the ranks as by two hosts (over sockets).
 # Usage: test/comm/run.sh BUILD_DIR   (make check-comm)
 set -u
 build=${1:?usage: run.sh BUILD_DIR}
@@ -63,6 +64,10 @@ wait $pid
 st=$?
 if [ $st = 143 ] && has 'got TERM 0' && has 'got TERM 1'; then pass "SIGTERM is forwarded to every rank"; else
     echo "        exit status $st" >>"$tmp/out"; fail "SIGTERM is forwarded to every rank"; fi
+expect "--one-gpu: every rank on GPU 0, a host of its own to NCCL" 0 "$launch" --nproc 2 --one-gpu \
+    sh -c 'echo "rank $RANK local $LOCAL_RANK host $NCCL_HOSTID"'
+if has 'rank 0 local 0 host blob-launch-host-0' && has 'rank 1 local 0 host blob-launch-host-1'; then
+    pass "... LOCAL_RANK 0 and two host ids"; else fail "... LOCAL_RANK 0 and two host ids"; fi
 expect "a program that cannot run" 127 "$launch" --nproc 2 "$tmp/no-such-program"
 expect "no --nproc" 2 "$launch" true
 expect "no program" 2 "$launch" --nproc 2
@@ -74,25 +79,43 @@ if [ ! -e "$tmp/id" ]; then pass "... and the file is gone after"; else fail "..
 expect "its temporary directory is removed" 0 "$launch" --nproc 1 sh -c 'echo "$BLOB_COMM_ID_FILE"'
 if [ ! -e "$(dirname "$(cat "$tmp/out")")" ]; then pass "... at the end"; else fail "... at the end"; fi
 
-gpu_tests=17
+# Two GPUs: the ranks over NVLink, then over sockets as between two hosts. One GPU: the
+# ranks share it as two hosts would (blob-launch --one-gpu), over sockets.
 gpus=$("$probe" gpus 2>/dev/null || echo 0)
-if [ "$gpus" -lt 2 ]; then
-    echo "skipped: $gpu_tests multi-process tests (they need two GPUs; $gpus found)"
+if [ "$gpus" -ge 2 ]; then
+    transports="nvlink sockets" one_gpu=
+elif [ "$gpus" = 1 ]; then
+    transports=sockets one_gpu=--one-gpu
+    echo "skipped: 7 multi-process tests over NVLink (they need two GPUs; 1 found)"
+    # two "hosts" on one machine: the loopback interface, unless one is chosen
+    export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}"
 else
+    transports=
+    echo "skipped: 19 multi-process tests (they need a GPU and NCCL; $gpus GPUs found)"
+fi
+# rank_env R: the variables of rank R started by hand
+rank_env() {
+    if [ -n "$one_gpu" ]; then echo "RANK=$1 LOCAL_RANK=0 NCCL_HOSTID=blob-test-host-$1"; else
+        echo "RANK=$1 LOCAL_RANK=$1"; fi
+}
+if [ -n "$transports" ]; then
     timeout=3
     export BLOB_COMM_TIMEOUT=$timeout
-    for transport in nvlink sockets; do
+    for transport in $transports; do
         if [ $transport = sockets ]; then
             # what two hosts would use: no peer-to-peer, no shared memory, no InfiniBand
             export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1
         fi
-        echo "two processes, $transport"
+        echo "two processes, $transport${one_gpu:+ (two hosts sharing one GPU)}"
         expect "all-reduce sum and mean, exact ($transport)" 0 \
-            env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 "$probe" allreduce 4
-        expect "training steps, weights equal ($transport)" 0 "$launch" --nproc 2 "$probe" train 20 -1 -1
+            env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 $one_gpu "$probe" allreduce 4
+        expect "... the same replayed from graphs ($transport)" 0 \
+            env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 $one_gpu "$probe" allreduce 6 replay
+        expect "training steps, weights equal ($transport)" 0 \
+            "$launch" --nproc 2 $one_gpu "$probe" train 20 -1 -1
         t0=$(now)
         expect "a rank SIGKILLed mid-run: the launcher fails ($transport)" 137 \
-            "$launch" --nproc 2 --grace 20 "$probe" train 20 1 5
+            "$launch" --nproc 2 $one_gpu --grace 20 "$probe" train 20 1 5
         if has 'rank 0: step 5 failed after'; then pass "... the other rank gets an error ($transport)"; else
             fail "... the other rank gets an error ($transport)"; fi
         t=$(sed -n 's/^rank 0: step 5 failed after \([0-9.]*\) s.*/\1/p' "$tmp/out")
@@ -101,24 +124,27 @@ else
         if has 'rank 0: weights intact: those of step 4'; then pass "... its weights are those of step 4"; else
             fail "... its weights are those of step 4"; fi
         echo "        (the run took $(elapsed "$t0") s)"
-        unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_IB_DISABLE
+        [ -z "$one_gpu" ] && unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_IB_DISABLE
     done
     echo "two processes, failures at the start"
     expect "different lists: BLOB_ESHAPE on every rank within a second" 0 \
-        "$launch" --nproc 2 "$probe" mismatch
+        "$launch" --nproc 2 $one_gpu "$probe" mismatch
     t0=$(now)
+    # shellcheck disable=SC2046
     expect "a rendezvous file that never comes: BLOB_ETIMEDOUT by the deadline" 4 \
-        env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 BLOB_COMM_ID_FILE="$tmp/never" "$probe" init
+        env $(rank_env 1) WORLD_SIZE=2 BLOB_COMM_ID_FILE="$tmp/never" "$probe" init
     t=$(elapsed "$t0")
     if has 'did not appear' && below "$t" $((timeout + 2)); then pass "... in $t s"; else fail "... in $t s"; fi
     printf 'blobcomm but not a record' >"$tmp/bad"
+    # shellcheck disable=SC2046
     expect "a corrupt rendezvous file: BLOB_EFORMAT at once" 5 \
-        env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 BLOB_COMM_ID_FILE="$tmp/bad" "$probe" init
+        env $(rank_env 1) WORLD_SIZE=2 BLOB_COMM_ID_FILE="$tmp/bad" "$probe" init
     # two ranks arrive, the world needs three
     t0=$(now)
     pids=
     for r in 0 1; do
-        RANK=$r LOCAL_RANK=$r WORLD_SIZE=3 BLOB_COMM_ID_FILE="$tmp/id3" "$probe" init >"$tmp/init$r" 2>&1 &
+        # shellcheck disable=SC2046
+        env $(rank_env $r) WORLD_SIZE=3 BLOB_COMM_ID_FILE="$tmp/id3" "$probe" init >"$tmp/init$r" 2>&1 &
         pids="$pids $!"
     done
     st=0
