@@ -1366,6 +1366,41 @@ START_TEST(test_fake_overlapped)
 }
 END_TEST
 
+/* A collective library whose calls could be captured, on a device that cannot capture
+ * (the fake): every rank's probe fails, the ranks agree not to replay, and the sums are
+ * right. */
+static const blob__ccl *fake_ccl_capturable(void)
+{
+    static blob__ccl ccl;
+    ccl = fake_ccl;
+    ccl.graphs = true;
+    return &ccl;
+}
+
+static bool replay_decided[MAX_RANKS], replay_chosen[MAX_RANKS];
+
+static void rank_reduce_then_look(team *t, int r)
+{
+    rank_reduce(t, r);
+    replay_decided[r] = t->comms[r]->replay_decided;
+    replay_chosen[r] = t->comms[r]->replay;
+}
+
+START_TEST(test_fake_replay_refused)
+{
+    blob__ccl_install(fake_ccl_capturable());
+    reduce_case rc;
+    test_seed(13);
+    reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
+    team t = {0};
+    run_team(&t, 2, 5, 40 * 4, rank_reduce_then_look, &rc);
+    check_reduced(&t, &rc);
+    reduce_case_free(&rc);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(replay_decided[r] && !replay_chosen[r], "rank %d", r);
+}
+END_TEST
+
 /* Different lists: BLOB_ESHAPE on every rank, at once, naming the blob; the
  * communicator still works. */
 static void mismatch(double timeout)
@@ -1816,6 +1851,7 @@ Suite *comm_suite(void)
     tcase_add_checked_fixture(tc, fake_ccl_setup, fake_ccl_teardown);
     tcase_add_loop_test(tc, test_fake_reduce, 0, 40);
     tcase_add_loop_test(tc, test_fake_overlapped, 0, 2);
+    tcase_add_test(tc, test_fake_replay_refused);
     tcase_add_test(tc, test_fake_broadcast);
     tcase_add_test(tc, test_fake_mismatch);
     tcase_add_test(tc, test_fake_bad_registration);
