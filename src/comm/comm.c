@@ -268,6 +268,22 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
     }
 }
 
+blob_status blob__comm_all_reduce_launch(blob_comm *c, const char *func, const char *what,
+                                         void *buf, size_t count, blob_dtype dtype,
+                                         blob_comm_op op)
+{
+    blob_status st;
+    pthread_mutex_lock(&c->mu);
+    if (c->failure != BLOB_OK)
+        st = blob__comm_failed(c, func);
+    else if ((st = c->ccl->all_reduce(c->handle, buf, count, dtype, op, c->stream)) != BLOB_OK)
+        st = blob__comm_fail_last(c, func, st, what);
+    else
+        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
 /* Retire the operations that completed; bring c down on NCCL's error or on an
  * operation past its deadline. */
 static blob_status check_locked(blob_comm *c, const char *func)
@@ -769,15 +785,8 @@ static blob_status probe_capture(blob_comm *c, const char *func, bool *ok)
         return BLOB_OK;
     blob_status st = BLOB_OK;
     if (blob__be->graph_begin(c->stream) == BLOB_OK) {
-        pthread_mutex_lock(&c->mu);
-        if (c->failure != BLOB_OK)
-            st = blob__comm_failed(c, func);
-        else if ((st = c->ccl->all_reduce(c->handle, buf, 1, BLOB_FLOAT32, BLOB_COMM_SUM,
-                                          c->stream)) != BLOB_OK)
-            st = blob__comm_fail_last(c, func, st, "the replay probe");
-        else
-            st = blob__comm_settle(c, func, "the replay probe", BLOB__COMM_PEER_HINT);
-        pthread_mutex_unlock(&c->mu);
+        st = blob__comm_all_reduce_launch(c, func, "the replay probe", buf, 1, BLOB_FLOAT32,
+                                          BLOB_COMM_SUM);
         int64_t kernels = 0, host = 0, total = 0;
         if (blob__be->graph_end(c->stream, &graph, &exec) == BLOB_OK &&
             blob__be->graph_count_nodes(graph, &kernels, &host, &total) == BLOB_OK)

@@ -150,6 +150,12 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
                               const char *hint);
 #define BLOB__COMM_PEER_HINT "NCCL is waiting for a rank that did not take part"
 
+/* mu not held: all-reduce count elements of dtype at buf, on c->stream, and wait until
+ * the handle has launched it (a failure brings c down). */
+blob_status blob__comm_all_reduce_launch(blob_comm *c, const char *func, const char *what,
+                                         void *buf, size_t count, blob_dtype dtype,
+                                         blob_comm_op op);
+
 /* mu held: watch the work just queued on c->stream, named what, until it completes. */
 blob_status blob__comm_track(blob_comm *c, const char *func, const char *what);
 

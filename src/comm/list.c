@@ -469,16 +469,8 @@ static blob_status bucket_collective(blob_comm_list *l, const blob__comm_bucket 
     blob_comm *c = l->c;
     if (!in_place && move_pieces(l, k, buf, true) != BLOB_OK)
         return blob__comm_poison(c, func, BLOB_ECUDA, what);
-    blob_status st;
-    pthread_mutex_lock(&c->mu);
-    if (c->failure != BLOB_OK)
-        st = blob__comm_failed(c, func);
-    else if ((st = c->ccl->all_reduce(c->handle, buf, (size_t)(k->end - k->begin), l->dtype,
-                                      l->op, c->stream)) != BLOB_OK)
-        st = blob__comm_fail_last(c, func, st, what);
-    else
-        st = blob__comm_settle(c, func, what, BLOB__COMM_PEER_HINT);
-    pthread_mutex_unlock(&c->mu);
+    blob_status st = blob__comm_all_reduce_launch(c, func, what, buf, (size_t)(k->end - k->begin),
+                                                  l->dtype, l->op);
     if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
         st = blob__comm_poison(c, func, BLOB_ECUDA, what);
     return st;
