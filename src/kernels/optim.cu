@@ -173,7 +173,7 @@ static __global__ void __launch_bounds__(THREADS)
 /* The blocks that the GPU's SMs hold at once. */
 static blob_status resident_blocks(const char *func, int64_t *out)
 {
-    static std::atomic<int> sm_count[64]; /* per device, 0 until read; racers store alike */
+    static std::atomic<int> sm_count[64]; /* per device, 0 until read; racing reads agree */
     int dev;
     BLOB_TRY(blob__current_device(&dev));
     int sms = dev >= 0 && dev < 64 ? sm_count[dev].load(std::memory_order_relaxed) : 0;
