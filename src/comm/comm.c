@@ -804,17 +804,10 @@ blob_status blob__comm_decide_replay(blob_comm *c, const char *func)
     bool ok = false;
     if (c->ccl->graphs)
         BLOB_TRY(probe_capture(c, func, &ok));
-    int64_t mine = ok;
-    int64_t *all = blob__obj_alloc((size_t)c->size * sizeof *all);
-    if (!all)
-        return blob__comm_poison(c, func, BLOB_ENOMEM, "the replay decision");
-    blob_status st = blob__comm_gather_host(c, func, &mine, sizeof mine, all);
-    bool every = st == BLOB_OK;
-    for (int r = 0; r < c->size && every; r++)
-        every = all[r] == 1;
-    blob__obj_free(all);
-    BLOB_TRY(st);
-    c->replay = every;
+    double refusing = !ok; /* summed: the ranks that cannot replay */
+    BLOB_TRY(host_collective(c, func, "replay_decision", false, &refusing,
+                             sizeof refusing, &refusing, sizeof refusing, BLOB_COMM_SUM));
+    c->replay = refusing == 0;
     c->replay_decided = true;
     return BLOB_OK;
 }
