@@ -19,6 +19,7 @@ Suite *dlpack_suite(void);
 Suite *conv_suite(void);
 Suite *null_args_suite(void);
 Suite *comm_suite(void);
+Suite *env_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -33,6 +34,7 @@ static Suite *(*const suites[])(void) = {
     conv_suite,
     null_args_suite,
     comm_suite,
+    env_suite,
 };
 
 int main(void)

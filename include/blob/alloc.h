@@ -92,7 +92,8 @@ BLOB_API blob_status blob_alloc_set_cache_limit(blob_place place, size_t bytes);
 
 /* Turn caching on or off for all places. Turning it off empties the caches; blocks in
  * use are still freed correctly later. The initial value is on unless the environment
- * variable BLOB_ALLOC_CACHE is "0". */
+ * variable BLOB_ALLOC_CACHE is "0" ("1": on); any other value makes blob_place_alloc,
+ * and so every allocation, fail with BLOB_EINVAL naming it until this is called. */
 BLOB_API blob_status blob_alloc_set_caching(bool enabled);
 BLOB_API bool blob_alloc_caching(void);
 

@@ -233,8 +233,10 @@ BLOB__CONV_DECLARE(gpu)
  * (10-bit mantissa) or bfloat16 (7-bit mantissa), always with float32 storage and float32
  * accumulation (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 and _FAST_16BF). The mode is a
  * process-wide setting, read from the environment variable BLOB_MATH_MODE (fp32, tf32 or
- * bf16; anything else means fp32) on first use and changed by blob_set_math_mode; it
- * applies to blob_gpu_gemm and to every blob_gpu_gemm_epilogue called with
+ * bf16, in any case) on first use and changed by blob_set_math_mode; any other value
+ * makes the calls that would use it fail with BLOB_EINVAL naming it, until
+ * blob_set_math_mode chooses a mode (blob_get_math_mode then says fp32). It applies to
+ * blob_gpu_gemm and to every blob_gpu_gemm_epilogue called with
  * BLOB_MATH_DEFAULT. float64 products, and everything on the host, are always exact: the
  * blob_cpu_* functions check the mode argument and otherwise ignore it.
  */
@@ -265,8 +267,10 @@ BLOB_API const char *blob_math_mode_name(blob_math_mode mode);
  * it writes, the call then writes again), tens of milliseconds; a problem met first while
  * its stream is captured is timed at its first call outside a capture. The fastest can
  * differ from run to run, and with it how a split K rounds. Off by default; the
- * environment variable BLOB_GEMM_TUNING=1 turns it on at first use. Process-wide and
- * thread-safe; problems already met keep what they had. */
+ * environment variable BLOB_GEMM_TUNING=1 turns it on at first use (0 leaves it off; any
+ * other value makes blob_gpu_gemm_epilogue fail with BLOB_EINVAL naming it, until
+ * blob_set_gemm_tuning is called). Process-wide and thread-safe; problems already met
+ * keep what they had. */
 BLOB_API void blob_set_gemm_tuning(bool on);
 BLOB_API bool blob_get_gemm_tuning(void);
 

@@ -34,6 +34,7 @@
 
 #include "blob/alloc.h"
 #include "../core/core.h"
+#include "../core/env.h"
 
 #define MIB ((size_t)1 << 20)
 #define ROUND ((size_t)512)
@@ -80,7 +81,9 @@ typedef struct {
 
 static place_state places[N_PLACES];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static atomic_bool caching;
+static atomic_bool caching;     /* BLOB_ALLOC_CACHE's until set */
+static atomic_bool caching_set; /* by the program: the environment's no longer matters */
+static blob__env_fault caching_fault;
 
 static void init(void)
 {
@@ -95,8 +98,9 @@ static void init(void)
             snprintf(pl->name, sizeof pl->name, "device %d", pl->device);
         pl->st.cached_limit = SIZE_MAX;
     }
-    const char *env = getenv("BLOB_ALLOC_CACHE");
-    atomic_store(&caching, !(env && strcmp(env, "0") == 0));
+    bool on = true;
+    blob__env_keep(&caching_fault, blob__env_bool(NULL, "BLOB_ALLOC_CACHE", &on));
+    atomic_store(&caching, on);
 }
 
 static blob_status find_place(blob_place place, place_state **out)
@@ -598,6 +602,8 @@ blob_status blob_place_alloc(blob_place place, size_t bytes, void *stream, void 
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
     *out = NULL;
     BLOB_TRY(find_place(place, &pl));
+    if (!atomic_load(&caching_set))
+        BLOB_TRY(blob__env_raise(&caching_fault, __func__));
     if (!bytes)
         return BLOB_OK;
     if (place.kind == BLOB_PLACE_DEVICE)
@@ -738,6 +744,7 @@ blob_status blob_alloc_set_caching(bool enabled)
 {
     pthread_once(&once, init);
     atomic_store(&caching, enabled);
+    atomic_store(&caching_set, true);
     if (enabled)
         return BLOB_OK;
     int n = blob__be->device_count();

@@ -27,6 +27,7 @@
 
 #include "blob/math.h"
 #include "core.h"
+#include "env.h"
 
 extern char *openblas_get_config(void) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
@@ -110,7 +111,7 @@ static bool one_thread_blas;         /* the BLAS runs a call on its caller alone
 /* At load time, while no thread of ours is inside OpenBLAS. */
 __attribute__((constructor)) static void blas_init(void)
 {
-    blob__blas_select_core(getenv("OPENBLAS_CORETYPE"));
+    blob__blas_select_core(blob__env_raw("OPENBLAS_CORETYPE"));
     long n = openblas_get_num_threads ? openblas_get_num_threads()
                                       : sysconf(_SC_NPROCESSORS_ONLN);
     host_threads = n < 1 ? 1 : n > BLOB__MAX_HOST_THREADS ? BLOB__MAX_HOST_THREADS : (int)n;

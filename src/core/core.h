@@ -82,7 +82,8 @@ void blob__system_host_free(void *p);
  * BLOB_ENODEV, anything else BLOB_ECUDA. */
 blob_status blob__cuda_fail(int err, const char *call, const char *func);
 
-/* Record the calling thread's failure detail and return status. */
+/* Record the calling thread's failure detail, "func: " and the message (the message
+ * alone with func NULL), and return status. */
 blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define BLOB_FAIL(status, ...) blob__fail((status), __func__, __VA_ARGS__)

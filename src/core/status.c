@@ -36,7 +36,7 @@ const char *blob_last_error(void)
 
 blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
 {
-    int n = snprintf(last_error, sizeof last_error, "%s: ", func);
+    int n = func ? snprintf(last_error, sizeof last_error, "%s: ", func) : 0;
     if (n < 0 || (size_t)n >= sizeof last_error)
         return status;
     va_list ap;

@@ -192,14 +192,17 @@ blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
 {
     BLOB_TRY(check_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias,
                             mask, mode));
+    blob_math_mode run_mode;
+    bool tuning;
+    BLOB_TRY(blob__math_mode_for(__func__, dtype, mode, &run_mode));
+    BLOB_TRY(blob__gemm_tuning(__func__, &tuning));
     BLOB_TRY(blob__require_gpu(__func__));
     if (!reads_mask(epilogue) && !relu(epilogue))
         mask = NULL;
     if (!reads_bias(epilogue) && !writes_bias(epilogue))
         bias = NULL;
-    return blob__k_gemm_epilogue(blob_get_stream(), dtype, blob__math_mode_for(dtype, mode),
-                                 trans_a, trans_b, M, N, K, A, B, C, epilogue, bias, mask,
-                                 blob_get_gemm_tuning());
+    return blob__k_gemm_epilogue(blob_get_stream(), dtype, run_mode, trans_a, trans_b, M, N, K,
+                                 A, B, C, epilogue, bias, mask, tuning);
 }
 
 blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,
@@ -215,7 +218,9 @@ blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,
     void *const p = (void *)present;
     BLOB_TRY(check_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, p, p, p, epilogue, p, p,
                             mode));
+    blob_math_mode run_mode;
+    BLOB_TRY(blob__math_mode_for(__func__, dtype, mode, &run_mode));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_gemm_epilogue_fused(dtype, blob__math_mode_for(dtype, mode), trans_a, trans_b,
-                                       M, N, K, epilogue, with_mask && relu(epilogue), fused);
+    return blob__k_gemm_epilogue_fused(dtype, run_mode, trans_a, trans_b, M, N, K, epilogue,
+                                       with_mask && relu(epilogue), fused);
 }

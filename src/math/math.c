@@ -353,12 +353,13 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
                           double beta, void *C)
 {
     BLOB_TRY(check_gemm(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C));
+    blob_math_mode mode;
+    BLOB_TRY(blob__math_mode_for(__func__, dtype, BLOB_MATH_DEFAULT, &mode));
     BLOB_TRY(blob__require_gpu(__func__));
     if (M == 0 || N == 0)
         return BLOB_OK;
     if (K == 0)
         return scale_empty(true, dtype, M * N, beta, C);
-    blob_math_mode mode = blob__math_mode_for(dtype, BLOB_MATH_DEFAULT);
     if (mode != BLOB_MATH_FP32)
         return blob__k_gemm_mode(blob_get_stream(), mode, trans_a, trans_b, M, N, K, alpha, A,
                                  B, beta, C);

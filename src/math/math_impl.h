@@ -39,8 +39,14 @@ blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_tra
 /* A math mode in the enum (mode.c). */
 blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);
 /* The mode a GPU product of dtype runs in: the process-wide one for BLOB_MATH_DEFAULT,
- * and always BLOB_MATH_FP32 (exact) for float64. */
-blob_math_mode blob__math_mode_for(blob_dtype dtype, blob_math_mode mode);
+ * and always BLOB_MATH_FP32 (exact) for float64. BLOB_EINVAL, recorded under func, where
+ * it would be the environment's and BLOB_MATH_MODE is malformed (*out then FP32). */
+blob_status blob__math_mode_for(const char *func, blob_dtype dtype, blob_math_mode mode,
+                                blob_math_mode *out);
+
+/* Whether GEMMs are tuned: blob_get_gemm_tuning, and BLOB_EINVAL, recorded under func,
+ * while it is the environment's and BLOB_GEMM_TUNING is malformed (*on then false). */
+blob_status blob__gemm_tuning(const char *func, bool *on);
 
 /* 16 bytes of elements (one SSE register), GCC's and Clang's vector types: the host loops
  * run their per-element arithmetic on them lane by lane, with the roundings of the
