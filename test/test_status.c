@@ -2,6 +2,9 @@
 #include <string.h>
 
 #include "../src/core/core.h"
+#include "blob/alloc.h"
+#include "blob/comm.h"
+#include "blob/optim.h"
 #include "fake_backend.h"
 #include "testutil.h"
 
@@ -21,6 +24,72 @@ START_TEST(test_last_error_detail)
     int64_t shape[] = {2, -1};
     ck_status(blob_create(&b, BLOB_FLOAT32, BLOB_HOST_ONLY, 2, shape), BLOB_EINVAL);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "dim 1 is negative"));
+}
+END_TEST
+
+/* The detail of a failure names the public call that failed, never a function inside the
+ * library: expr fails with status, its detail starting "call: ". */
+#define ck_names(expr, status, call)                                                      \
+    do {                                                                                  \
+        ck_status((expr), (status));                                                      \
+        ck_assert_msg(!strncmp(blob_last_error(), call ": ", strlen(call ": ")),          \
+                      "%s: the detail \"%s\" does not name %s", #expr, blob_last_error(), \
+                      call);                                                              \
+    } while (0)
+
+START_TEST(test_details_name_the_call)
+{
+    blob *a, *b, *none;
+    int64_t two = 2, three = 3, bad = -1;
+    ck_ok(blob_create(&a, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &two));
+    ck_ok(blob_create(&b, BLOB_FLOAT64, BLOB_HOST_ONLY, 1, &three));
+    ck_names(blob_create(&none, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &bad), BLOB_EINVAL,
+             "blob_create");
+    ck_names(blob_reshape(a, 1, &bad), BLOB_EINVAL, "blob_reshape");
+    ck_names(blob_share_data(a, b), BLOB_ESHAPE, "blob_share_data");
+    ck_names(blob_share_diff(a, b), BLOB_ESHAPE, "blob_share_diff");
+    float small[1];
+    ck_names(blob_set_cpu_data(a, small, sizeof small), BLOB_EINVAL, "blob_set_cpu_data");
+    double sum;
+    ck_names(blob_asum_data(NULL, &sum), BLOB_EINVAL, "blob_asum_data");
+    ck_names(blob_sumsq_diff(NULL, &sum), BLOB_EINVAL, "blob_sumsq_diff");
+    ck_names(blob_scale_diff(NULL, 2), BLOB_EINVAL, "blob_scale_diff");
+    blob_optim opt = blob_optim_default(BLOB_OPTIM_SGD, 0.1);
+    blob_optim_state *state;
+    ck_ok(blob_optim_state_create(&state));
+    blob *params[] = {a, b};
+    ck_names(blob_optim_step(&opt, params, 2, state), BLOB_EINVAL, "blob_optim_step");
+    blob_optim_state_free(state);
+    void *p;
+    ck_names(blob_place_alloc((blob_place){(blob_place_kind)7, 0}, 8, NULL, &p), BLOB_EINVAL,
+             "blob_place_alloc");
+    blob_alloc_stats stats;
+    ck_names(blob_alloc_get_stats(blob_place_device(-1), &stats), BLOB_EINVAL,
+             "blob_alloc_get_stats");
+    blob_syncedmem *m;
+    ck_ok(blob_syncedmem_create(&m, 16, BLOB_HOST_ONLY));
+    const void *x;
+    ck_names(blob_syncedmem_gpu_data(m, &x), BLOB_ENODEV, "blob_syncedmem_gpu_data");
+    ck_names(blob_syncedmem_async_gpu_push(m, NULL), BLOB_ENODEV,
+             "blob_syncedmem_async_gpu_push");
+    ck_names(blob_syncedmem_set_cpu_data_release(m, NULL, 16, NULL, NULL), BLOB_EINVAL,
+             "blob_syncedmem_set_cpu_data_release");
+    blob_syncedmem_free(m);
+    blob_comm *c;
+    blob_comm_options o = {.rank = 3, .world_size = 2};
+    ck_names(blob_comm_create(&c, &o), BLOB_EINVAL, "blob_comm_create");
+    o = (blob_comm_options){0};
+    ck_ok(blob_comm_create(&c, &o));
+    blob *list[] = {a, NULL};
+    blob_comm_list *l;
+    ck_names(blob_comm_list_create(&l, c, list, 2), BLOB_EINVAL, "blob_comm_list_create");
+    ck_ok(blob_comm_list_create(&l, c, list, 1));
+    ck_ok(blob_reshape(a, 1, &three));
+    ck_names(blob_comm_broadcast(l, 0), BLOB_ESHAPE, "blob_comm_broadcast");
+    blob_comm_list_free(l);
+    blob_comm_free(c);
+    blob_free(a);
+    blob_free(b);
 }
 END_TEST
 
@@ -408,6 +477,7 @@ Suite *status_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_names_and_messages);
     tcase_add_test(tc, test_last_error_detail);
+    tcase_add_test(tc, test_details_name_the_call);
     tcase_add_test(tc, test_graph_arguments);
     suite_add_tcase(s, tc);
     TCase *fake = tcase_create("fake");

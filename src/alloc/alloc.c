@@ -103,28 +103,28 @@ static void init(void)
     atomic_store(&caching, on);
 }
 
-static blob_status find_place(blob_place place, place_state **out)
+static blob_status find_place(const char *func, blob_place place, place_state **out)
 {
     pthread_once(&once, init);
     switch (place.kind) {
     case BLOB_PLACE_HOST:
     case BLOB_PLACE_PINNED:
         if (place.device != 0)
-            return BLOB_FAIL(BLOB_EINVAL, "host place with device %d", place.device);
+            return blob__fail(BLOB_EINVAL, func, "host place with device %d", place.device);
         *out = &places[place.kind];
         return BLOB_OK;
     case BLOB_PLACE_DEVICE: {
         int n = blob__be->device_count();
         if (place.device < 0)
-            return BLOB_FAIL(BLOB_EINVAL, "bad device %d", place.device);
+            return blob__fail(BLOB_EINVAL, func, "bad device %d", place.device);
         if (place.device >= n || place.device >= MAX_DEVICES)
-            return BLOB_FAIL(BLOB_ERANGE, "no GPU %d (%d present, %d supported)", place.device,
-                             n, MAX_DEVICES);
+            return blob__fail(BLOB_ERANGE, func, "no GPU %d (%d present, %d supported)",
+                              place.device, n, MAX_DEVICES);
         *out = &places[2 + place.device];
         return BLOB_OK;
     }
     }
-    return BLOB_FAIL(BLOB_EINVAL, "bad place kind %d", (int)place.kind);
+    return blob__fail(BLOB_EINVAL, func, "bad place kind %d", (int)place.kind);
 }
 
 static void lock(place_state *pl) { pthread_mutex_lock(&pl->mu); }
@@ -541,36 +541,38 @@ static blob_status driver_alloc(blob_place_kind kind, size_t bytes, void **p)
     return blob__be->host_alloc(bytes, p);
 }
 
-static blob_status oom(place_state *pl, size_t bytes)
+static blob_status oom(const char *func, place_state *pl, size_t bytes)
 {
     lock(pl);
     pl->st.oom_count++;
     size_t in_use = pl->st.in_use, reserved = pl->st.reserved;
     unlock(pl);
-    return BLOB_FAIL(oom_status(pl), "%s: out of memory for %zu bytes (in use %zu, reserved %zu)",
-                     pl->name, bytes, in_use, reserved);
+    return blob__fail(oom_status(pl), func,
+                      "%s: out of memory for %zu bytes (in use %zu, reserved %zu)", pl->name,
+                      bytes, in_use, reserved);
 }
 
 /* Under the lock: may the place serve a request through the installed table? */
-static blob_status admit(place_state *pl)
+static blob_status admit(const char *func, place_state *pl)
 {
     if ((pl->st.reserved || pl->n_spare) && pl->be != blob__be)
-        return BLOB_FAIL(BLOB_EBUSY, "%s still holds memory of backend %s", pl->name,
-                         pl->be->name);
+        return blob__fail(BLOB_EBUSY, func, "%s still holds memory of backend %s", pl->name,
+                          pl->be->name);
     if (!pl->buckets && !hash_grow(pl))
-        return BLOB_FAIL(BLOB_ENOMEM, "%s: no memory for the allocator's table", pl->name);
+        return blob__fail(BLOB_ENOMEM, func, "%s: no memory for the allocator's table",
+                          pl->name);
     return BLOB_OK;
 }
 
 /* Serve a request with new driver memory: a segment for the pool, or with caching off
  * exactly `bytes` as a segment of its own. Out of memory: drop the cache, ask again. */
-static blob_status grow(place_state *pl, size_t need, size_t bytes, void *stream, bool cache,
-                        void **out)
+static blob_status grow(const char *func, place_state *pl, size_t need, size_t bytes,
+                        void *stream, bool cache, void **out)
 {
     size_t size = cache ? segment_size(pl->kind, need) : bytes;
     block *b = malloc(sizeof *b);
     if (!b)
-        return BLOB_FAIL(BLOB_ENOMEM, "%s: no memory for a block record", pl->name);
+        return blob__fail(BLOB_ENOMEM, func, "%s: no memory for a block record", pl->name);
     void *p = NULL;
     blob_status st = driver_alloc(pl->kind, size, &p);
     if (st == oom_status(pl)) {
@@ -579,7 +581,7 @@ static blob_status grow(place_state *pl, size_t need, size_t bytes, void *stream
     }
     if (st != BLOB_OK) {
         free(b);
-        return st == oom_status(pl) ? oom(pl, size) : st;
+        return st == oom_status(pl) ? oom(func, pl, size) : st;
     }
     *b = (block){.ptr = p, .size = size, .stream = stream,
                  .pool = need < SMALL_MAX ? SMALL : LARGE, .cached = cache};
@@ -601,20 +603,20 @@ blob_status blob_place_alloc(blob_place place, size_t bytes, void *stream, void 
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
     *out = NULL;
-    BLOB_TRY(find_place(place, &pl));
+    BLOB_TRY(find_place(__func__, place, &pl));
     if (!atomic_load(&caching_set))
         BLOB_TRY(blob__env_raise(&caching_fault, __func__));
     if (!bytes)
         return BLOB_OK;
     if (place.kind == BLOB_PLACE_DEVICE)
-        BLOB_TRY(blob__check_device(place.device));
+        BLOB_TRY(blob__check_device(__func__, place.device));
     if (bytes > MAX_REQUEST)
-        return oom(pl, bytes);
+        return oom(__func__, pl, bytes);
     bool cache = place.kind != BLOB_PLACE_HOST && atomic_load(&caching);
     size_t need = round_up(bytes, ROUND);
     block *b = NULL;
     lock(pl);
-    blob_status st = admit(pl);
+    blob_status st = admit(__func__, pl);
     if (st == BLOB_OK && cache) {
         b = take(pl, stream, need);
         if (!b && pl->pending) {
@@ -630,13 +632,13 @@ blob_status blob_place_alloc(blob_place place, size_t bytes, void *stream, void 
     unlock(pl);
     if (st != BLOB_OK || b)
         return st;
-    return grow(pl, need, bytes, stream, cache, out);
+    return grow(__func__, pl, need, bytes, stream, cache, out);
 }
 
 void blob_place_free(blob_place place, void *p)
 {
     place_state *pl;
-    if (!p || find_place(place, &pl) != BLOB_OK)
+    if (!p || find_place(__func__, place, &pl) != BLOB_OK)
         return;
     block *out = NULL;
     lock(pl);
@@ -661,7 +663,7 @@ void blob_place_free(blob_place place, void *p)
     release(pl, be, out);
 }
 
-static blob_status add_use(block *b, void *stream)
+static blob_status add_use(const char *func, block *b, void *stream)
 {
     for (unsigned i = 0; i < b->n_uses; i++)
         if (b->uses[i] == stream)
@@ -670,7 +672,7 @@ static blob_status add_use(block *b, void *stream)
         unsigned cap = b->cap_uses ? 2 * b->cap_uses : 2;
         void **u = realloc(b->uses, cap * sizeof *u);
         if (!u)
-            return BLOB_FAIL(BLOB_ENOMEM, "no memory to record a stream");
+            return blob__fail(BLOB_ENOMEM, func, "no memory to record a stream");
         b->uses = u;
         b->cap_uses = cap;
     }
@@ -681,14 +683,14 @@ static blob_status add_use(block *b, void *stream)
 blob_status blob_place_record_stream(blob_place place, void *p, void *stream)
 {
     place_state *pl;
-    BLOB_TRY(find_place(place, &pl));
+    BLOB_TRY(find_place(__func__, place, &pl));
     blob_status st = BLOB_OK;
     lock(pl);
     block *b = p ? hash_find(pl, p) : NULL;
     if (!b)
         st = BLOB_FAIL(BLOB_EINVAL, "%p is not a block in use at %s", p, pl->name);
     else if (b->cached && stream != b->stream) /* a segment of its own waits at free */
-        st = add_use(b, stream);
+        st = add_use(__func__, b, stream);
     unlock(pl);
     return st;
 }
@@ -700,7 +702,7 @@ blob_status blob_alloc_get_stats(blob_place place, blob_alloc_stats *out)
     place_state *pl;
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
-    BLOB_TRY(find_place(place, &pl));
+    BLOB_TRY(find_place(__func__, place, &pl));
     lock(pl);
     *out = pl->st;
     unlock(pl);
@@ -710,7 +712,7 @@ blob_status blob_alloc_get_stats(blob_place place, blob_alloc_stats *out)
 blob_status blob_alloc_reset_peaks(blob_place place)
 {
     place_state *pl;
-    BLOB_TRY(find_place(place, &pl));
+    BLOB_TRY(find_place(__func__, place, &pl));
     lock(pl);
     pl->st.in_use_peak = pl->st.in_use;
     pl->st.reserved_peak = pl->st.reserved;
@@ -721,7 +723,7 @@ blob_status blob_alloc_reset_peaks(blob_place place)
 blob_status blob_alloc_empty_cache(blob_place place)
 {
     place_state *pl;
-    BLOB_TRY(find_place(place, &pl));
+    BLOB_TRY(find_place(__func__, place, &pl));
     drop_cache(pl);
     return BLOB_OK;
 }
@@ -729,7 +731,7 @@ blob_status blob_alloc_empty_cache(blob_place place)
 blob_status blob_alloc_set_cache_limit(blob_place place, size_t bytes)
 {
     place_state *pl;
-    BLOB_TRY(find_place(place, &pl));
+    BLOB_TRY(find_place(__func__, place, &pl));
     block *out = NULL;
     lock(pl);
     const blob__backend *be = pl->be;

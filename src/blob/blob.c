@@ -19,20 +19,22 @@ size_t blob_dtype_size(blob_dtype dtype)
     return 0;
 }
 
-blob_status blob__shape_count(blob_dtype dtype, int num_axes, const int64_t *shape,
-                              int64_t *count)
+blob_status blob__shape_count(const char *func, blob_dtype dtype, int num_axes,
+                              const int64_t *shape, int64_t *count)
 {
     size_t elem = blob_dtype_size(dtype);
     if (!elem)
-        return BLOB_FAIL(BLOB_EINVAL, "bad dtype %d", (int)dtype);
+        return blob__fail(BLOB_EINVAL, func, "bad dtype %d", (int)dtype);
     if (num_axes < 0 || num_axes > BLOB_MAX_AXES)
-        return BLOB_FAIL(BLOB_EINVAL, "%d axes, at most %d allowed", num_axes, BLOB_MAX_AXES);
+        return blob__fail(BLOB_EINVAL, func, "%d axes, at most %d allowed", num_axes,
+                          BLOB_MAX_AXES);
     if (num_axes > 0 && !shape)
-        return BLOB_FAIL(BLOB_EINVAL, "shape is NULL");
+        return blob__fail(BLOB_EINVAL, func, "shape is NULL");
     int64_t n = 1;
     for (int i = 0; i < num_axes; i++)
         if (shape[i] < 0)
-            return BLOB_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i, (long long)shape[i]);
+            return blob__fail(BLOB_EINVAL, func, "dim %d is negative (%lld)", i,
+                              (long long)shape[i]);
     /* The product of the non-zero dims must fit (count * elem included) even when a zero
      * dim makes the count 0: every sub-range product (blob_count_range) stays defined. */
     int64_t limit = INT64_MAX / (int64_t)elem;
@@ -43,7 +45,7 @@ blob_status blob__shape_count(blob_dtype dtype, int num_axes, const int64_t *sha
             continue;
         }
         if (n > limit / shape[i])
-            return BLOB_FAIL(BLOB_EOVERFLOW, "element count overflows at axis %d", i);
+            return blob__fail(BLOB_EOVERFLOW, func, "element count overflows at axis %d", i);
         n *= shape[i];
     }
     *count = empty ? 0 : n;
@@ -81,7 +83,7 @@ blob_status blob_create(blob **out, blob_dtype dtype, int device, int num_axes,
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
     *out = NULL;
     int64_t count;
-    BLOB_TRY(blob__shape_count(dtype, num_axes, shape, &count));
+    BLOB_TRY(blob__shape_count(__func__, dtype, num_axes, shape, &count));
     size_t bytes = (size_t)count * blob_dtype_size(dtype);
     blob_syncedmem *data = NULL, *diff = NULL;
     blob *b = blob__obj_alloc(sizeof *b);
@@ -127,7 +129,7 @@ blob_status blob_reshape(blob *b, int num_axes, const int64_t *shape)
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
     int64_t count;
-    BLOB_TRY(blob__shape_count(b->dtype, num_axes, shape, &count));
+    BLOB_TRY(blob__shape_count(__func__, b->dtype, num_axes, shape, &count));
     blob_syncedmem *data, *diff;
     BLOB_TRY(blob__block_for(b, b->data, count, &data));
     blob_status st = blob__block_for(b, b->diff, count, &diff);
@@ -284,14 +286,15 @@ typedef blob_status (*borrow_fn)(blob_syncedmem *, void *, size_t);
 
 /* Borrow into data; a shared or larger-than-count block is first replaced by an
  * exact-size block of this blob's own, so other blobs and the size check are unaffected. */
-static blob_status set_data(blob *b, void *data, size_t bytes, borrow_fn borrow)
+static blob_status set_data(const char *func, blob *b, void *data, size_t bytes,
+                            borrow_fn borrow)
 {
     if (!b)
-        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+        return blob__fail(BLOB_EINVAL, func, "blob is NULL");
     size_t need = bytes_of(b, b->count);
     if (bytes < need)
-        return BLOB_FAIL(BLOB_EINVAL, "borrowed memory holds %zu bytes, blob needs %zu", bytes,
-                         need);
+        return blob__fail(BLOB_EINVAL, func, "borrowed memory holds %zu bytes, blob needs %zu",
+                          bytes, need);
     if (!blob__syncedmem_shared(b->data) && blob_syncedmem_size(b->data) == need)
         return borrow(b->data, data, bytes);
     blob_syncedmem *mem;
@@ -308,24 +311,24 @@ static blob_status set_data(blob *b, void *data, size_t bytes, borrow_fn borrow)
 
 blob_status blob_set_cpu_data(blob *b, void *data, size_t bytes)
 {
-    return set_data(b, data, bytes, blob_syncedmem_set_cpu_data);
+    return set_data(__func__, b, data, bytes, blob_syncedmem_set_cpu_data);
 }
 
 blob_status blob_set_gpu_data(blob *b, void *data, size_t bytes)
 {
-    return set_data(b, data, bytes, blob_syncedmem_set_gpu_data);
+    return set_data(__func__, b, data, bytes, blob_syncedmem_set_gpu_data);
 }
 
 /* Point b's data (diff) at other's block. */
-static blob_status share(blob *b, blob *other, bool diff)
+static blob_status share(const char *func, blob *b, blob *other, bool diff)
 {
     if (!b || !other)
-        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+        return blob__fail(BLOB_EINVAL, func, "blob is NULL");
     if (b->count != other->count)
-        return BLOB_FAIL(BLOB_ESHAPE, "counts differ (%lld vs %lld)", (long long)b->count,
-                         (long long)other->count);
+        return blob__fail(BLOB_ESHAPE, func, "counts differ (%lld vs %lld)",
+                          (long long)b->count, (long long)other->count);
     if (b->dtype != other->dtype || b->device != other->device)
-        return BLOB_FAIL(BLOB_EINVAL, "dtype or device differ");
+        return blob__fail(BLOB_EINVAL, func, "dtype or device differ");
     blob_syncedmem *mem = diff ? other->diff : other->data;
     if (mem == (diff ? b->diff : b->data))
         return BLOB_OK;
@@ -338,10 +341,10 @@ static blob_status share(blob *b, blob *other, bool diff)
 
 blob_status blob_share_data(blob *b, blob *other)
 {
-    return share(b, other, false);
+    return share(__func__, b, other, false);
 }
 
 blob_status blob_share_diff(blob *b, blob *other)
 {
-    return share(b, other, true);
+    return share(__func__, b, other, true);
 }

@@ -14,9 +14,10 @@ struct blob {
     blob_syncedmem *diff;
 };
 
-/* Product of dims with overflow check (bytes of count * elem must fit in size_t too). */
-blob_status blob__shape_count(blob_dtype dtype, int num_axes, const int64_t *shape,
-                              int64_t *count);
+/* Product of dims with overflow check (bytes of count * elem must fit in size_t too); a
+ * failure is recorded under func, the public call. */
+blob_status blob__shape_count(const char *func, blob_dtype dtype, int num_axes,
+                              const int64_t *shape, int64_t *count);
 
 /* Elements a block holds. */
 int64_t blob__mem_capacity(const blob *b, const blob_syncedmem *mem);

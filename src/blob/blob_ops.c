@@ -28,18 +28,19 @@ blob_status blob_update(blob *b)
     void *data;
     BLOB_TRY(gpu ? blob_syncedmem_gpu_data(b->diff, &diff)
                  : blob_syncedmem_cpu_data(b->diff, &diff));
-    BLOB_TRY(blob__syncedmem_write_side(b->data, gpu, &data));
+    BLOB_TRY(blob__syncedmem_write_side(__func__, b->data, gpu, &data));
     BLOB_TRY(gpu ? blob_gpu_axpy(b->dtype, b->count, -1.0, diff, data)
                  : blob_cpu_axpy(b->dtype, b->count, -1.0, diff, data));
     blob__syncedmem_claim(b->data, gpu);
     return BLOB_OK;
 }
 
-/* sum |x| (squares = false) or sum x^2 of a block, where its head is. */
-static blob_status reduce(const blob *b, blob_syncedmem *mem, bool squares, double *out)
+/* sum |x| (squares = false) or sum x^2 of a block, where its head is; for func. */
+static blob_status reduce(const char *func, const blob *b, blob_syncedmem *mem, bool squares,
+                          double *out)
 {
     if (!b || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+        return blob__fail(BLOB_EINVAL, func, "NULL argument");
     const void *x;
     if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0) {
         *out = 0;
@@ -55,34 +56,52 @@ static blob_status reduce(const blob *b, blob_syncedmem *mem, bool squares, doub
                    : blob_cpu_asum(b->dtype, b->count, x, out);
 }
 
-blob_status blob_asum_data(blob *b, double *out) { return reduce(b, b ? b->data : NULL, false, out); }
-blob_status blob_asum_diff(blob *b, double *out) { return reduce(b, b ? b->diff : NULL, false, out); }
-blob_status blob_sumsq_data(blob *b, double *out) { return reduce(b, b ? b->data : NULL, true, out); }
-blob_status blob_sumsq_diff(blob *b, double *out) { return reduce(b, b ? b->diff : NULL, true, out); }
+blob_status blob_asum_data(blob *b, double *out)
+{
+    return reduce(__func__, b, b ? b->data : NULL, false, out);
+}
+blob_status blob_asum_diff(blob *b, double *out)
+{
+    return reduce(__func__, b, b ? b->diff : NULL, false, out);
+}
+blob_status blob_sumsq_data(blob *b, double *out)
+{
+    return reduce(__func__, b, b ? b->data : NULL, true, out);
+}
+blob_status blob_sumsq_diff(blob *b, double *out)
+{
+    return reduce(__func__, b, b ? b->diff : NULL, true, out);
+}
 
-static blob_status scale(const blob *b, blob_syncedmem *mem, double s)
+static blob_status scale(const char *func, const blob *b, blob_syncedmem *mem, double s)
 {
     if (!b)
-        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+        return blob__fail(BLOB_EINVAL, func, "blob is NULL");
     if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0)
         return BLOB_OK;
     bool gpu = head_on_gpu(mem);
     void *x;
-    BLOB_TRY(blob__syncedmem_write_side(mem, gpu, &x));
+    BLOB_TRY(blob__syncedmem_write_side(func, mem, gpu, &x));
     BLOB_TRY(gpu ? blob_gpu_scal(b->dtype, b->count, s, x) : blob_cpu_scal(b->dtype, b->count, s, x));
     blob__syncedmem_claim(mem, gpu);
     return BLOB_OK;
 }
 
-blob_status blob_scale_data(blob *b, double s) { return scale(b, b ? b->data : NULL, s); }
-blob_status blob_scale_diff(blob *b, double s) { return scale(b, b ? b->diff : NULL, s); }
+blob_status blob_scale_data(blob *b, double s)
+{
+    return scale(__func__, b, b ? b->data : NULL, s);
+}
+blob_status blob_scale_diff(blob *b, double s)
+{
+    return scale(__func__, b, b ? b->diff : NULL, s);
+}
 
 /* Copy `count` elements from block src of blob from to block dst of blob to: on the GPU
  * when src's newest bytes are there and both blobs live on the same GPU, else on the
  * host. A copy covering all of dst transfers nothing beforehand and claims dst's head
  * only once it has succeeded. */
-static blob_status copy_block(const blob *from, blob_syncedmem *src, const blob *to,
-                              blob_syncedmem *dst, int64_t count)
+static blob_status copy_block(const char *func, const blob *from, blob_syncedmem *src,
+                              const blob *to, blob_syncedmem *dst, int64_t count)
 {
     size_t bytes = (size_t)count * blob_dtype_size(to->dtype);
     bool written = count && blob_syncedmem_head(src) != BLOB_UNINITIALIZED;
@@ -92,7 +111,7 @@ static blob_status copy_block(const blob *from, blob_syncedmem *src, const blob 
     if (written)
         BLOB_TRY(gpu ? blob_syncedmem_gpu_data(src, &x) : blob_syncedmem_cpu_data(src, &x));
     if (bytes == blob_syncedmem_size(dst))
-        BLOB_TRY(blob__syncedmem_write_side(dst, gpu, &y));
+        BLOB_TRY(blob__syncedmem_write_side(func, dst, gpu, &y));
     else /* part of the block: the rest must stay current */
         BLOB_TRY(gpu ? blob_syncedmem_mutable_gpu_data(dst, &y)
                      : blob_syncedmem_mutable_cpu_data(dst, &y));
@@ -137,8 +156,8 @@ blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
     blob_syncedmem_retain(old_diff);
     blob_status st = reshaping ? blob_reshape_like(dst, src) : BLOB_OK;
     if (st == BLOB_OK)
-        st = copy_diff ? copy_block(src, src->diff, dst, dst->diff, src->count)
-                       : copy_block(src, src->data, dst, dst->data, src->count);
+        st = copy_diff ? copy_block(__func__, src, src->diff, dst, dst->diff, src->count)
+                       : copy_block(__func__, src, src->data, dst, dst->data, src->count);
     if (st != BLOB_OK) {
         blob__commit(dst, old_axes, old_shape, old_count, old_data, old_diff);
         return st;
@@ -150,7 +169,8 @@ blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
 
 /* A reference to an exact-size copy of block mem, or to mem itself when nothing is
  * spare or it is shared. */
-static blob_status shrunk(const blob *b, blob_syncedmem *mem, blob_syncedmem **out)
+static blob_status shrunk(const char *func, const blob *b, blob_syncedmem *mem,
+                          blob_syncedmem **out)
 {
     if (blob__mem_capacity(b, mem) == b->count || blob__syncedmem_shared(mem)) {
         blob_syncedmem_retain(mem);
@@ -162,7 +182,7 @@ static blob_status shrunk(const blob *b, blob_syncedmem *mem, blob_syncedmem **o
                                    b->device));
     blob_status st = blob_syncedmem_head(mem) == BLOB_UNINITIALIZED
                          ? BLOB_OK /* the fresh block stays lazy */
-                         : copy_block(b, mem, b, fresh, b->count);
+                         : copy_block(func, b, mem, b, fresh, b->count);
     if (st != BLOB_OK) {
         blob_syncedmem_free(fresh);
         return st;
@@ -176,8 +196,8 @@ blob_status blob_shrink_to_fit(blob *b)
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
     blob_syncedmem *data, *diff;
-    BLOB_TRY(shrunk(b, b->data, &data));
-    blob_status st = shrunk(b, b->diff, &diff);
+    BLOB_TRY(shrunk(__func__, b, b->data, &data));
+    blob_status st = shrunk(__func__, b, b->diff, &diff);
     if (st != BLOB_OK) {
         blob_syncedmem_free(data);
         return st;

@@ -566,7 +566,7 @@ static blob_status read_header(FILE *f, const char *path, blob_dtype dtype, npy_
     BLOB_TRY(st);
     /* The shape must fit in memory as the file's own elements, as numpy requires (the
      * dims other than 0 included), and then as the blob's. */
-    if (blob__shape_count(h->dtype, h->num_axes, h->shape, &h->count) != BLOB_OK)
+    if (blob__shape_count(LOAD, h->dtype, h->num_axes, h->shape, &h->count) != BLOB_OK)
         return file_fail(BLOB_EFORMAT, LOAD, path, "shape's element count overflows");
     uint64_t avail = (uint64_t)(sb.st_size - data_at);
     uint64_t need = (uint64_t)h->count * blob_dtype_size(h->dtype);
@@ -574,7 +574,7 @@ static blob_status read_header(FILE *f, const char *path, blob_dtype dtype, npy_
         return file_fail(BLOB_EFORMAT, LOAD, path, "data holds %llu bytes, the shape needs %llu",
                          (unsigned long long)avail, (unsigned long long)need);
     int64_t count;
-    if (blob__shape_count(dtype, h->num_axes, h->shape, &count) != BLOB_OK)
+    if (blob__shape_count(LOAD, dtype, h->num_axes, h->shape, &count) != BLOB_OK)
         return file_fail(BLOB_EOVERFLOW, LOAD, path,
                          "the shape overflows as the blob's %zu-byte elements",
                          blob_dtype_size(dtype));

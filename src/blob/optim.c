@@ -75,27 +75,29 @@ static blob_status bind(blob_optim_state *s, blob *const *params, int n)
     return BLOB_OK;
 }
 
-static blob_status check_params(const blob_optim_state *s, blob *const *params, int n)
+static blob_status check_params(const char *func, const blob_optim_state *s,
+                                blob *const *params, int n)
 {
     for (int i = 0; i < n; i++) {
         const blob *p = params[i];
         if (!p)
-            return BLOB_FAIL(BLOB_EINVAL, "params[%d] is NULL", i);
+            return blob__fail(BLOB_EINVAL, func, "params[%d] is NULL", i);
         if (p->dtype != params[0]->dtype || p->device != params[0]->device)
-            return BLOB_FAIL(BLOB_EINVAL, "params[%d] differs from params[0] in dtype or device",
-                             i);
+            return blob__fail(BLOB_EINVAL, func,
+                              "params[%d] differs from params[0] in dtype or device", i);
         if (s->n && p->count != s->counts[i])
-            return BLOB_FAIL(BLOB_ESHAPE, "params[%d] has %lld elements, its history %lld", i,
-                             (long long)p->count, (long long)s->counts[i]);
+            return blob__fail(BLOB_ESHAPE, func, "params[%d] has %lld elements, its history %lld",
+                              i, (long long)p->count, (long long)s->counts[i]);
     }
     if (s->n && (params[0]->dtype != s->dtype || params[0]->device != s->device))
-        return BLOB_FAIL(BLOB_EINVAL, "the parameters' dtype or device changed");
+        return blob__fail(BLOB_EINVAL, func, "the parameters' dtype or device changed");
     return BLOB_OK;
 }
 
 /* A pointer to mem on the side, for reading (write == false) or for writing what is
  * read: the side is made current first (copied if stale, zeroed if new). */
-static blob_status side_ptr(blob_syncedmem *mem, bool gpu, bool write, void **out)
+static blob_status side_ptr(const char *func, blob_syncedmem *mem, bool gpu, bool write,
+                            void **out)
 {
     const void *p;
     BLOB_TRY(gpu ? blob_syncedmem_gpu_data(mem, &p) : blob_syncedmem_cpu_data(mem, &p));
@@ -103,7 +105,7 @@ static blob_status side_ptr(blob_syncedmem *mem, bool gpu, bool write, void **ou
         *out = (void *)p;
         return BLOB_OK;
     }
-    return blob__syncedmem_write_side(mem, gpu, out);
+    return blob__syncedmem_write_side(func, mem, gpu, out);
 }
 
 static bool head_on_gpu(const blob_syncedmem *mem)
@@ -124,7 +126,7 @@ blob_status blob_optim_step(const blob_optim *opt, blob *const *params, int n,
     const int hist = blob_optim_history_count(opt);
     if (hist < 0)
         return BLOB_FAIL(BLOB_EINVAL, "bad optimizer kind %d", (int)opt->kind);
-    BLOB_TRY(check_params(state, params, n));
+    BLOB_TRY(check_params(__func__, state, params, n));
     const bool bound = state->n > 0;
     if (!bound)
         BLOB_TRY(bind(state, params, n));
@@ -142,14 +144,14 @@ blob_status blob_optim_step(const blob_optim *opt, blob *const *params, int n,
     void *step = NULL;
     for (int i = 0; i < n && st == BLOB_OK; i++) {
         blob *p = params[i];
-        st = side_ptr(p->data, gpu, true, &s->data[i]);
+        st = side_ptr(__func__, p->data, gpu, true, &s->data[i]);
         if (st == BLOB_OK)
-            st = side_ptr(p->diff, gpu, false, &s->diff[i]);
+            st = side_ptr(__func__, p->diff, gpu, false, &s->diff[i]);
         for (int w = 0; w < hist && st == BLOB_OK; w++)
-            st = side_ptr(s->hist[w][i]->data, gpu, true, w ? &s->h2[i] : &s->h1[i]);
+            st = side_ptr(__func__, s->hist[w][i]->data, gpu, true, w ? &s->h2[i] : &s->h1[i]);
     }
     if (st == BLOB_OK)
-        st = side_ptr(s->step, gpu, true, &step);
+        st = side_ptr(__func__, s->step, gpu, true, &step);
     if (st == BLOB_OK)
         st = (gpu ? blob_gpu_optim_step : blob_cpu_optim_step)(
             opt, s->dtype, n, s->counts, s->data, (const void *const *)s->diff,

@@ -354,7 +354,7 @@ blob_status blob__comm_usable(blob_comm *c, const char *func)
     blob_status st = check_locked(c, func);
     pthread_mutex_unlock(&c->mu);
     BLOB_TRY(st);
-    if (blob__check_device(c->device) != BLOB_OK)
+    if (blob__check_device(func, c->device) != BLOB_OK)
         return blob__comm_poison(c, func, BLOB_EDEVICE, "the device check");
     return BLOB_OK;
 }
@@ -389,11 +389,12 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-static blob_status watchdog_start(blob_comm *c)
+static blob_status watchdog_start(blob_comm *c, const char *func)
 {
     int r = pthread_create(&c->watchdog, NULL, watchdog_main, c);
     if (r != 0)
-        return BLOB_FAIL(BLOB_ENOMEM, "cannot start the watchdog thread: %s", strerror(r));
+        return blob__fail(BLOB_ENOMEM, func, "cannot start the watchdog thread: %s",
+                          strerror(r));
     c->watching = true;
     return BLOB_OK;
 }
@@ -461,8 +462,8 @@ static blob_status await_join(blob_comm *c, const char *func)
 }
 
 /* The id of opts' meeting for rank and world; *wrote: this rank wrote the file. */
-static blob_status meet(const blob_comm_options *o, const blob__ccl *ccl, double timeout,
-                        blob_comm_id *id, bool *wrote)
+static blob_status meet(const char *func, const blob_comm_options *o, const blob__ccl *ccl,
+                        double timeout, blob_comm_id *id, bool *wrote)
 {
     *wrote = false;
     if (o->has_id) {
@@ -479,18 +480,18 @@ static blob_status meet(const blob_comm_options *o, const blob__ccl *ccl, double
         int world = 0;
         BLOB_TRY(blob_comm_id_read_file(id, &world, o->id_file, timeout));
         if (world != o->world_size)
-            return BLOB_FAIL(BLOB_EINVAL,
-                             "%s was written for %d ranks, this rank expects %d (do the ranks "
-                             "agree on WORLD_SIZE? is the file left from another run?)",
-                             o->id_file, world, o->world_size);
+            return blob__fail(BLOB_EINVAL, func,
+                              "%s was written for %d ranks, this rank expects %d (do the ranks "
+                              "agree on WORLD_SIZE? is the file left from another run?)",
+                              o->id_file, world, o->world_size);
         return BLOB_OK;
     }
     if (getenv("NCCL_COMM_ID"))
         return ccl->new_id(id);
-    return BLOB_FAIL(BLOB_EINVAL,
-                     "no way to meet the other %d ranks: pass an id, or set BLOB_COMM_ID_FILE, "
-                     "BLOB_COMM_ID or NCCL_COMM_ID (see docs/distributed.md)",
-                     o->world_size - 1);
+    return blob__fail(BLOB_EINVAL, func,
+                      "no way to meet the other %d ranks: pass an id, or set BLOB_COMM_ID_FILE, "
+                      "BLOB_COMM_ID or NCCL_COMM_ID (see docs/distributed.md)",
+                      o->world_size - 1);
 }
 
 /* The multi-rank part of blob_comm_create: c's device is current. */
@@ -498,7 +499,7 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
 {
     blob_comm_id id;
     bool wrote = false;
-    blob_status st = meet(o, c->ccl, c->timeout_s, &id, &wrote);
+    blob_status st = meet(func, o, c->ccl, c->timeout_s, &id, &wrote);
     if (st == BLOB_OK)
         st = blob_stream_create(&c->stream);
     if (st == BLOB_OK)
@@ -509,19 +510,19 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
         pthread_mutex_unlock(&c->mu);
     }
     if (st == BLOB_OK)
-        st = watchdog_start(c);
+        st = watchdog_start(c, func);
     if (wrote)
         unlink(o->id_file); /* every rank has read it, or this one gives up */
     return st;
 }
 
-static blob_status check_options(const blob_comm_options *o, int *world)
+static blob_status check_options(const char *func, const blob_comm_options *o, int *world)
 {
     *world = o->world_size ? o->world_size : 1;
     if (*world < 1)
-        return BLOB_FAIL(BLOB_EINVAL, "world size %d < 1", o->world_size);
+        return blob__fail(BLOB_EINVAL, func, "world size %d < 1", o->world_size);
     if (o->rank < 0 || o->rank >= *world)
-        return BLOB_FAIL(BLOB_EINVAL, "rank %d not in [0, %d)", o->rank, *world);
+        return blob__fail(BLOB_EINVAL, func, "rank %d not in [0, %d)", o->rank, *world);
     return BLOB_OK;
 }
 
@@ -535,7 +536,7 @@ blob_status blob_comm_create(blob_comm **out, const blob_comm_options *opts)
     int world;
     double timeout;
     size_t bucket;
-    BLOB_TRY(check_options(opts, &world));
+    BLOB_TRY(check_options(__func__, opts, &world));
     BLOB_TRY(resolve(opts, &timeout, &bucket));
     if (world > 1) {
         if (!blob__ccl_current()->multi_rank)
@@ -607,7 +608,7 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
         pthread_mutex_unlock(&comms[i]->mu);
     }
     for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++)
-        st = watchdog_start(comms[i]);
+        st = watchdog_start(comms[i], __func__);
     if (saved >= 0)
         (void)blob_device_set(saved);
     if (st != BLOB_OK) {

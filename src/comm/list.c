@@ -185,24 +185,26 @@ static blob_comm_list *list_alloc(int n)
 }
 
 /* This rank's own check of its list: BLOB_OK, or the status and *bad the blob at fault
- * (detail recorded). */
-static blob_status check_blobs(const blob_comm *c, blob *const *blobs, int n, int *bad)
+ * (detail recorded under func). */
+static blob_status check_blobs(const char *func, const blob_comm *c, blob *const *blobs, int n,
+                               int *bad)
 {
     *bad = -1;
     for (int i = 0; i < n; i++) {
         *bad = i;
         if (!blobs[i])
-            return BLOB_FAIL(BLOB_EINVAL, "blob %d is NULL", i);
+            return blob__fail(BLOB_EINVAL, func, "blob %d is NULL", i);
         if (blob_get_dtype(blobs[i]) != blob_get_dtype(blobs[0]))
-            return BLOB_FAIL(BLOB_EINVAL, "blob %d's dtype differs from blob 0's (a list has "
-                             "one dtype)", i);
+            return blob__fail(BLOB_EINVAL, func, "blob %d's dtype differs from blob 0's (a list "
+                              "has one dtype)", i);
         for (int j = 0; j < i; j++)
             if (blobs[j] == blobs[i])
-                return BLOB_FAIL(BLOB_EINVAL, "blob %d is blob %d again", i, j);
+                return blob__fail(BLOB_EINVAL, func, "blob %d is blob %d again", i, j);
         if (c->size > 1 && blob_device(blobs[i]) != c->device)
-            return BLOB_FAIL(BLOB_EDEVICE, "blob %d is on %s %d, the communicator's GPU is %d", i,
-                             blob_device(blobs[i]) < 0 ? "the host, not a GPU:" : "GPU",
-                             blob_device(blobs[i]), c->device);
+            return blob__fail(BLOB_EDEVICE, func,
+                              "blob %d is on %s %d, the communicator's GPU is %d", i,
+                              blob_device(blobs[i]) < 0 ? "the host, not a GPU:" : "GPU",
+                              blob_device(blobs[i]), c->device);
     }
     *bad = -1;
     return BLOB_OK;
@@ -282,7 +284,7 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
     if (!blobs || n < 1)
         local = BLOB_FAIL(BLOB_EINVAL, blobs ? "%d blobs" : "blobs is NULL", n);
     else
-        local = check_blobs(c, blobs, n, &bad);
+        local = check_blobs(__func__, c, blobs, n, &bad);
     blob_comm_list *l = local == BLOB_OK ? list_alloc(n) : NULL;
     if (local == BLOB_OK && (!l || !l->blobs || !l->counts || !l->offset || !l->ready || !l->dev))
         local = BLOB_ENOMEM; /* detail recorded by the allocation */
@@ -359,13 +361,13 @@ static blob_status call_failed(blob_comm_list *l, const char *func, blob_status 
     return st;
 }
 
-static blob_status check_counts(const blob_comm_list *l, int first, int n)
+static blob_status check_counts(const char *func, const blob_comm_list *l, int first, int n)
 {
     for (int i = first; i < first + n; i++)
         if (blob_count(l->blobs[i]) != l->counts[i])
-            return BLOB_FAIL(BLOB_ESHAPE, "blob %d of list %d has %lld elements, %lld when it "
-                             "was registered", i, l->id, (long long)blob_count(l->blobs[i]),
-                             (long long)l->counts[i]);
+            return blob__fail(BLOB_ESHAPE, func, "blob %d of list %d has %lld elements, %lld "
+                              "when it was registered", i, l->id,
+                              (long long)blob_count(l->blobs[i]), (long long)l->counts[i]);
     return BLOB_OK;
 }
 
@@ -397,7 +399,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     else if (l->open)
         st = BLOB_FAIL(BLOB_ESTATE, "a reduce step of list %d is open", l->id);
     if (st == BLOB_OK)
-        st = check_counts(l, 0, l->n);
+        st = check_counts(__func__, l, 0, l->n);
     if (st != BLOB_OK)
         return call_failed(l, __func__, st, "broadcast");
     if (c->size == 1)
@@ -569,7 +571,7 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
 {
     blob_comm *c = l->c;
     BLOB_TRY(blob__comm_usable(c, func));
-    blob_status st = check_counts(l, first, n);
+    blob_status st = check_counts(func, l, first, n);
     bool fresh = false;
     for (int i = first; i < first + n; i++)
         fresh |= !l->ready[i];
@@ -628,7 +630,7 @@ blob_status blob_comm_reduce_ready(blob_comm_list *l, int first, int n)
     if (st != BLOB_OK)
         return call_failed(l, __func__, st, "reduce_ready");
     if (l->c->size == 1) {
-        st = check_counts(l, first, n);
+        st = check_counts(__func__, l, first, n);
         for (int i = first; i < first + n && st == BLOB_OK; i++)
             l->ready[i] = true;
         return st;
@@ -647,7 +649,7 @@ blob_status blob_comm_reduce_end(blob_comm_list *l)
     blob_comm *c = l->c;
     l->open = false;
     if (c->size == 1)
-        return check_counts(l, 0, l->n);
+        return check_counts(__func__, l, 0, l->n);
     BLOB_TRY(hand_over(l, 0, l->n, __func__));
     if (blob__comm_order(c, blob_get_stream(), c->stream) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");

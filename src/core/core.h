@@ -115,8 +115,9 @@ blob_status blob__current_device(int *device);
  * before switching tables. */
 void blob__stream_pool_drain(void);
 
-/* Check that `device` is the calling thread's current device. */
-blob_status blob__check_device(int device);
+/* Check that `device` is the calling thread's current device; a failure is recorded
+ * under func. */
+blob_status blob__check_device(const char *func, int device);
 
 /* ---- The host BLAS (blas.c) ---- */
 

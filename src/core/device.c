@@ -264,7 +264,7 @@ static blob_status usable(const blob_event *e, const char *func)
     if (!e)
         return blob__fail(BLOB_EINVAL, func, "event is NULL");
     BLOB_TRY(blob__require_gpu(func));
-    return blob__check_device(e->device);
+    return blob__check_device(func, e->device);
 }
 
 blob_status blob_event_record(blob_event *e, void *stream)
@@ -323,12 +323,12 @@ void *blob_get_stream(void)
     return current_stream;
 }
 
-blob_status blob__check_device(int device)
+blob_status blob__check_device(const char *func, int device)
 {
     int cur;
     BLOB_TRY(blob__current_device(&cur));
     if (cur != device)
-        return BLOB_FAIL(BLOB_EDEVICE, "object is on GPU %d but GPU %d is current", device,
-                         cur);
+        return blob__fail(BLOB_EDEVICE, func, "object is on GPU %d but GPU %d is current",
+                          device, cur);
     return BLOB_OK;
 }

@@ -159,12 +159,13 @@ bool blob__syncedmem_shared(const blob_syncedmem *m)
     return atomic_load_explicit(&m->refs, memory_order_acquire) > 1;
 }
 
-/* GPU work is allowed: the block is bound to a GPU and it is the current one. */
-static blob_status check_gpu(const blob_syncedmem *m)
+/* GPU work is allowed: the block is bound to a GPU and it is the current one. Failures
+ * here and below are recorded under func, the public call. */
+static blob_status check_gpu(const char *func, const blob_syncedmem *m)
 {
     if (m->device < 0)
-        return BLOB_FAIL(BLOB_ENODEV, "block is host-only");
-    return blob__check_device(m->device);
+        return blob__fail(BLOB_ENODEV, func, "block is host-only");
+    return blob__check_device(func, m->device);
 }
 
 /* The host side belongs to no stream: every copy touching it is waited for before it
@@ -220,7 +221,7 @@ static blob_status copy_sync(void *dst, const void *src, size_t bytes, blob__cop
 }
 
 /* Make the host side current. On failure nothing has changed. */
-static blob_status to_cpu(blob_syncedmem *m)
+static blob_status to_cpu(const char *func, blob_syncedmem *m)
 {
     BLOB_TRY(settle(m));
     switch (m->head) {
@@ -234,7 +235,7 @@ static blob_status to_cpu(blob_syncedmem *m)
         return BLOB_OK;
     case BLOB_HEAD_AT_GPU: {
         if (m->size) {
-            BLOB_TRY(check_gpu(m));
+            BLOB_TRY(check_gpu(func, m));
             void *stream = blob_get_stream();
             bool fresh = !m->host;
             if (fresh)
@@ -255,14 +256,14 @@ static blob_status to_cpu(blob_syncedmem *m)
     case BLOB_SYNCED:
         return BLOB_OK;
     }
-    return BLOB_FAIL(BLOB_ESTATE, "corrupt head %d", (int)m->head);
+    return blob__fail(BLOB_ESTATE, func, "corrupt head %d", (int)m->head);
 }
 
 /* Make the device side current for work on the current stream. A pending async copy
  * is waited for on the device, not on the host. On failure nothing has changed. */
-static blob_status to_gpu(blob_syncedmem *m)
+static blob_status to_gpu(const char *func, blob_syncedmem *m)
 {
-    BLOB_TRY(check_gpu(m));
+    BLOB_TRY(check_gpu(func, m));
     void *stream = blob_get_stream();
     if (!m->size || m->head == BLOB_HEAD_AT_GPU || m->head == BLOB_SYNCED) {
         BLOB_TRY(use_on(m, stream));
@@ -292,7 +293,7 @@ blob_status blob_syncedmem_cpu_data(blob_syncedmem *m, const void **out)
 {
     if (!m || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_cpu(m));
+    BLOB_TRY(to_cpu(__func__, m));
     *out = m->host;
     return BLOB_OK;
 }
@@ -301,7 +302,7 @@ blob_status blob_syncedmem_mutable_cpu_data(blob_syncedmem *m, void **out)
 {
     if (!m || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_cpu(m));
+    BLOB_TRY(to_cpu(__func__, m));
     m->head = BLOB_HEAD_AT_CPU;
     *out = m->host;
     return BLOB_OK;
@@ -311,7 +312,7 @@ blob_status blob_syncedmem_gpu_data(blob_syncedmem *m, const void **out)
 {
     if (!m || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_gpu(m));
+    BLOB_TRY(to_gpu(__func__, m));
     *out = m->dev;
     return BLOB_OK;
 }
@@ -320,13 +321,14 @@ blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *m, void **out)
 {
     if (!m || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_gpu(m));
+    BLOB_TRY(to_gpu(__func__, m));
     m->head = BLOB_HEAD_AT_GPU;
     *out = m->dev;
     return BLOB_OK;
 }
 
-blob_status blob__syncedmem_write_side(blob_syncedmem *m, bool gpu, void **out)
+blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *m, bool gpu,
+                                       void **out)
 {
     if (!gpu) {
         BLOB_TRY(settle(m));
@@ -335,7 +337,7 @@ blob_status blob__syncedmem_write_side(blob_syncedmem *m, bool gpu, void **out)
         *out = m->host;
         return BLOB_OK;
     }
-    BLOB_TRY(check_gpu(m));
+    BLOB_TRY(check_gpu(func, m));
     void *stream = blob_get_stream();
     BLOB_TRY(use_on(m, stream));
     if (!m->dev && m->size)
@@ -349,22 +351,23 @@ void blob__syncedmem_claim(blob_syncedmem *m, bool gpu)
     m->head = gpu ? BLOB_HEAD_AT_GPU : BLOB_HEAD_AT_CPU;
 }
 
-static blob_status check_borrow(const blob_syncedmem *m, const void *data, size_t bytes)
+static blob_status check_borrow(const char *func, const blob_syncedmem *m, const void *data,
+                                size_t bytes)
 {
     if (!m)
-        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
+        return blob__fail(BLOB_EINVAL, func, "block is NULL");
     if (bytes < m->size)
-        return BLOB_FAIL(BLOB_EINVAL, "borrowed memory holds %zu bytes, block needs %zu", bytes,
-                         m->size);
+        return blob__fail(BLOB_EINVAL, func, "borrowed memory holds %zu bytes, block needs %zu",
+                          bytes, m->size);
     if (!data && m->size)
-        return BLOB_FAIL(BLOB_EINVAL, "borrowed memory is NULL");
+        return blob__fail(BLOB_EINVAL, func, "borrowed memory is NULL");
     return BLOB_OK;
 }
 
 blob_status blob_syncedmem_set_cpu_data_release(blob_syncedmem *m, void *data, size_t bytes,
                                                 blob_release_fn release, void *ctx)
 {
-    BLOB_TRY(check_borrow(m, data, bytes));
+    BLOB_TRY(check_borrow(__func__, m, data, bytes));
     BLOB_TRY(settle(m));
     free_host(m);
     m->host = data;
@@ -377,8 +380,8 @@ blob_status blob_syncedmem_set_cpu_data_release(blob_syncedmem *m, void *data, s
 blob_status blob_syncedmem_set_gpu_data_release(blob_syncedmem *m, void *data, size_t bytes,
                                                 blob_release_fn release, void *ctx)
 {
-    BLOB_TRY(check_borrow(m, data, bytes));
-    BLOB_TRY(check_gpu(m));
+    BLOB_TRY(check_borrow(__func__, m, data, bytes));
+    BLOB_TRY(check_gpu(__func__, m));
     BLOB_TRY(settle(m));
     free_dev(m);
     m->dev = data;
@@ -415,16 +418,16 @@ static blob_status copy_pending(blob_syncedmem *m, void *dst, const void *src,
 
 /* Queue the copy that brings the device side (to_gpu) or the host side up to date from
  * the other one, which must hold the head. */
-static blob_status async_copy(blob_syncedmem *m, void *stream, bool to_gpu)
+static blob_status async_copy(const char *func, blob_syncedmem *m, void *stream, bool to_gpu)
 {
     if (!m)
-        return BLOB_FAIL(BLOB_EINVAL, "block is NULL");
-    BLOB_TRY(check_gpu(m));
+        return blob__fail(BLOB_EINVAL, func, "block is NULL");
+    BLOB_TRY(check_gpu(func, m));
     if (m->head == BLOB_SYNCED)
         return BLOB_OK;
     if (m->head != (to_gpu ? BLOB_HEAD_AT_CPU : BLOB_HEAD_AT_GPU))
-        return BLOB_FAIL(BLOB_ESTATE, "needs the head at the %s (head %d)",
-                         to_gpu ? "CPU" : "GPU", (int)m->head);
+        return blob__fail(BLOB_ESTATE, func, "needs the head at the %s (head %d)",
+                          to_gpu ? "CPU" : "GPU", (int)m->head);
     BLOB_TRY(settle(m));
     if (!m->size) {
         m->head = BLOB_SYNCED;
@@ -447,12 +450,12 @@ static blob_status async_copy(blob_syncedmem *m, void *stream, bool to_gpu)
 
 blob_status blob_syncedmem_async_gpu_push(blob_syncedmem *m, void *stream)
 {
-    return async_copy(m, stream, true);
+    return async_copy(__func__, m, stream, true);
 }
 
 blob_status blob_syncedmem_async_cpu_pull(blob_syncedmem *m, void *stream)
 {
-    return async_copy(m, stream, false);
+    return async_copy(__func__, m, stream, false);
 }
 
 blob_status blob_syncedmem_wait(blob_syncedmem *m)

@@ -10,8 +10,10 @@ bool blob__syncedmem_shared(const blob_syncedmem *mem);
 /* The device (gpu) or host side for writing, for a caller that knows it holds the
  * newest bytes or will overwrite all of it: allocated if missing (not zeroed), ordered
  * on the current stream, nothing copied, head unchanged. After a successful write,
- * blob__syncedmem_claim makes it the newest side; after a failed one nothing changed. */
-blob_status blob__syncedmem_write_side(blob_syncedmem *mem, bool gpu, void **out);
+ * blob__syncedmem_claim makes it the newest side; after a failed one nothing changed.
+ * A failure is recorded under func, the public call. */
+blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *mem, bool gpu,
+                                       void **out);
 void blob__syncedmem_claim(blob_syncedmem *mem, bool gpu);
 
 #endif
