@@ -656,7 +656,11 @@ END_TEST
 static void clear_env(void)
 {
     const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "BLOB_COMM_ID", "BLOB_COMM_ID_FILE",
-                          "BLOB_COMM_TIMEOUT", "BLOB_COMM_BUCKET_MB", "NCCL_COMM_ID"};
+                          "BLOB_COMM_TIMEOUT", "BLOB_COMM_BUCKET_MB", "NCCL_COMM_ID",
+                          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
+                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
+                          "MPI_LOCALRANKID"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -707,11 +711,16 @@ START_TEST(test_env_bad_values)
         {"RANK", "", "RANK"},
         {"RANK", "1x", "RANK"},
         {"RANK", "99999999999999999999", "RANK"},
+        {"RANK", " 0", "blob_comm_options_from_env: RANK=\" 0\" is not an integer in [0, "},
+        {"RANK", "+1", "RANK=\"+1\""},
+        {"RANK", "0x1", "RANK=\"0x1\""},
+        {"RANK", "1.0", "RANK=\"1.0\""},
         {"WORLD_SIZE", "0", "WORLD_SIZE"},
         {"LOCAL_RANK", "-3", "LOCAL_RANK"},
-        {"RANK", "4", "not below WORLD_SIZE"},
-        {"BLOB_COMM_ID", "1234", "BLOB_COMM_ID"},
-        {"BLOB_COMM_ID_FILE", "", "BLOB_COMM_ID_FILE is empty"},
+        {"RANK", "4", "blob_comm_options_from_env: RANK=4 is not below WORLD_SIZE=4"},
+        {"BLOB_COMM_ID", "1234",
+         "blob_comm_options_from_env: BLOB_COMM_ID: an id is 256 hex digits, got 4 characters"},
+        {"BLOB_COMM_ID_FILE", "", "blob_comm_options_from_env: BLOB_COMM_ID_FILE is empty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         clear_env();
@@ -727,12 +736,17 @@ START_TEST(test_env_bad_values)
     clear_env();
     blob_comm *c;
     blob_comm_options o = {0};
-    const char *bad_timeouts[] = {"0", "-2", "abc", "inf", "nan", ""};
+    const char *bad_timeouts[] = {"0",  "-2",  "abc",    "inf",   "nan", "",
+                                  " 5", "0x10", "1e-300", "1e300", "5s",  "1000001"};
     for (size_t i = 0; i < sizeof bad_timeouts / sizeof bad_timeouts[0]; i++) {
         setenv("BLOB_COMM_TIMEOUT", bad_timeouts[i], 1);
         ck_status(blob_comm_create(&c, &o), BLOB_EINVAL);
         ck_assert_ptr_null(c);
-        ck_assert_ptr_nonnull(strstr(blob_last_error(), "BLOB_COMM_TIMEOUT"));
+        char says[128];
+        snprintf(says, sizeof says,
+                 "blob_comm_create: BLOB_COMM_TIMEOUT=\"%s\" is not a number of seconds in "
+                 "[0.001, 1e+06]", bad_timeouts[i]);
+        ck_assert_str_eq(blob_last_error(), says);
     }
     setenv("BLOB_COMM_TIMEOUT", "2.5", 1);
     ck_ok(blob_comm_create(&c, &o));
@@ -744,7 +758,82 @@ START_TEST(test_env_bad_values)
     blob_comm_free(c);
     setenv("BLOB_COMM_BUCKET_MB", "0", 1);
     ck_status(blob_comm_create(&c, &o), BLOB_EINVAL);
-    ck_assert_ptr_nonnull(strstr(blob_last_error(), "BLOB_COMM_BUCKET_MB"));
+    ck_assert_str_eq(blob_last_error(), "blob_comm_create: BLOB_COMM_BUCKET_MB=\"0\" is not an "
+                                        "integer in [1, 1048576]");
+    /* an id of 257 digits */
+    clear_env();
+    char hex[2 * BLOB_COMM_ID_BYTES + 2];
+    memset(hex, 'a', sizeof hex - 1);
+    hex[sizeof hex - 1] = '\0';
+    setenv("BLOB_COMM_ID", hex, 1);
+    ck_status(blob_comm_options_from_env(&o), BLOB_EINVAL);
+    ck_assert_str_eq(blob_last_error(),
+                     "blob_comm_options_from_env: BLOB_COMM_ID is longer than 256 characters");
+    blob_comm_id id;
+    ck_status(blob_comm_id_from_hex(&id, hex), BLOB_EINVAL);
+    ck_assert_str_eq(blob_last_error(), "blob_comm_id_from_hex: an id is 256 hex digits, got "
+                                        "more than 256 characters");
+}
+END_TEST
+
+/* Ranks started by Slurm (srun) or MPI (mpirun) find their place without torchrun's
+ * variables: torchrun's (and blob-launch's) first, then Slurm's, Open MPI's and PMI's,
+ * each of the rank, the world size and the local rank from the first that is set. */
+START_TEST(test_env_launchers)
+{
+    static const struct {
+        const char *vars; /* NAME=VALUE ... */
+        int rank, world, device;
+    } cases[] = {
+        {"SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1 SLURM_NODEID=2", 5, 8, 1},
+        {"OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=1", 3, 4, 1},
+        {"PMI_RANK=6 PMI_SIZE=7 MPI_LOCALRANKID=2", 6, 7, 2},
+        {"PMI_RANK=6 PMI_SIZE=7", 6, 7, 6},
+        /* torchrun's come first, Slurm's before MPI's */
+        {"RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=3", 1, 2,
+         1},
+        {"SLURM_PROCID=2 SLURM_NTASKS=3 SLURM_LOCALID=0 OMPI_COMM_WORLD_RANK=1 "
+         "OMPI_COMM_WORLD_SIZE=9 PMI_RANK=4 PMI_SIZE=5", 2, 3, 0},
+        /* one variable of torchrun's replaces its own alone: a task given one GPU */
+        {"SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1 LOCAL_RANK=0", 5, 8, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clear_env();
+        char vars[256];
+        snprintf(vars, sizeof vars, "%s", cases[i].vars);
+        for (char *save, *v = strtok_r(vars, " ", &save); v; v = strtok_r(NULL, " ", &save)) {
+            char *eq = strchr(v, '=');
+            *eq = '\0';
+            setenv(v, eq + 1, 1);
+        }
+        blob_comm_options o;
+        ck_ok(blob_comm_options_from_env(&o));
+        ck_assert_msg(o.rank == cases[i].rank && o.world_size == cases[i].world &&
+                          o.device == cases[i].device,
+                      "case %zu: rank %d of %d on GPU %d", i, o.rank, o.world_size, o.device);
+    }
+    /* strictly, naming the variable read */
+    clear_env();
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    blob_comm_options o = {.rank = 42}, before = o;
+    ck_status(blob_comm_options_from_env(&o), BLOB_EINVAL);
+    ck_assert_str_eq(blob_last_error(), "blob_comm_options_from_env: SLURM_PROCID=3 is not below "
+                                        "SLURM_NTASKS=2");
+    unsetenv("SLURM_NTASKS");
+    ck_status(blob_comm_options_from_env(&o), BLOB_EINVAL);
+    ck_assert_str_eq(blob_last_error(), "blob_comm_options_from_env: SLURM_PROCID=3, but no world "
+                                        "size is set (WORLD_SIZE, SLURM_NTASKS, "
+                                        "OMPI_COMM_WORLD_SIZE or PMI_SIZE)");
+    setenv("SLURM_NTASKS", " 4", 1);
+    ck_status(blob_comm_options_from_env(&o), BLOB_EINVAL);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "SLURM_NTASKS=\" 4\""));
+    clear_env();
+    setenv("OMPI_COMM_WORLD_RANK", "x", 1);
+    ck_status(blob_comm_options_from_env(&o), BLOB_EINVAL);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "OMPI_COMM_WORLD_RANK=\"x\""));
+    ck_assert(!memcmp(&o, &before, sizeof o));
+    clear_env();
 }
 END_TEST
 
@@ -1829,6 +1918,7 @@ Suite *comm_suite(void)
     tcase_add_test(tc, test_env_defaults);
     tcase_add_test(tc, test_env_torchrun);
     tcase_add_test(tc, test_env_bad_values);
+    tcase_add_test(tc, test_env_launchers);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("one_rank");

@@ -120,8 +120,12 @@ typedef struct {
 } blob_comm_options;
 
 /* Fill *out from the environment, as torchrun sets it: RANK (default 0), WORLD_SIZE
- * (default 1), LOCAL_RANK as the device (default: RANK), BLOB_COMM_ID (the id in hex,
+ * (default 1), LOCAL_RANK as the device (default: the rank), BLOB_COMM_ID (the id in hex,
  * see blob_comm_id_to_hex) or else BLOB_COMM_ID_FILE (a path; the pointer is getenv's).
+ * Each of torchrun's three that is not set comes from the first set of Slurm's
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), Open MPI's (OMPI_COMM_WORLD_RANK, _SIZE,
+ * _LOCAL_RANK) and PMI's (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID), in that order. Numbers
+ * are decimal digits alone (no sign, space or other base).
  * timeout_s and bucket_bytes are left 0 (their variables are read by create).
  * Errors: BLOB_EINVAL naming the variable that is malformed or out of range. */
 BLOB_API blob_status blob_comm_options_from_env(blob_comm_options *out);

@@ -1,7 +1,6 @@
 /* Communicators: options, the meeting of ranks, the watchdog, deadlines and failure,
  * and collectives on host values. */
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -14,6 +13,7 @@
 #include "blob/alloc.h"
 #include "blob/device.h"
 #include "../core/core.h"
+#include "../core/env.h"
 #include "comm_impl.h"
 
 /* How often the watchdog looks at the queued operations. */
@@ -66,78 +66,23 @@ blob_status blob_comm_id_new(blob_comm_id *out)
 
 /* ---- options ---- */
 
-/* The integer variable `name` into *out if it is set: BLOB_EINVAL unless it is a
- * decimal integer in [lo, hi]. */
-static blob_status env_int(const char *name, long lo, long hi, long *out)
-{
-    const char *s = getenv(name);
-    if (!s)
-        return BLOB_OK;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return BLOB_FAIL(BLOB_EINVAL, "%s=\"%.40s\" is not an integer in [%ld, %ld]", name, s, lo,
-                         hi);
-    *out = v;
-    return BLOB_OK;
-}
-
-blob_status blob_comm_options_from_env(blob_comm_options *out)
-{
-    if (!out)
-        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
-    long rank = 0, world = 1, local = -1;
-    BLOB_TRY(env_int("RANK", 0, INT_MAX - 1, &rank));
-    BLOB_TRY(env_int("WORLD_SIZE", 1, INT_MAX, &world));
-    BLOB_TRY(env_int("LOCAL_RANK", 0, INT_MAX, &local));
-    if (rank >= world)
-        return BLOB_FAIL(BLOB_EINVAL, "RANK=%ld is not below WORLD_SIZE=%ld", rank, world);
-    blob_comm_options o;
-    memset(&o, 0, sizeof o);
-    o.rank = (int)rank;
-    o.world_size = (int)world;
-    o.device = (int)(local >= 0 ? local : rank);
-    const char *hex = getenv("BLOB_COMM_ID");
-    if (hex) {
-        if (blob_comm_id_from_hex(&o.id, hex) != BLOB_OK) {
-            char detail[160];
-            snprintf(detail, sizeof detail, "%s", blob_last_error());
-            return BLOB_FAIL(BLOB_EINVAL, "BLOB_COMM_ID: %s", detail);
-        }
-        o.has_id = true;
-    }
-    o.id_file = getenv("BLOB_COMM_ID_FILE");
-    if (o.id_file && !*o.id_file)
-        return BLOB_FAIL(BLOB_EINVAL, "BLOB_COMM_ID_FILE is empty");
-    *out = o;
-    return BLOB_OK;
-}
-
 /* The timeout and bucket size of opts, their environment variables and defaults. */
-static blob_status resolve(const blob_comm_options *o, double *timeout, size_t *bucket)
+static blob_status resolve(const char *func, const blob_comm_options *o, double *timeout,
+                           size_t *bucket)
 {
     if (!(o->timeout_s >= 0) || isinf(o->timeout_s))
-        return BLOB_FAIL(BLOB_EINVAL, "timeout %g s is not a finite number >= 0", o->timeout_s);
+        return blob__fail(BLOB_EINVAL, func, "timeout %g s is not a finite number >= 0",
+                          o->timeout_s);
     *timeout = o->timeout_s;
     if (*timeout == 0) {
         *timeout = BLOB_COMM_DEFAULT_TIMEOUT_S;
-        const char *s = getenv("BLOB_COMM_TIMEOUT");
-        if (s) {
-            char *end;
-            errno = 0;
-            double v = strtod(s, &end);
-            if (!*s || *end || errno || !(v > 0) || isinf(v))
-                return BLOB_FAIL(BLOB_EINVAL,
-                                 "BLOB_COMM_TIMEOUT=\"%.40s\" is not a number of seconds > 0", s);
-            *timeout = v;
-        }
+        BLOB_TRY(blob__env_seconds(func, "BLOB_COMM_TIMEOUT", 1e-3, 1e6, timeout));
     }
     *bucket = o->bucket_bytes;
     if (*bucket == 0) {
-        long mb = 0;
-        BLOB_TRY(env_int("BLOB_COMM_BUCKET_MB", 1, 1L << 20, &mb));
-        *bucket = mb ? (size_t)mb << 20 : BLOB_COMM_DEFAULT_BUCKET_BYTES;
+        int64_t mb = BLOB_COMM_DEFAULT_BUCKET_BYTES >> 20;
+        BLOB_TRY(blob__env_int(func, "BLOB_COMM_BUCKET_MB", 1, 1 << 20, &mb));
+        *bucket = (size_t)mb << 20;
     }
     return BLOB_OK;
 }
@@ -486,7 +431,7 @@ static blob_status meet(const char *func, const blob_comm_options *o, const blob
                               o->id_file, world, o->world_size);
         return BLOB_OK;
     }
-    if (getenv("NCCL_COMM_ID"))
+    if (blob__env_raw("NCCL_COMM_ID"))
         return ccl->new_id(id);
     return blob__fail(BLOB_EINVAL, func,
                       "no way to meet the other %d ranks: pass an id, or set BLOB_COMM_ID_FILE, "
@@ -537,7 +482,7 @@ blob_status blob_comm_create(blob_comm **out, const blob_comm_options *opts)
     double timeout;
     size_t bucket;
     BLOB_TRY(check_options(__func__, opts, &world));
-    BLOB_TRY(resolve(opts, &timeout, &bucket));
+    BLOB_TRY(resolve(__func__, opts, &timeout, &bucket));
     if (world > 1) {
         if (!blob__ccl_current()->multi_rank)
             return BLOB_FAIL(BLOB_ENOTSUP,
@@ -570,7 +515,7 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
         comms[i] = NULL;
     double timeout;
     size_t bucket;
-    BLOB_TRY(resolve(opts, &timeout, &bucket));
+    BLOB_TRY(resolve(__func__, opts, &timeout, &bucket));
     if (n > 1 && !blob__ccl_current()->multi_rank)
         return BLOB_FAIL(BLOB_ENOTSUP,
                          "a communicator of %d ranks needs NCCL, and this build has none", n);

@@ -1,7 +1,9 @@
-/* How ranks meet without MPI: the id in hex (an environment variable) or in a record
- * written atomically to a file that every rank can read. */
+/* How ranks find their place and meet without MPI: the launcher's variables, the id in
+ * hex (an environment variable) or in a record written atomically to a file that every
+ * rank can read. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "../core/core.h"
+#include "../core/env.h"
 #include "comm_impl.h"
 
 /* The record: magic, version, world size, id length, id, CRC-32 of what precedes it;
@@ -128,24 +131,90 @@ static int hex_digit(char c)
     return -1;
 }
 
-blob_status blob_comm_id_from_hex(blob_comm_id *out, const char *hex)
+/* hex as an id into *out; failures recorded under func, what naming the value ("" for
+ * none). */
+static blob_status parse_hex(const char *func, const char *what, blob_comm_id *out,
+                             const char *hex)
 {
-    if (!out || !hex)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     size_t len = strnlen(hex, 2 * BLOB_COMM_ID_BYTES + 1);
     if (len != 2 * BLOB_COMM_ID_BYTES)
-        return BLOB_FAIL(BLOB_EINVAL, "an id is %d hex digits, got %s%zu characters",
-                         2 * BLOB_COMM_ID_BYTES, len > 2 * BLOB_COMM_ID_BYTES ? "more than " : "",
-                         len);
+        return blob__fail(BLOB_EINVAL, func, "%s%san id is %d hex digits, got %s%zu characters",
+                          what, *what ? ": " : "", 2 * BLOB_COMM_ID_BYTES,
+                          len > 2 * BLOB_COMM_ID_BYTES ? "more than " : "",
+                          len > 2 * BLOB_COMM_ID_BYTES ? (size_t)2 * BLOB_COMM_ID_BYTES : len);
     blob_comm_id id;
     for (int i = 0; i < BLOB_COMM_ID_BYTES; i++) {
         int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
-            return BLOB_FAIL(BLOB_EINVAL, "not a hex digit at position %d",
-                             hi < 0 ? 2 * i : 2 * i + 1);
+            return blob__fail(BLOB_EINVAL, func, "%s%snot a hex digit at position %d", what,
+                              *what ? ": " : "", hi < 0 ? 2 * i : 2 * i + 1);
         id.bytes[i] = (unsigned char)(hi << 4 | lo);
     }
     *out = id;
+    return BLOB_OK;
+}
+
+blob_status blob_comm_id_from_hex(blob_comm_id *out, const char *hex)
+{
+    if (!out || !hex)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    return parse_hex(__func__, "", out, hex);
+}
+
+/* ---- the environment ---- */
+
+/* Where a rank finds its place, by launcher, in the order they are read: torchrun's
+ * (and blob-launch's), Slurm's (srun), Open MPI's, and PMI's (MPICH, Intel MPI). */
+static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
+                                        "PMI_RANK", NULL};
+static const char *const world_vars[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+                                         "PMI_SIZE", NULL};
+static const char *const local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", NULL};
+
+/* The first of names that is set, read as an integer in [lo, hi] into *out; *name is it
+ * (NULL, *out untouched, when none is set). */
+static blob_status first_int(const char *func, const char *const *names, int64_t lo,
+                             int64_t hi, int64_t *out, const char **name)
+{
+    *name = NULL;
+    for (; *names && !*name; names++)
+        if (blob__env_raw(*names)) {
+            *name = *names;
+            BLOB_TRY(blob__env_int(func, *names, lo, hi, out));
+        }
+    return BLOB_OK;
+}
+
+blob_status blob_comm_options_from_env(blob_comm_options *out)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    int64_t rank = 0, world = 1, local = -1;
+    const char *rank_name, *world_name, *local_name;
+    BLOB_TRY(first_int(__func__, rank_vars, 0, INT_MAX - 1, &rank, &rank_name));
+    BLOB_TRY(first_int(__func__, world_vars, 1, INT_MAX, &world, &world_name));
+    BLOB_TRY(first_int(__func__, local_vars, 0, INT_MAX, &local, &local_name));
+    if (rank >= world && world_name)
+        return BLOB_FAIL(BLOB_EINVAL, "%s=%lld is not below %s=%lld", rank_name,
+                         (long long)rank, world_name, (long long)world);
+    if (rank >= world)
+        return BLOB_FAIL(BLOB_EINVAL, "%s=%lld, but no world size is set (%s, %s, %s or %s)",
+                         rank_name, (long long)rank, world_vars[0], world_vars[1],
+                         world_vars[2], world_vars[3]);
+    blob_comm_options o;
+    memset(&o, 0, sizeof o);
+    o.rank = (int)rank;
+    o.world_size = (int)world;
+    o.device = (int)(local_name ? local : rank);
+    const char *hex = NULL;
+    BLOB_TRY(blob__env_text(__func__, "BLOB_COMM_ID", 2 * BLOB_COMM_ID_BYTES, &hex));
+    if (hex) {
+        BLOB_TRY(parse_hex(__func__, "BLOB_COMM_ID", &o.id, hex));
+        o.has_id = true;
+    }
+    BLOB_TRY(blob__env_text(__func__, "BLOB_COMM_ID_FILE", PATH_MAX - 1, &o.id_file));
+    *out = o;
     return BLOB_OK;
 }
 

@@ -32,8 +32,9 @@ blob_status blob__env_choice(const char *func, const char *name, const char *con
 /* Text of 1 to max characters; the pointer is getenv's. */
 blob_status blob__env_text(const char *func, const char *name, size_t max, const char **out);
 
-/* The value of another library's variable, which this one passes on or only looks for
- * (OPENBLAS_CORETYPE, NCCL_COMM_ID), or NULL. */
+/* The value as it is, or NULL: of another library's variable, which this one passes on
+ * or only looks for (OPENBLAS_CORETYPE, NCCL_COMM_ID), or to find which of several
+ * variables is set before reading it. */
 const char *blob__env_raw(const char *name);
 
 /* The failure of a process-wide setting read once, at first use, where no call can
