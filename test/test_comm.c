@@ -12,9 +12,13 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/comm/comm_impl.h"
+#include "../src/comm/record.h"
+#include "../src/core/file.h"
 #include "../src/core/core.h"
 #include "fake_backend.h"
 #include "testutil.h"
@@ -406,12 +410,14 @@ static int dir_entries(const char *dir)
     return n;
 }
 
+/* A file of n bytes at path, mode 0600 as rank 0 writes its record. */
 static void write_bytes(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     ck_assert_uint_eq(fwrite(p, 1, n, f), n);
     fclose(f);
+    ck_assert_int_eq(chmod(path, 0600), 0);
 }
 
 static blob_comm_id some_id(unsigned char seed)
@@ -601,6 +607,117 @@ START_TEST(test_file_bad_at_once)
     ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EFORMAT);
     ck_assert(blob__comm_now() - t0 < 1.0);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "not a regular file"));
+    remove_dir(dir);
+}
+END_TEST
+
+/* A record another user could have written is refused at once, whatever the deadline, as
+ * ssh refuses such keys: writable by the group or others, or (as root, who can make one)
+ * owned by another user. */
+START_TEST(test_file_not_trusted)
+{
+    char *dir = temp_dir(), path[128];
+    snprintf(path, sizeof path, "%s/id", dir);
+    blob_comm_id id = some_id(4), out = some_id(5), before = out;
+    int world = -1;
+    ck_ok(blob_comm_id_write_file(&id, 2, path));
+    static const struct {
+        mode_t mode;
+        const char *says;
+    } modes[] = {{0620, "writable by its group (mode 0620)"},
+                 {0602, "writable by others (mode 0602)"},
+                 {0666, "writable by its group (mode 0666)"}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        ck_assert_int_eq(chmod(path, modes[i].mode), 0);
+        double t0 = blob__comm_now();
+        ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EIO);
+        ck_assert(blob__comm_now() - t0 < 1.0);
+        ck_assert_msg(strstr(blob_last_error(), modes[i].says) &&
+                          !strncmp(blob_last_error(), "blob_comm_id_read_file: ", 24),
+                      "%s", blob_last_error());
+    }
+    ck_assert_int_eq(chmod(path, 0640), 0); /* read by the group: fine */
+    ck_ok(blob_comm_id_read_file(&out, &world, path, 0));
+    ck_assert(!memcmp(&out, &id, sizeof id) && world == 2);
+    if (geteuid() == 0) {
+        out = before;
+        ck_assert_int_eq(chown(path, 65534, 65534), 0);
+        ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EIO);
+        ck_assert_msg(strstr(blob_last_error(), "owned by uid 65534, not by this process's user "
+                                                "(uid 0)"),
+                      "%s", blob_last_error());
+        ck_assert(!memcmp(&out, &before, sizeof out));
+    }
+    remove_dir(dir);
+}
+END_TEST
+
+/* Where the writer puts the record: through symbolic links (the link into shared storage
+ * stays a link), never over a FIFO, a directory or a device; it leaves no temporary
+ * file, and clears those of writers that died. An empty path is refused at once. */
+START_TEST(test_file_writer_paths)
+{
+    char *dir = temp_dir(), path[128], sub[128], link[128], fifo[128];
+    snprintf(path, sizeof path, "%s/id", dir);
+    snprintf(sub, sizeof sub, "%s/shared", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    blob_comm_id id = some_id(6), out;
+    int world;
+
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_status(blob_comm_id_write_file(&id, 2, fifo), BLOB_EIO);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "not a regular file (a FIFO)"));
+    struct stat sb;
+    ck_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    ck_status(blob_comm_id_write_file(&id, 2, dir), BLOB_EIO);
+    ck_assert_int_eq(dir_entries(dir), 1);
+
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(symlink("shared/comm-id", link), 0);
+    ck_ok(blob_comm_id_write_file(&id, 3, link)); /* a dangling link makes its target */
+    ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    char target[160];
+    snprintf(target, sizeof target, "%s/comm-id", sub);
+    ck_ok(blob_comm_id_read_file(&out, &world, target, 0));
+    ck_assert(!memcmp(&out, &id, sizeof id) && world == 3);
+    id = some_id(7);
+    ck_ok(blob_comm_id_write_file(&id, 4, link)); /* and replaces it */
+    ck_ok(blob_comm_id_read_file(&out, &world, link, 0));
+    ck_assert(!memcmp(&out, &id, sizeof id) && world == 4);
+    ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    ck_assert_int_eq(dir_entries(sub), 1);
+    blob__comm_id_remove_file(link); /* rank 0's removal: the record, not the link */
+    ck_assert_int_eq(dir_entries(sub), 0);
+    ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    blob__comm_id_remove_file(link); /* nothing there: nothing done */
+    unlink(link);
+    rmdir(sub);
+
+    /* the temporary files of writers that died: only those of the pattern, regular, of
+     * this user, untouched for an hour, go */
+    static const char *const names[] = {".id.blob-tmp-Ab12Cd", ".other.blob-tmp-zzzzzz",
+                                        ".id.blob-tmp-fresh1", "id.blob-tmp-Ab12Cd",
+                                        ".id.blob-tmp-Ab12C", ".id.blob-tmp-Ab1_Cd"};
+    static const bool stale[] = {true, true, false, false, false, false};
+    char p[6][160];
+    for (int i = 0; i < 6; i++) {
+        snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
+        write_bytes(p[i], "x", 1);
+        struct timespec old[2] = {{time(NULL) - 2 * BLOB__STALE_TEMP_S, 0},
+                                  {time(NULL) - 2 * BLOB__STALE_TEMP_S, 0}};
+        if (i != 2)
+            ck_assert_int_eq(utimensat(AT_FDCWD, p[i], old, 0), 0);
+    }
+    ck_ok(blob_comm_id_write_file(&id, 2, path));
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(access(p[i], F_OK) == (stale[i] ? -1 : 0), "%s", names[i]);
+    ck_assert_int_eq(dir_entries(dir), 6); /* fifo, id and the four kept */
+
+    double t0 = blob__comm_now();
+    ck_status(blob_comm_id_read_file(&out, &world, "", 30), BLOB_EINVAL);
+    ck_assert(blob__comm_now() - t0 < 1.0);
+    ck_assert_str_eq(blob_last_error(), "blob_comm_id_read_file: empty path");
     remove_dir(dir);
 }
 END_TEST
@@ -1914,6 +2031,8 @@ Suite *comm_suite(void)
     tcase_add_test(tc, test_file_round_trip);
     tcase_add_test(tc, test_file_missing_deadline);
     tcase_add_test(tc, test_file_bad_at_once);
+    tcase_add_test(tc, test_file_not_trusted);
+    tcase_add_test(tc, test_file_writer_paths);
     tcase_add_test(tc, test_file_awaited);
     tcase_add_test(tc, test_env_defaults);
     tcase_add_test(tc, test_env_torchrun);

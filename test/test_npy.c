@@ -12,9 +12,12 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/blob/blob_impl.h"
+#include "../src/core/file.h"
 #include "fake_backend.h"
 #include "testutil.h"
 
@@ -630,7 +633,7 @@ END_TEST
  * /tmp has it), 1 takes the path of file systems without O_TMPFILE. */
 static void choose_tmpfile(int i)
 {
-    blob__npy_tmpfile = i == 0;
+    blob__replace_tmpfile = i == 0;
 }
 
 static mode_t mode_of(const char *path)
@@ -784,7 +787,8 @@ END_TEST
 
 /* A save killed while writing (here by SIGXFSZ, at the file size limit) leaves the old
  * file as it was. With O_TMPFILE it leaves nothing else either (the case needs
- * "tmpfile"); without, its temporary file remains (loop index 1). */
+ * "tmpfile"); without, its temporary file remains (loop index 1) until a later save
+ * finds it stale (test_save_removes_stale). */
 START_TEST(test_save_killed)
 {
     choose_tmpfile(_i);
@@ -812,6 +816,36 @@ START_TEST(test_save_killed)
     assert_saved_guard(PATH("a.npy"));
     ck_assert_int_eq(dir_entries(), (_i == 0 ? 1 : 2));
     blob_free(big);
+}
+END_TEST
+
+/* What a save killed between naming its file and renaming it leaves, a full-size
+ * ".NAME.blob-tmp-XXXXXX", is removed by the next save into the directory once nobody
+ * has touched it for BLOB__STALE_TEMP_S; a temporary file still being written (recent),
+ * names of other patterns, and (as root, who can make one) another user's are kept. */
+START_TEST(test_save_removes_stale)
+{
+    choose_tmpfile(_i);
+    blob *b = make_guard();
+    static const char *const names[] = {".a.npy.blob-tmp-Xy12Zw", ".b.npy.blob-tmp-000000",
+                                        ".a.npy.blob-tmp-recent", "a.npy.backup",
+                                        "a.npy.Xy12Zw", ".a.npy.blob-tmp-others"};
+    static const bool removed[] = {true, true, false, false, false, false};
+    for (int i = 0; i < 6; i++) {
+        write_bytes(PATH(names[i]), "residue", 7);
+        struct timespec old = {time(NULL) - BLOB__STALE_TEMP_S - 60, 0}, t[2] = {old, old};
+        if (i != 2)
+            ck_assert_int_eq(utimensat(AT_FDCWD, PATH(names[i]), t, 0), 0);
+    }
+    if (geteuid() == 0)
+        ck_assert_int_eq(chown(PATH(names[5]), 65534, 65534), 0);
+    ck_ok(blob_save_npy(b, BLOB_PART_DATA, PATH("a.npy")));
+    assert_saved_guard(PATH("a.npy"));
+    for (int i = 0; i < 6; i++) {
+        bool gone = removed[i] || (i == 5 && geteuid() != 0);
+        ck_assert_msg((access(PATH(names[i]), F_OK) != 0) == gone, "%s", names[i]);
+    }
+    blob_free(b);
 }
 END_TEST
 
@@ -1030,6 +1064,7 @@ Suite *npy_suite(void)
     tcase_add_loop_test(tc, test_save_modes, 0, 2);
     tcase_add_loop_test(tc, test_save_syncs, 0, 2);
     tcase_add_loop_test(tc, test_save_killed, 1, 2);
+    tcase_add_loop_test(tc, test_save_removes_stale, 0, 2);
     tcase_add_loop_test(tc, test_count_zero_huge_dims, 0, 2);
     tcase_add_test(tc, test_failed_write_keeps_old_file);
     suite_add_tcase(s, tc);

@@ -255,16 +255,24 @@ BLOB_API blob_status blob_comm_id_encode(const blob_comm_id *id, int world_size,
 BLOB_API blob_status blob_comm_id_decode(blob_comm_id *out, int *world_size, const void *buf,
                                          size_t len);
 
-/* Write the record to path atomically: a temporary file in the same directory (mode
- * 0600), flushed to disk and renamed over path, so a reader sees no file or the whole
- * record. Errors: BLOB_EINVAL, BLOB_EIO. */
+/* Write the record to path atomically: a new file (mode 0600) in the same directory,
+ * flushed to disk and renamed over path, so a reader sees no file or the whole record.
+ * Symbolic links at the end of path are followed (a link into shared storage stays a
+ * link, the record goes where it points); a path that is a FIFO, a directory or a device
+ * is refused. The new file has no name until complete where the file system allows
+ * (O_TMPFILE), else a temporary one, ".NAME.blob-tmp-XXXXXX", which a writer that dies
+ * leaves behind and a later write into the directory removes once an hour old (as
+ * blob_save_npy does). Errors: BLOB_EINVAL, BLOB_EIO. */
 BLOB_API blob_status blob_comm_id_write_file(const blob_comm_id *id, int world_size,
                                              const char *path);
 
 /* Wait up to timeout_s seconds (0: look once) for path to exist, then read its record.
- * A file that is there but not a valid record is an error at once.
- * Errors: BLOB_EINVAL, BLOB_ETIMEDOUT (no file by the deadline), BLOB_EFORMAT (not a
- * regular file, or not a valid record), BLOB_EIO. */
+ * A file that is there but not a valid record is an error at once, and so is one that
+ * another user could have written, as ssh refuses such keys: not owned by the effective
+ * user, or writable by its group or others.
+ * Errors: BLOB_EINVAL (an empty path, a bad timeout), BLOB_ETIMEDOUT (no file by the
+ * deadline), BLOB_EFORMAT (not a regular file, or not a valid record), BLOB_EIO (another
+ * user's file, or one it could write; unreadable). */
 BLOB_API blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size,
                                             const char *path, double timeout_s);
 

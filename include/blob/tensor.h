@@ -146,17 +146,20 @@ typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
 
 /* Write data or diff as a NumPy .npy file (format 1.0, little-endian '<f4' or '<f8', C
  * order, the header numpy writes). A symbolic link at `path` is followed, as numpy does,
- * and the file it points to is replaced; anything at the path that is not a regular
- * file (a directory, FIFO, device) is refused with BLOB_EIO, root or not. The new file
- * is written in the target's directory (as an unnamed O_TMPFILE file where the file
- * system has it, so a crash leaves nothing behind; otherwise under a temporary name),
- * synced, renamed over the target, and the directory synced. It gets the mode of the
- * file it replaces, or 0666 less the umask when new, as numpy's files. A successful
- * return means the complete new file is at the path and on stable storage; on failure
- * the path holds the old file (or nothing, as before) and no temporary file remains,
- * except a failed sync of the directory (BLOB_EIO, "fsync of the directory"), which
- * comes after the rename: the new file is then in place but may not survive a power
- * loss. Errors: BLOB_EINVAL, BLOB_EIO, BLOB_ENOMEM, accessor errors. */
+ * and the file it points to is replaced; anything at the path that is not a regular file
+ * (a directory, FIFO, device) is refused with BLOB_EIO, root or not. The new file is
+ * written in the target's directory as an unnamed O_TMPFILE file where the file system has
+ * it (otherwise under a temporary name), named ".NAME.blob-tmp-XXXXXX" once complete,
+ * synced, renamed over the target, and the directory synced. A process killed while its
+ * file has that name (between naming and renaming, or mid-write without O_TMPFILE) leaves
+ * it behind; a later save into the directory removes such files of this user once nobody
+ * has touched them for an hour, and only those. The new file gets the mode of the file it
+ * replaces, or 0666 less the umask when new, as numpy's files. A successful return means
+ * the complete new file is at the path and on stable storage; on failure the path holds
+ * the old file (or nothing, as before) and no temporary file remains, except a failed sync
+ * of the directory (BLOB_EIO, "fsync of the directory"), which comes after the rename: the
+ * new file is then in place but may not survive a power loss. Errors: BLOB_EINVAL,
+ * BLOB_EIO, BLOB_ENOMEM, accessor errors. */
 BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
 
 /* Read a .npy file (format 1.0, 2.0 or 3.0; '<' '>' or '=' byte order; f4 or f8; C

@@ -33,8 +33,4 @@ blob_status blob__block_for(const blob *b, blob_syncedmem *mem, int64_t count,
 void blob__commit(blob *b, int num_axes, const int64_t *shape, int64_t count,
                   blob_syncedmem *data, blob_syncedmem *diff);
 
-/* Whether blob_save_npy writes an unnamed file first (O_TMPFILE, where the file system
- * has it). Tests turn it off to take the path of file systems without it. */
-extern bool blob__npy_tmpfile;
-
 #endif

@@ -2,19 +2,15 @@
  * as hostile. Layout: "\x93NUMPY", major, minor, header length (u16 little-endian in
  * 1.0, u32 in 2.0 and 3.0), a Python dict literal padded with spaces and '\n', data. */
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../core/core.h"
+#include "../core/file.h"
 #include "blob_impl.h"
 
 #define MAGIC "\x93NUMPY"
@@ -128,224 +124,42 @@ static size_t make_header(char *buf, blob_dtype dtype, int num_axes, const int64
     return n;
 }
 
-/* write(2) all n bytes of buf. */
-static blob_status write_all(int fd, const char *path, const void *buf, size_t n)
-{
-    for (const char *p = buf; n > 0;) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return errno_fail(SAVE, path, "write");
-        p += k;
-        n -= (size_t)k;
-    }
-    return BLOB_OK;
-}
-
-/* Where a save goes: the file at the end of the path's symbolic links, replaced by a
- * file made in the same directory. */
+/* What a save writes: the header and count elements of src (host order),
+ * little-endian. */
 typedef struct {
-    char target[PATH_MAX];   /* the path with its symbolic links followed */
-    const char *name;        /* the target's name within its directory */
-    int dir;                 /* the target's directory, open */
-    bool replace;            /* the target exists: the new file gets its mode */
-    mode_t mode;
-    char tmp[NAME_MAX + 1];  /* the new file's temporary name in dir */
-} save_ctx;
+    const char *path;
+    const blob *b;
+    const void *src;
+} save_args;
 
-bool blob__npy_tmpfile = true;
-
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
+static blob_status write_npy(int fd, void *ctx)
 {
-    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-         : S_ISSOCK(mode) ? "a socket" : "not a regular file";
-}
-
-static blob_status not_regular(const char *func, const char *path, mode_t mode)
-{
-    return file_fail(BLOB_EIO, func, path, "not a regular file (%s)", file_kind(mode));
-}
-
-/* Follow symbolic links at the end of c->target, as numpy's open() does: a save through
- * a link replaces the file it points to. Resolution stops at the first name that is
- * not a link (or does not exist: the calls that follow report real errors). */
-static blob_status follow_links(save_ctx *c, const char *path)
-{
-    char link[PATH_MAX];
-    for (int hops = 0;; hops++) {
-        ssize_t n = readlink(c->target, link, sizeof link);
-        if (n < 0)
-            return BLOB_OK;
-        if (hops == 40) /* the kernel's own limit */
-            return file_fail(BLOB_EIO, SAVE, path, "too many levels of symbolic links");
-        const char *slash = strrchr(c->target, '/');
-        size_t keep = link[0] == '/' || !slash ? 0 : (size_t)(slash - c->target) + 1;
-        if ((size_t)n >= sizeof link || keep + (size_t)n >= sizeof c->target)
-            return file_fail(BLOB_EIO, SAVE, path, "symbolic link target too long");
-        memcpy(c->target + keep, link, (size_t)n);
-        c->target[keep + (size_t)n] = '\0';
-    }
-}
-
-/* Find the file a save replaces, open its directory, and refuse a target that exists
- * and is not a regular file (a device node or FIFO would otherwise be replaced by a
- * regular file when run as root). */
-static blob_status open_target(save_ctx *c, const char *path)
-{
-    if (strlen(path) >= sizeof c->target)
-        return file_fail(BLOB_EIO, SAVE, path, "path too long");
-    strcpy(c->target, path);
-    BLOB_TRY(follow_links(c, path));
-    char *slash = strrchr(c->target, '/');
-    c->name = slash ? slash + 1 : c->target;
-    if (!*c->name)
-        return file_fail(BLOB_EIO, SAVE, path, "not a regular file (a directory)");
-    if (slash)
-        *slash = '\0';
-    c->dir = open(!slash ? "." : slash == c->target ? "/" : c->target,
-                  O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (slash)
-        *slash = '/';
-    if (c->dir < 0)
-        return errno_fail(SAVE, path, "open the directory");
-    struct stat sb;
-    if (fstatat(c->dir, c->name, &sb, 0) == 0) {
-        if (!S_ISREG(sb.st_mode))
-            return not_regular(SAVE, path, sb.st_mode);
-        c->replace = true;
-        c->mode = sb.st_mode & 07777;
-    } else if (errno != ENOENT) {
-        return errno_fail(SAVE, path, "stat");
-    }
-    return BLOB_OK;
-}
-
-/* A fresh temporary name for the new file: the target's name and six random letters
- * (O_EXCL and linkat refuse a name that exists, and the caller draws again). */
-static void temp_name(save_ctx *c)
-{
-    static const char letters[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    static atomic_ulong counter;
-    unsigned long r;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
-        r = ((unsigned long)getpid() << 20) ^ (unsigned long)time(NULL) ^
-            atomic_fetch_add(&counter, 0x9e3779b9ul);
-    char suffix[7];
-    for (int i = 0; i < 6; i++, r /= 62)
-        suffix[i] = letters[r % 62];
-    suffix[6] = '\0';
-    snprintf(c->tmp, sizeof c->tmp, "%.240s.%s", c->name, suffix);
-}
-
-/* The header and count elements of `src` (host order), little-endian, then fsync. The
- * file gets the mode of the file it replaces; a new file keeps the mode it was created
- * with, 0666 less the umask, as numpy's files. */
-static blob_status write_npy(const save_ctx *c, int fd, const char *path, const blob *b,
-                             const void *src)
-{
-    if (c->replace && fchmod(fd, c->mode) != 0)
-        return errno_fail(SAVE, path, "chmod");
+    const save_args *a = ctx;
+    const blob *b = a->b;
     char header[HEADER_WRITE_MAX];
     size_t hlen = make_header(header, b->dtype, b->num_axes, b->shape);
-    BLOB_TRY(write_all(fd, path, header, hlen));
+    BLOB_TRY(blob__write_all(SAVE, a->path, fd, header, hlen));
     size_t es = blob_dtype_size(b->dtype), per = CHUNK / es;
     unsigned char buf[CHUNK];
     for (size_t done = 0, left = (size_t)b->count; left > 0;) {
         size_t n = left < per ? left : per;
-        convert(buf, (elem_fmt){b->dtype, HOST_BIG}, (const unsigned char *)src + done * es,
+        convert(buf, (elem_fmt){b->dtype, HOST_BIG}, (const unsigned char *)a->src + done * es,
                 (elem_fmt){b->dtype, false}, n);
-        BLOB_TRY(write_all(fd, path, buf, n * es));
+        BLOB_TRY(blob__write_all(SAVE, a->path, fd, buf, n * es));
         done += n;
         left -= n;
     }
-    if (fsync(fd) != 0)
-        return errno_fail(SAVE, path, "fsync");
     return BLOB_OK;
 }
 
-/* Give the unnamed file fd a temporary name in the directory: through /proc, or with
- * AT_EMPTY_PATH where privileges allow. -1 with errno when neither can. */
-static int link_temp(save_ctx *c, int fd)
-{
-    char proc[40];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    for (int tries = 0; tries < 100; tries++) {
-        temp_name(c);
-        if (linkat(AT_FDCWD, proc, c->dir, c->tmp, AT_SYMLINK_FOLLOW) == 0 ||
-            linkat(fd, "", c->dir, c->tmp, AT_EMPTY_PATH) == 0)
-            return 0;
-        if (errno != EEXIST)
-            return -1;
-    }
-    return -1;
-}
-
-/* Write the complete new file under c->tmp in the target's directory. It is written as
- * an unnamed file (O_TMPFILE) and named only when complete, so that a crash leaves
- * nothing behind; where the file system has no O_TMPFILE or the file cannot be named,
- * it is written under a temporary name from the start. On failure no name is left. */
-static blob_status write_new(save_ctx *c, const char *path, const blob *b, const void *src)
-{
-    if (blob__npy_tmpfile) {
-        int fd = openat(c->dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-            return errno_fail(SAVE, path, "open an unnamed file");
-        if (fd >= 0) {
-            blob_status st = write_npy(c, fd, path, b, src);
-            bool linked = st == BLOB_OK && link_temp(c, fd) == 0;
-            if (close(fd) != 0 && st == BLOB_OK)
-                st = errno_fail(SAVE, path, "close");
-            if (st != BLOB_OK && linked)
-                unlinkat(c->dir, c->tmp, 0);
-            if (st != BLOB_OK || linked)
-                return st;
-        }
-    }
-    int fd = -1;
-    for (int tries = 0; fd < 0 && tries < 100; tries++) {
-        temp_name(c);
-        fd = openat(c->dir, c->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    if (fd < 0)
-        return errno_fail(SAVE, path, "create a temporary file");
-    blob_status st = write_npy(c, fd, path, b, src);
-    if (close(fd) != 0 && st == BLOB_OK)
-        st = errno_fail(SAVE, path, "close");
-    if (st != BLOB_OK)
-        unlinkat(c->dir, c->tmp, 0);
-    return st;
-}
-
+/* A new file gets 0666 less the umask, as numpy's files; a replaced file keeps its
+ * mode. */
 blob_status blob_save_npy(blob *b, blob_part part, const char *path)
 {
     BLOB_TRY(check_args(b, part, path, SAVE));
-    const void *src;
-    BLOB_TRY(part == BLOB_PART_DATA ? blob_cpu_data(b, &src) : blob_cpu_diff(b, &src));
-    save_ctx *c = blob__obj_alloc(sizeof *c);
-    if (!c)
-        return BLOB_ENOMEM;
-    c->dir = -1;
-    blob_status st = open_target(c, path);
-    if (st == BLOB_OK)
-        st = write_new(c, path, b, src);
-    if (st == BLOB_OK && renameat(c->dir, c->tmp, c->dir, c->name) != 0) {
-        st = errno_fail(SAVE, path, "rename");
-        unlinkat(c->dir, c->tmp, 0);
-    }
-    /* The rename is durable once the directory is; a file system that cannot sync a
-     * directory says EINVAL, and there is nothing more to do. */
-    if (st == BLOB_OK && fsync(c->dir) != 0 && errno != EINVAL)
-        st = errno_fail(SAVE, path, "fsync of the directory");
-    if (c->dir >= 0)
-        close(c->dir);
-    blob__obj_free(c);
-    return st;
+    save_args a = {path, b, NULL};
+    BLOB_TRY(part == BLOB_PART_DATA ? blob_cpu_data(b, &a.src) : blob_cpu_diff(b, &a.src));
+    return blob__replace_file(SAVE, path, 0666, true, write_npy, &a);
 }
 
 /* ---- reading ---- */
@@ -520,16 +334,12 @@ static blob_status short_read(FILE *f, const char *path, const char *what)
     return file_fail(BLOB_EFORMAT, LOAD, path, "file ends inside the %s", what);
 }
 
-/* Read and check everything up to the data, leaving f at the data: the header, and that
- * the rest of the file holds exactly the elements the shape needs. The shape is checked
- * to fit in memory as `dtype`. */
-static blob_status read_header(FILE *f, const char *path, blob_dtype dtype, npy_header *h)
+/* Read and check everything up to the data, leaving f (of status sb) at the data: the
+ * header, and that the rest of the file holds exactly the elements the shape needs. The
+ * shape is checked to fit in memory as `dtype`. */
+static blob_status read_header(FILE *f, const struct stat *sb, const char *path,
+                               blob_dtype dtype, npy_header *h)
 {
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0)
-        return errno_fail(LOAD, path, "fstat");
-    if (!S_ISREG(sb.st_mode)) /* the path changed after open_regular's check */
-        return not_regular(LOAD, path, sb.st_mode);
     unsigned char pre[MAGIC_LEN + 6];
     if (fread(pre, 1, MAGIC_LEN + 2, f) != MAGIC_LEN + 2)
         return short_read(f, path, "magic string");
@@ -550,10 +360,10 @@ static blob_status read_header(FILE *f, const char *path, blob_dtype dtype, npy_
         return file_fail(BLOB_EFORMAT, LOAD, path, "header length %u exceeds the limit of %d",
                          hlen, HEADER_LIMIT);
     int64_t data_at = MAGIC_LEN + 2 + (int64_t)lsize + hlen;
-    if (data_at > sb.st_size)
+    if (data_at > sb->st_size)
         return file_fail(BLOB_EFORMAT, LOAD, path,
                          "header of %u bytes runs past the end of the %lld-byte file", hlen,
-                         (long long)sb.st_size);
+                         (long long)sb->st_size);
     char *text = blob__obj_alloc(hlen ? hlen : 1);
     if (!text)
         return BLOB_ENOMEM;
@@ -568,7 +378,7 @@ static blob_status read_header(FILE *f, const char *path, blob_dtype dtype, npy_
      * dims other than 0 included), and then as the blob's. */
     if (blob__shape_count(LOAD, h->dtype, h->num_axes, h->shape, &h->count) != BLOB_OK)
         return file_fail(BLOB_EFORMAT, LOAD, path, "shape's element count overflows");
-    uint64_t avail = (uint64_t)(sb.st_size - data_at);
+    uint64_t avail = (uint64_t)(sb->st_size - data_at);
     uint64_t need = (uint64_t)h->count * blob_dtype_size(h->dtype);
     if (avail != need)
         return file_fail(BLOB_EFORMAT, LOAD, path, "data holds %llu bytes, the shape needs %llu",
@@ -610,20 +420,11 @@ static blob_status read_block(FILE *f, const char *path, const npy_header *h, bl
     return BLOB_OK;
 }
 
-/* Open path for reading if it is a regular file. Anything else is refused before it is
- * opened (opening a FIFO waits for a writer; opening a device may act on it), and the
- * open does not block either, in case the path changes in between: read_header checks
- * the type of what was opened. */
-static blob_status open_regular(const char *path, FILE **out)
+/* Open path for reading if it is a regular file (blob__open_regular). */
+static blob_status open_npy(const char *path, FILE **out, struct stat *sb)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return errno_fail(LOAD, path, "open");
-    if (!S_ISREG(sb.st_mode))
-        return not_regular(LOAD, path, sb.st_mode);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0)
-        return errno_fail(LOAD, path, "open");
+    int fd;
+    BLOB_TRY(blob__open_regular(LOAD, path, BLOB_EIO, &fd, sb));
     if (!(*out = fdopen(fd, "rb"))) {
         blob_status st = errno_fail(LOAD, path, "fdopen");
         close(fd);
@@ -636,10 +437,11 @@ blob_status blob_load_npy(blob *b, blob_part part, const char *path)
 {
     BLOB_TRY(check_args(b, part, path, LOAD));
     FILE *f;
-    BLOB_TRY(open_regular(path, &f));
+    struct stat sb;
+    BLOB_TRY(open_npy(path, &f, &sb));
     npy_header h;
     blob_syncedmem *mem = NULL, *other = part == BLOB_PART_DATA ? b->diff : b->data;
-    blob_status st = read_header(f, path, b->dtype, &h);
+    blob_status st = read_header(f, &sb, path, b->dtype, &h);
     if (st == BLOB_OK)
         st = read_block(f, path, &h, b->dtype, b->device, &mem);
     fclose(f);

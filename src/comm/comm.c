@@ -15,6 +15,7 @@
 #include "../core/core.h"
 #include "../core/env.h"
 #include "comm_impl.h"
+#include "record.h"
 
 /* How often the watchdog looks at the queued operations. */
 #define WATCHDOG_TICK_S 0.02
@@ -457,7 +458,7 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
     if (st == BLOB_OK)
         st = watchdog_start(c, func);
     if (wrote)
-        unlink(o->id_file); /* every rank has read it, or this one gives up */
+        blob__comm_id_remove_file(o->id_file); /* all ranks have read it, or this one gave up */
     return st;
 }
 

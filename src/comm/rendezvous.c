@@ -2,9 +2,9 @@
  * hex (an environment variable) or in a record written atomically to a file that every
  * rank can read. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +14,12 @@
 
 #include "../core/core.h"
 #include "../core/env.h"
+#include "../core/file.h"
 #include "comm_impl.h"
+#include "record.h"
 
 /* The record: magic, version, world size, id length, id, CRC-32 of what precedes it;
  * integers little-endian. */
-static const unsigned char record_magic[8] = {'b', 'l', 'o', 'b', 'c', 'o', 'm', 'm'};
 #define RECORD_VERSION 1u
 #define OFF_VERSION 8
 #define OFF_WORLD 12
@@ -26,6 +27,7 @@ static const unsigned char record_magic[8] = {'b', 'l', 'o', 'b', 'c', 'o', 'm',
 #define OFF_ID 20
 #define OFF_CRC (OFF_ID + BLOB_COMM_ID_BYTES)
 _Static_assert(OFF_CRC + 4 == BLOB_COMM_ID_RECORD_SIZE, "record layout");
+_Static_assert(BLOB__RECORD_MAGIC_LEN == OFF_VERSION, "the magic comes first");
 
 static void put_u32(unsigned char *p, uint32_t v)
 {
@@ -60,7 +62,7 @@ blob_status blob_comm_id_encode(const blob_comm_id *id, int world_size, void *bu
         return BLOB_FAIL(BLOB_ERANGE, "buffer of %zu bytes, a record needs %d", size,
                          BLOB_COMM_ID_RECORD_SIZE);
     unsigned char *p = buf;
-    memcpy(p, record_magic, sizeof record_magic);
+    memcpy(p, BLOB__RECORD_MAGIC, BLOB__RECORD_MAGIC_LEN);
     put_u32(p + OFF_VERSION, RECORD_VERSION);
     put_u32(p + OFF_WORLD, (uint32_t)world_size);
     put_u32(p + OFF_LENGTH, BLOB_COMM_ID_BYTES);
@@ -69,39 +71,58 @@ blob_status blob_comm_id_encode(const blob_comm_id *id, int world_size, void *bu
     return BLOB_OK;
 }
 
+/* BLOB_EFORMAT for a bad record: "path: why", or "why" with path NULL. */
+__attribute__((format(printf, 3, 4))) static blob_status bad_record(const char *func,
+                                                                     const char *path,
+                                                                     const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return blob__fail(BLOB_EFORMAT, func, "%s%s%s", path ? path : "", path ? ": " : "", why);
+}
+
+/* blob_comm_id_decode, failures recorded under func about path (NULL: bytes). */
+static blob_status decode(const char *func, const char *path, blob_comm_id *out,
+                          int *world_size, const unsigned char *p, size_t len)
+{
+    size_t head = len < BLOB__RECORD_MAGIC_LEN ? len : BLOB__RECORD_MAGIC_LEN;
+    if (len == 0 || memcmp(p, BLOB__RECORD_MAGIC, head) != 0)
+        return bad_record(func, path, "not a rendezvous record (%zu bytes, no magic)", len);
+    if (len < OFF_LENGTH + 4)
+        return bad_record(func, path, "record truncated: %zu of %d bytes", len,
+                          BLOB_COMM_ID_RECORD_SIZE);
+    uint32_t version = get_u32(p + OFF_VERSION);
+    if (version != RECORD_VERSION)
+        return bad_record(func, path, "record version %u (this library reads version %u)",
+                          version, RECORD_VERSION);
+    uint32_t length = get_u32(p + OFF_LENGTH);
+    if (length != BLOB_COMM_ID_BYTES)
+        return bad_record(func, path, "record holds an id of %u bytes, expected %d", length,
+                          BLOB_COMM_ID_BYTES);
+    if (len != BLOB_COMM_ID_RECORD_SIZE)
+        return bad_record(func, path, "record %s: %zu of %d bytes",
+                          len < BLOB_COMM_ID_RECORD_SIZE ? "truncated" : "has trailing bytes",
+                          len, BLOB_COMM_ID_RECORD_SIZE);
+    uint32_t crc = crc32(p, OFF_CRC);
+    if (get_u32(p + OFF_CRC) != crc)
+        return bad_record(func, path, "record damaged: checksum %08x, computed %08x",
+                          get_u32(p + OFF_CRC), crc);
+    uint32_t world = get_u32(p + OFF_WORLD);
+    if (world < 1 || world > INT32_MAX)
+        return bad_record(func, path, "record names a world size of %u", world);
+    memcpy(out->bytes, p + OFF_ID, BLOB_COMM_ID_BYTES);
+    *world_size = (int)world;
+    return BLOB_OK;
+}
+
 blob_status blob_comm_id_decode(blob_comm_id *out, int *world_size, const void *buf, size_t len)
 {
     if (!out || !world_size || !buf)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    const unsigned char *p = buf;
-    size_t head = len < sizeof record_magic ? len : sizeof record_magic;
-    if (len == 0 || memcmp(p, record_magic, head) != 0)
-        return BLOB_FAIL(BLOB_EFORMAT, "not a rendezvous record (%zu bytes, no magic)", len);
-    if (len < OFF_LENGTH + 4)
-        return BLOB_FAIL(BLOB_EFORMAT, "record truncated: %zu of %d bytes", len,
-                         BLOB_COMM_ID_RECORD_SIZE);
-    uint32_t version = get_u32(p + OFF_VERSION);
-    if (version != RECORD_VERSION)
-        return BLOB_FAIL(BLOB_EFORMAT, "record version %u (this library reads version %u)",
-                         version, RECORD_VERSION);
-    uint32_t length = get_u32(p + OFF_LENGTH);
-    if (length != BLOB_COMM_ID_BYTES)
-        return BLOB_FAIL(BLOB_EFORMAT, "record holds an id of %u bytes, expected %d", length,
-                         BLOB_COMM_ID_BYTES);
-    if (len != BLOB_COMM_ID_RECORD_SIZE)
-        return BLOB_FAIL(BLOB_EFORMAT, "record %s: %zu of %d bytes",
-                         len < BLOB_COMM_ID_RECORD_SIZE ? "truncated" : "has trailing bytes",
-                         len, BLOB_COMM_ID_RECORD_SIZE);
-    uint32_t crc = crc32(p, OFF_CRC);
-    if (get_u32(p + OFF_CRC) != crc)
-        return BLOB_FAIL(BLOB_EFORMAT, "record damaged: checksum %08x, computed %08x",
-                         get_u32(p + OFF_CRC), crc);
-    uint32_t world = get_u32(p + OFF_WORLD);
-    if (world < 1 || world > INT32_MAX)
-        return BLOB_FAIL(BLOB_EFORMAT, "record names a world size of %u", world);
-    memcpy(out->bytes, p + OFF_ID, BLOB_COMM_ID_BYTES);
-    *world_size = (int)world;
-    return BLOB_OK;
+    return decode(__func__, NULL, out, world_size, buf, len);
 }
 
 blob_status blob_comm_id_to_hex(const blob_comm_id *id, char *buf, size_t size)
@@ -218,35 +239,17 @@ blob_status blob_comm_options_from_env(blob_comm_options *out)
     return BLOB_OK;
 }
 
-static blob_status io_fail(const char *func, const char *what, const char *path)
-{
-    return blob__fail(BLOB_EIO, func, "%s %s: %s", what, path, strerror(errno));
-}
+/* ---- the rendezvous file ---- */
 
-/* fsync the directory holding path, so that a rename in it survives a crash. File
- * systems that cannot sync directories say EINVAL; that is not an error here. */
-static blob_status sync_dir(const char *path)
+typedef struct {
+    const char *func, *path;
+    unsigned char rec[BLOB_COMM_ID_RECORD_SIZE];
+} record_file;
+
+static blob_status write_record(int fd, void *ctx)
 {
-    size_t n = strlen(path);
-    while (n > 0 && path[n - 1] != '/')
-        n--;
-    char dir[4096];
-    if (n == 0)
-        snprintf(dir, sizeof dir, ".");
-    else if (n < sizeof dir)
-        snprintf(dir, sizeof dir, "%.*s", (int)n, path);
-    else
-        return BLOB_FAIL(BLOB_EINVAL, "path too long");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return io_fail(__func__, "cannot open the directory", dir);
-    int r = fsync(fd);
-    int err = errno;
-    close(fd);
-    errno = err;
-    if (r != 0 && err != EINVAL)
-        return io_fail(__func__, "cannot sync the directory", dir);
-    return BLOB_OK;
+    const record_file *f = ctx;
+    return blob__write_all(f->func, f->path, fd, f->rec, sizeof f->rec);
 }
 
 blob_status blob_comm_id_write_file(const blob_comm_id *id, int world_size, const char *path)
@@ -255,34 +258,9 @@ blob_status blob_comm_id_write_file(const blob_comm_id *id, int world_size, cons
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     if (!*path)
         return BLOB_FAIL(BLOB_EINVAL, "empty path");
-    unsigned char rec[BLOB_COMM_ID_RECORD_SIZE];
-    BLOB_TRY(blob_comm_id_encode(id, world_size, rec, sizeof rec));
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
-        return BLOB_FAIL(BLOB_EINVAL, "path too long");
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return io_fail(__func__, "cannot create a temporary file beside", path);
-    size_t done = 0;
-    blob_status st = BLOB_OK;
-    while (done < sizeof rec && st == BLOB_OK) {
-        ssize_t w = write(fd, rec + done, sizeof rec - done);
-        if (w > 0)
-            done += (size_t)w;
-        else if (w < 0 && errno != EINTR)
-            st = io_fail(__func__, "cannot write", tmp);
-    }
-    if (st == BLOB_OK && fsync(fd) != 0)
-        st = io_fail(__func__, "cannot sync", tmp);
-    if (close(fd) != 0 && st == BLOB_OK)
-        st = io_fail(__func__, "cannot close", tmp);
-    if (st == BLOB_OK && rename(tmp, path) != 0)
-        st = io_fail(__func__, "cannot rename the temporary file to", path);
-    if (st != BLOB_OK) {
-        unlink(tmp);
-        return st;
-    }
-    return sync_dir(path);
+    record_file f = {.func = __func__, .path = path};
+    BLOB_TRY(blob_comm_id_encode(id, world_size, f.rec, sizeof f.rec));
+    return blob__replace_file(__func__, path, 0600, false, write_record, &f);
 }
 
 /* Read at most size bytes of fd: the count, or -1 with errno. */
@@ -303,19 +281,41 @@ static ssize_t read_all(int fd, unsigned char *buf, size_t size)
     return (ssize_t)n;
 }
 
+/* Refuse a file another user could have written, as ssh refuses its keys: not owned by
+ * this process's effective user, or writable by its group or others. */
+static blob_status check_trusted(const char *func, const char *path, const struct stat *sb)
+{
+    char why[96];
+    if (sb->st_uid != geteuid())
+        snprintf(why, sizeof why, "owned by uid %u, not by this process's user (uid %u)",
+                 (unsigned)sb->st_uid, (unsigned)geteuid());
+    else if (sb->st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(why, sizeof why, "writable by %s (mode %04o)",
+                 sb->st_mode & S_IWGRP ? "its group" : "others", (unsigned)(sb->st_mode & 07777));
+    else
+        return BLOB_OK;
+    return blob__fail(BLOB_EIO, func,
+                      "%s: %s: refused, as another user could have put an id of theirs in it "
+                      "(all ranks must run as one user; rank 0 writes it with mode 0600)",
+                      path, why);
+}
+
 blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size, const char *path,
                                    double timeout_s)
 {
     if (!out || !world_size || !path)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    if (!*path)
+        return BLOB_FAIL(BLOB_EINVAL, "empty path");
     if (!(timeout_s >= 0) || isinf(timeout_s))
         return BLOB_FAIL(BLOB_EINVAL, "timeout %g s is not a finite number >= 0", timeout_s);
     double deadline = blob__comm_now() + timeout_s;
     int fd;
-    /* O_NONBLOCK: a FIFO at the path must not block the open */
-    while ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
-        if (errno != ENOENT)
-            return io_fail(__func__, "cannot open", path);
+    struct stat sb;
+    blob_status st;
+    while ((st = blob__open_regular(__func__, path, BLOB_EFORMAT, &fd, &sb)) != BLOB_OK) {
+        if (st != BLOB_EIO || errno != ENOENT)
+            return st;
         double left = deadline - blob__comm_now();
         if (left <= 0)
             return BLOB_FAIL(BLOB_ETIMEDOUT,
@@ -324,29 +324,19 @@ blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size, const cha
                              path, timeout_s);
         blob__comm_sleep(left < 0.02 ? left : 0.02);
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        blob_status st = io_fail(__func__, "cannot stat", path);
-        close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return BLOB_FAIL(BLOB_EFORMAT, "%s is not a regular file", path);
-    }
     unsigned char rec[BLOB_COMM_ID_RECORD_SIZE + 1]; /* one more shows trailing bytes */
-    ssize_t n = read_all(fd, rec, sizeof rec);
-    int err = errno;
+    ssize_t n = -1;
+    st = check_trusted(__func__, path, &sb);
+    if (st == BLOB_OK && (n = read_all(fd, rec, sizeof rec)) < 0)
+        st = blob__fail(BLOB_EIO, __func__, "%s: read: %s", path, strerror(errno));
     close(fd);
-    if (n < 0) {
-        errno = err;
-        return io_fail(__func__, "cannot read", path);
-    }
-    blob_status st = blob_comm_id_decode(out, world_size, rec, (size_t)n);
-    if (st != BLOB_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", blob_last_error());
-        return BLOB_FAIL(st, "%s: %s", path, detail);
-    }
-    return BLOB_OK;
+    BLOB_TRY(st);
+    return decode(__func__, path, out, world_size, rec, (size_t)n);
+}
+
+void blob__comm_id_remove_file(const char *path)
+{
+    char target[PATH_MAX];
+    if (realpath(path, target))
+        unlink(target);
 }
