@@ -389,6 +389,18 @@ static blob_status fake_event_synchronize(void *e)
     return BLOB_OK;
 }
 
+/* The fake keeps no clock: every interval is 0 ms, once both events have completed. */
+static blob_status fake_event_elapsed(void *from, void *to, double *ms)
+{
+    bool a, b;
+    BLOB_TRY(fake_event_query(from, &a));
+    BLOB_TRY(fake_event_query(to, &b));
+    if (!a || !b)
+        return BLOB_FAIL(BLOB_ECUDA, "fake: an event has not completed");
+    *ms = 0;
+    return BLOB_OK;
+}
+
 /* Work on `s` after this point waits for the event: run everything up to it now. */
 static blob_status fake_stream_wait_event(void *s, void *e)
 {
@@ -437,6 +449,7 @@ LOCKED_VOID(fake_event_destroy, (void *e), (e))
 LOCKED(blob_status, fake_event_record, (void *e, void *s), (e, s))
 LOCKED(blob_status, fake_event_query, (void *e, bool *done), (e, done))
 LOCKED(blob_status, fake_event_synchronize, (void *e), (e))
+LOCKED(blob_status, fake_event_elapsed, (void *from, void *to, double *ms), (from, to, ms))
 
 static blob_status fake_graph_begin(void *s)
 {
@@ -492,6 +505,8 @@ static const blob__backend fake_backend = {
     .event_record_external = locked_fake_event_record, /* the fake captures nothing */
     .event_query = locked_fake_event_query,
     .event_synchronize = locked_fake_event_synchronize,
+    .event_create_timed = locked_fake_event_create,
+    .event_elapsed = locked_fake_event_elapsed,
     .graph_begin = fake_graph_begin,
     .graph_end = fake_graph_end,
     .graph_launch = fake_graph_launch,

@@ -48,6 +48,7 @@ typedef struct {
     void *arrays[2];                /* {host, host + 32}: a step's arrays, never used */
     blob_blas_info out_blas;
     bool out_bool;
+    blob_comm_bucket_timing bucket_timing[1];
 } null_fixture;
 extern null_fixture fx;
 

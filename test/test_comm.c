@@ -1,7 +1,9 @@
 /* Communicators and collectives on blobs (comm.h): the rendezvous (ids, records, files,
  * the environment), the 1-rank path of every build, the bucket plan and the
- * registration check, and several ranks as threads: on the fake device with a fake
- * NCCL (every build), and on two real GPUs through NCCL (tagged gpu2). */
+ * registration check, and several ranks as threads: two on the fake device with a fake
+ * NCCL (every build), and one per real GPU, up to MAX_RANKS, through NCCL (tagged
+ * gpu2). Under fork every test pays for its CUDA contexts and NCCL set-up, so the real
+ * GPUs' tests each run a whole scenario (all 40 reduce variants on one team, say). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -23,7 +25,7 @@
 #include "fake_backend.h"
 #include "testutil.h"
 
-#define MAX_RANKS 2
+#define MAX_RANKS 4
 
 /* ---- a fake NCCL: ranks are threads, buffers are fake-device (host) memory ---- */
 
@@ -328,6 +330,15 @@ static void *rank_main(void *p)
     return NULL;
 }
 
+/* Ranks of a team: one per real GPU (up to MAX_RANKS) through NCCL, two with the fake. */
+static int team_ranks(void)
+{
+    if (strcmp(blob__ccl_current()->name, "nccl") != 0)
+        return 2;
+    int n = blob_device_count();
+    return n < MAX_RANKS ? n : MAX_RANKS;
+}
+
 /* Create a communicator of n ranks on GPUs 0..n-1 (timeout seconds) and run fn on every
  * rank in a thread of its own. */
 static void run_team(team *t, int n, double timeout, size_t bucket_bytes, rank_fn fn, void *arg)
@@ -335,7 +346,7 @@ static void run_team(team *t, int n, double timeout, size_t bucket_bytes, rank_f
     t->n = n;
     t->fn = fn;
     t->arg = arg;
-    int devices[MAX_RANKS] = {0, 1};
+    int devices[MAX_RANKS] = {0, 1, 2, 3};
     blob_comm_options o = {.timeout_s = timeout, .bucket_bytes = bucket_bytes};
     ck_ok(blob_comm_create_local(t->comms, n, devices, &o));
     pthread_barrier_init(&t->barrier, NULL, (unsigned)n);
@@ -990,6 +1001,21 @@ START_TEST(test_one_rank)
     ck_ok(blob_comm_reduce_end(l));
     ck_ok(blob_comm_synchronize(c));
     ck_ok(blob_comm_status(c));
+    /* no buckets to wait for, no timing to take */
+    ck_assert_int_eq(blob_comm_list_num_buckets(l), 0);
+    int64_t lo, hi;
+    ck_status(blob_comm_list_bucket(l, 0, &lo, &hi), BLOB_ERANGE);
+    ck_ok(blob_comm_list_set_timing(l, true));
+    ck_ok(blob_comm_reduce_begin(l, BLOB_COMM_SUM));
+    ck_status(blob_comm_reduce_wait(l, 0), BLOB_ERANGE);
+    ck_status(blob_comm_list_set_timing(l, false), BLOB_ESTATE);
+    ck_ok(blob_comm_reduce_end(l));
+    blob_comm_bucket_timing bt[1];
+    int nb = -1;
+    double bend = -1;
+    ck_ok(blob_comm_list_timing(l, bt, 1, &nb, &bend));
+    ck_assert(nb == 0 && bend == 0);
+    ck_ok(blob_comm_list_set_timing(l, false));
     for (int i = 0; i < N; i++) { /* identity: data and diff as they were, on the host */
         const void *p;
         ck_assert_int_eq(blob_syncedmem_head(blob_diff_mem(b[i])), BLOB_HEAD_AT_CPU);
@@ -1335,6 +1361,11 @@ typedef struct {
     double *data[MAX_RANKS];   /* rank r's data after it */
     int skew_rank, skew_blob;  /* that rank registers one more element there (-1: none) */
     bool skip;                 /* rank 1 registers, then makes no collective */
+    int rounds;                /* all-reduces before the one checked (results not checked) */
+    bool replay;               /* replayed from graphs, whatever the transport */
+    bool waits;                /* overlapped: each bucket waited for (blob_comm_reduce_wait) */
+    bool timed;                /* overlapped: the step timed (blob_comm_list_set_timing) */
+    bool bf16[MAX_RANKS];      /* rank r reduces in bfloat16 */
     bool broken;               /* the transport fails after registration */
     uint64_t fail_at;          /* then the fail_at-th allocation fails (0: none) */
     int reduces_early;         /* all-reduce calls when rank 0 handed over its last layer */
@@ -1357,9 +1388,27 @@ static blob_status read_back(blob *b, bool diff, double *out)
     return BLOB_OK;
 }
 
-static void rank_reduce(team *t, int r)
+/* The timing of the step just ended: a bucket each, in the order reduced, each ending
+ * after it began, and those with their blobs handed over before the end of backward
+ * beginning no earlier than that. */
+static blob_status check_timing(blob_comm_list *l)
 {
-    reduce_case *rc = t->arg;
+    blob_comm_bucket_timing b[16];
+    int num = -1;
+    double end = -1;
+    BLOB_TRY(blob_comm_list_timing(l, b, 16, &num, &end));
+    if (num != blob_comm_list_num_buckets(l) || num > 16 || !(end >= 0))
+        return BLOB_FAIL(BLOB_EINVAL, "timing: %d buckets, backward ends at %g ms", num, end);
+    for (int i = 0; i < num; i++)
+        if (!(b[i].ready_ms >= 0 && b[i].start_ms >= b[i].ready_ms - 0.01 &&
+              b[i].end_ms >= b[i].start_ms) || b[i].elements < 1 || b[i].first > b[i].last)
+            return BLOB_FAIL(BLOB_EINVAL, "timing of bucket %d: ready %g start %g end %g ms", i,
+                             b[i].ready_ms, b[i].start_ms, b[i].end_ms);
+    return BLOB_OK;
+}
+
+static void reduce_on(team *t, int r, reduce_case *rc)
+{
     blob_comm *c = t->comms[r];
     int dev = blob_comm_device(c);
     int64_t total = total_of(rc);
@@ -1414,12 +1463,23 @@ static void rank_reduce(team *t, int r)
             fake_fail_alloc_at(rc->fail_at, false);
         pthread_barrier_wait(&t->barrier);
     }
+    if (rc->replay) { /* before the list decides */
+        c->replay_decided = true;
+        c->replay = true;
+    }
+    c->bf16 = rc->bf16[r];
     blob_comm_list *l = NULL;
     double t0 = blob__comm_now();
     st = blob_comm_list_create(&l, c, b, rc->nblobs);
     report(t, r, st, t0);
     if (st != BLOB_OK)
         goto done;
+    for (int k = 0; k < rc->rounds && st == BLOB_OK; k++) {
+        st = blob_comm_all_reduce(l, rc->op);
+        if (st == BLOB_OK)
+            st = blob_comm_synchronize(c);
+        report(t, r, st, t0);
+    }
     if (rc->broken) {
         pthread_barrier_wait(&t->barrier);
         if (r == 0)
@@ -1430,14 +1490,24 @@ static void rank_reduce(team *t, int r)
     if (rc->skip && r == 1) {
         st = BLOB_OK;
     } else if (rc->overlapped) {
-        st = blob_comm_reduce_begin(l, rc->op);
+        if (rc->timed)
+            st = blob_comm_list_set_timing(l, true);
+        if (st == BLOB_OK)
+            st = blob_comm_reduce_begin(l, rc->op);
+        const int nb = blob_comm_list_num_buckets(l);
+        if (st == BLOB_OK && rc->waits && blob_comm_reduce_wait(l, nb - 1) != BLOB_ESTATE)
+            st = BLOB_FAIL(BLOB_EINVAL, "a wait for a bucket not queued did not fail");
         for (int i = rc->nblobs - 2; i >= 0 && st == BLOB_OK; i -= 2) {
             st = blob_comm_reduce_ready(l, i, 2);
             if (r == 0 && i == rc->nblobs - 2)
                 rc->reduces_early = __atomic_load_n(&fake_reduces, __ATOMIC_RELAXED);
         }
+        for (int k = nb - 1; k >= 0 && st == BLOB_OK && rc->waits; k--)
+            st = blob_comm_reduce_wait(l, k);
         if (st == BLOB_OK)
             st = blob_comm_reduce_end(l);
+        if (st == BLOB_OK && rc->timed)
+            st = check_timing(l);
     } else {
         st = blob_comm_all_reduce(l, rc->op);
     }
@@ -1457,6 +1527,11 @@ done:
     for (int i = 0; i < rc->nblobs; i++)
         blob_free(b[i]);
     blob_free(flat);
+}
+
+static void rank_reduce(team *t, int r)
+{
+    reduce_on(t, r, t->arg);
 }
 
 static void reduce_case_init(reduce_case *rc, blob_dtype dt, int n, const int64_t *counts)
@@ -1483,24 +1558,31 @@ static void reduce_case_free(reduce_case *rc)
     }
 }
 
-/* Every rank holds the sum (mean) of all ranks' diffs, and its data untouched. */
+/* Every rank holds the sum (mean) of all ranks' diffs, and its data untouched. Reduced
+ * in bfloat16, within its rounding of each term and of each partial sum, relative to
+ * the sum of the terms' magnitudes. */
 static void check_reduced(const team *t, const reduce_case *rc)
 {
     int64_t total = total_of(rc);
     double *ref = malloc((size_t)(total + 1) * sizeof *ref);
+    double *mag = malloc((size_t)(total + 1) * sizeof *mag);
     for (int64_t i = 0; i < total; i++) {
-        double s = 0;
+        double s = 0, m = 0;
         for (int r = 0; r < t->n; r++) {
-            s += rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i] : rc->values[r][i];
+            double v = rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i]
+                                                 : rc->values[r][i];
+            s += v;
+            m += fabs(v);
         }
         ref[i] = rc->op == BLOB_COMM_MEAN ? s / t->n : s;
+        mag[i] = rc->op == BLOB_COMM_MEAN ? m / t->n : m;
     }
-    double tol = rc->dtype == BLOB_FLOAT32 ? 2e-6 : 1e-12;
+    double tol = rc->bf16[0] ? t->n * 0x1p-8 : rc->dtype == BLOB_FLOAT32 ? 2e-6 : 1e-12;
     for (int r = 0; r < t->n; r++) {
         ck_assert_msg(t->st[r] == BLOB_OK, "rank %d: %s", r, t->msg[r]);
         for (int64_t i = 0; i < total; i++) {
             double got = rc->result[r][i];
-            double err = fabs(got - ref[i]) / fmax(fabs(ref[i]), 1e-3);
+            double err = fabs(got - ref[i]) / fmax(rc->bf16[0] ? mag[i] : fabs(ref[i]), 1e-3);
             ck_assert_msg(err <= tol, "rank %d element %lld: %.9g, expected %.9g (rel err %.3g)",
                           r, (long long)i, got, ref[i], err);
             double data = rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i]
@@ -1509,31 +1591,33 @@ static void check_reduced(const team *t, const reduce_case *rc)
         }
     }
     free(ref);
+    free(mag);
 }
 
 /* The sizes (in elements) that cut blobs across buckets, and a list of five blobs. */
 static const int64_t some_counts[] = {37, 1, 100, 0, 64, 9};
 static const size_t bucket_sizes[] = {BLOB_COMM_DEFAULT_BUCKET_BYTES, 64 * 8, 40 * 8, 7 * 8, 8};
 
-/* _i: bucket size index x op x layout x dtype */
-static void reduce_variant(int i, double timeout)
+#define NUM_VARIANTS 40
+
+/* Variant i: bucket size index (i % 5) x op x layout x dtype. */
+static void variant_init(reduce_case *rc, int i)
 {
-    int bucket = i % 5, op = i / 5 % 2, flat = i / 10 % 2, dt = i / 20 % 2;
-    reduce_case rc;
     test_seed(100 + (uint64_t)i);
-    reduce_case_init(&rc, (blob_dtype)dt, 6, some_counts);
-    rc.op = (blob_comm_op)op;
-    rc.flat = flat;
-    team t = {0};
-    run_team(&t, 2, timeout, bucket_sizes[bucket], rank_reduce, &rc);
-    check_reduced(&t, &rc);
-    reduce_case_free(&rc);
+    reduce_case_init(rc, (blob_dtype)(i / 20 % 2), 6, some_counts);
+    rc->op = (blob_comm_op)(i / 5 % 2);
+    rc->flat = i / 10 % 2;
 }
 
 START_TEST(test_fake_reduce)
 {
     fake_reset_counts();
-    reduce_variant(_i, 5);
+    reduce_case rc;
+    variant_init(&rc, _i);
+    team t = {0};
+    run_team(&t, team_ranks(), 5, bucket_sizes[_i % 5], rank_reduce, &rc);
+    check_reduced(&t, &rc);
+    reduce_case_free(&rc);
     /* the flat layout is reduced in place: no packing copies; separate blobs in one
      * bucket are packed */
     fake_stats s = fake_get_stats();
@@ -1554,10 +1638,11 @@ static void overlapped(bool flat, double timeout)
     reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
     rc.op = BLOB_COMM_MEAN;
     rc.overlapped = true;
+    rc.waits = rc.timed = true;
     rc.flat = flat;
     team t = {0};
     __atomic_store_n(&fake_reduces, 0, __ATOMIC_RELAXED);
-    run_team(&t, 2, timeout, 40 * 4, rank_reduce, &rc);
+    run_team(&t, team_ranks(), timeout, 40 * 4, rank_reduce, &rc);
     check_reduced(&t, &rc);
     reduce_case_free(&rc);
     if (blob__ccl_current() == &fake_ccl) { /* each rank: the replay decision, 7 buckets */
@@ -1599,10 +1684,10 @@ START_TEST(test_fake_replay_refused)
     test_seed(13);
     reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
     team t = {0};
-    run_team(&t, 2, 5, 40 * 4, rank_reduce_then_look, &rc);
+    run_team(&t, team_ranks(), 5, 40 * 4, rank_reduce_then_look, &rc);
     check_reduced(&t, &rc);
     reduce_case_free(&rc);
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < t.n; r++)
         ck_assert_msg(replay_decided[r] && !replay_chosen[r], "rank %d", r);
 }
 END_TEST
@@ -1617,8 +1702,8 @@ static void mismatch(double timeout)
     rc.skew_rank = 1;
     rc.skew_blob = 4;
     team t = {0};
-    run_team(&t, 2, timeout, 0, rank_reduce, &rc);
-    for (int r = 0; r < 2; r++) {
+    run_team(&t, team_ranks(), timeout, 0, rank_reduce, &rc);
+    for (int r = 0; r < t.n; r++) {
         ck_assert_msg(t.st[r] == BLOB_ESHAPE, "rank %d: %s %s", r, blob_status_name(t.st[r]),
                       t.msg[r]);
         ck_assert_msg(strstr(t.msg[r], "blob 4 differs: rank 0 has 64 float32 elements, rank 1 "
@@ -1654,7 +1739,7 @@ static void rank_wrong_device(team *t, int r)
 START_TEST(test_fake_bad_registration)
 {
     team t = {0};
-    run_team(&t, 2, 5, 0, rank_wrong_device, NULL);
+    run_team(&t, team_ranks(), 5, 0, rank_wrong_device, NULL);
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(t.st[r] == BLOB_EDEVICE, "rank %d: %s", r, t.msg[r]);
         ck_assert(t.seconds[r] < 1.0);
@@ -1664,19 +1749,24 @@ START_TEST(test_fake_bad_registration)
 }
 END_TEST
 
-/* A rank that never takes part: the others get BLOB_ETIMEDOUT by the deadline, naming
+/* A rank that stops taking part (after `rounds` all-reduces, replayed from graphs from
+ * the second on when `replay`): the others get BLOB_ETIMEDOUT by the deadline, naming
  * the operation; their blobs stay readable, data as it was. */
-static void missing_peer(double timeout, double slack)
+static void missing_peer(double timeout, double slack, int rounds, bool replay)
 {
     reduce_case rc;
     test_seed(11);
     reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
     rc.skip = true;
+    rc.rounds = rounds;
+    rc.replay = replay;
     team t = {0};
-    run_team(&t, 2, timeout, 0, rank_reduce, &rc);
+    run_team(&t, team_ranks(), timeout, 0, rank_reduce, &rc);
     ck_assert_msg(t.st[0] == BLOB_ETIMEDOUT, "rank 0: %s %s", blob_status_name(t.st[0]), t.msg[0]);
-    ck_assert_msg(strstr(t.msg[0], "all_reduce #4 (list 1, bucket 1 of 1, 211 elements)"), "%s",
-                  t.msg[0]);
+    char what[96]; /* list creation: 2 gathers, and the replay decision unless forced */
+    snprintf(what, sizeof what, "all_reduce #%d (list 1, bucket 1 of 1, 211 elements)",
+             rounds + (replay ? 3 : 4));
+    ck_assert_msg(strstr(t.msg[0], what), "%s", t.msg[0]);
     ck_assert_msg(t.seconds[0] >= timeout && t.seconds[0] < timeout + slack, "took %.3f s",
                   t.seconds[0]);
     ck_assert_int_eq(t.st[1], BLOB_OK);
@@ -1687,7 +1777,7 @@ static void missing_peer(double timeout, double slack)
 
 START_TEST(test_fake_missing_peer)
 {
-    missing_peer(0.5, 1.0);
+    missing_peer(0.5, 1.0, 0, false);
 }
 END_TEST
 
@@ -1699,7 +1789,7 @@ START_TEST(test_fake_transport_error)
     reduce_case_init(&rc, BLOB_FLOAT64, 6, some_counts);
     rc.broken = true;
     team t = {0};
-    run_team(&t, 2, 5, 0, rank_reduce, &rc);
+    run_team(&t, team_ranks(), 5, 0, rank_reduce, &rc);
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(t.st[r] == BLOB_ECOMM, "rank %d: %s", r, t.msg[r]);
         ck_assert_msg(strstr(t.msg[r], "a peer failed") && strstr(t.msg[r], "rank "), "%s",
@@ -1722,7 +1812,7 @@ START_TEST(test_fake_alloc_failures)
         rc.op = BLOB_COMM_SUM;
         rc.fail_at = k;
         team t = {0};
-        run_team(&t, 2, 0.3, 40 * 4, rank_reduce, &rc);
+        run_team(&t, team_ranks(), 0.3, 40 * 4, rank_reduce, &rc);
         fake_fail_alloc_at(0, false);
         fake_worlds_reset();
         bool ok = t.st[0] == BLOB_OK && t.st[1] == BLOB_OK;
@@ -1774,8 +1864,8 @@ static void rank_outlive_after(team *t, int r)
     outlive_case *oc = t->arg;
     const float *p = NULL;
     blob_status st = blob_cpu_diff(oc->b[r], (const void **)&p);
-    for (int i = 0; i < 10 && st == BLOB_OK; i++)
-        if (p[i] != (float)(1 + 2 * i))
+    for (int i = 0; i < 10 && st == BLOB_OK; i++) /* the sum over ranks q of q + i */
+        if (p[i] != (float)(t->n * (t->n - 1) / 2 + t->n * i))
             st = BLOB_ESHAPE;
     oc->st[r] = st;
     blob_free(oc->b[r]);
@@ -1785,8 +1875,8 @@ static void blobs_outlive(void)
 {
     outlive_case oc = {0};
     team t = {.after = rank_outlive_after};
-    run_team(&t, 2, 5, 0, rank_outlive, &oc);
-    for (int r = 0; r < 2; r++) {
+    run_team(&t, team_ranks(), 5, 0, rank_outlive, &oc);
+    for (int r = 0; r < t.n; r++) {
         ck_assert_msg(t.st[r] == BLOB_OK, "rank %d: %s", r, t.msg[r]);
         ck_assert_msg(oc.st[r] == BLOB_OK, "rank %d after: %s", r, blob_status_name(oc.st[r]));
     }
@@ -1802,16 +1892,17 @@ END_TEST
 typedef struct {
     blob_comm_id id;
     double timeout;
-    blob_status st[2];
-    double seconds[2];
-    char msg[2][512];
+    int world; /* one more than the ranks that come */
+    blob_status st[MAX_RANKS];
+    double seconds[MAX_RANKS];
+    char msg[MAX_RANKS][512];
 } join_case;
 
 static void *join_rank(void *p)
 {
     join_case *jc = ((void **)p)[0];
     int r = (int)(intptr_t)((void **)p)[1];
-    blob_comm_options o = {.rank = r, .world_size = 3, .device = r, .has_id = true,
+    blob_comm_options o = {.rank = r, .world_size = jc->world, .device = r, .has_id = true,
                            .id = jc->id, .timeout_s = jc->timeout};
     blob_comm *c = NULL;
     double t0 = blob__comm_now();
@@ -1825,20 +1916,23 @@ static void *join_rank(void *p)
 
 static void world_too_large(double timeout, double slack)
 {
-    join_case jc = {.timeout = timeout};
+    const int n = team_ranks();
+    join_case jc = {.timeout = timeout, .world = n + 1};
     ck_ok(blob_comm_id_new(&jc.id));
-    pthread_t th[2];
-    void *args[2][2];
-    for (int r = 0; r < 2; r++) {
+    pthread_t th[MAX_RANKS];
+    void *args[MAX_RANKS][2];
+    for (int r = 0; r < n; r++) {
         args[r][0] = &jc;
         args[r][1] = (void *)(intptr_t)r;
         ck_assert_int_eq(pthread_create(&th[r], NULL, join_rank, args[r]), 0);
     }
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
-    for (int r = 0; r < 2; r++) {
+    char what[64];
+    snprintf(what, sizeof what, "joining %d ranks did not finish", n + 1);
+    for (int r = 0; r < n; r++) {
         ck_assert_msg(jc.st[r] == BLOB_ETIMEDOUT, "rank %d: %s", r, jc.msg[r]);
-        ck_assert_msg(strstr(jc.msg[r], "joining 3 ranks did not finish") &&
+        ck_assert_msg(strstr(jc.msg[r], what) &&
                           strstr(jc.msg[r], "WORLD_SIZE"),
                       "%s", jc.msg[r]);
         ck_assert_msg(jc.seconds[r] >= timeout && jc.seconds[r] < timeout + slack, "%.3f s",
@@ -1960,8 +2054,8 @@ static void broadcast_case(void)
     test_seed(13);
     reduce_case_init(&rc, BLOB_FLOAT64, 3, (int64_t[]){5, 0, 1000});
     team t = {0};
-    run_team(&t, 2, 5, 0, rank_broadcast, &rc);
-    for (int r = 0; r < 2; r++) {
+    run_team(&t, team_ranks(), 5, 0, rank_broadcast, &rc);
+    for (int r = 0; r < t.n; r++) {
         ck_assert_msg(t.st[r] == BLOB_OK, "rank %d: %s", r, t.msg[r]);
         for (int64_t i = 0; i < 1005; i++)
             ck_assert_msg(rc.data[r][i] == rc.values[1][i], "rank %d element %lld", r,
@@ -1976,17 +2070,80 @@ START_TEST(test_fake_broadcast)
 }
 END_TEST
 
-/* ---- two real GPUs through NCCL ---- */
+/* ---- a rank per real GPU through NCCL ---- */
+
+/* Every rank runs the variants in turn on one team, its bucket size set before each
+ * list is made, and stops at its first failure. */
+static void rank_variants(team *t, int r)
+{
+    reduce_case *rcs = t->arg;
+    for (int v = 0; v < NUM_VARIANTS && t->st[r] == BLOB_OK; v++) {
+        t->comms[r]->bucket_bytes = bucket_sizes[v % 5];
+        reduce_on(t, r, &rcs[v]);
+        if (t->st[r] != BLOB_OK) {
+            char msg[sizeof t->msg[r]];
+            snprintf(msg, sizeof msg, "variant %d: %s", v, t->msg[r]);
+            memcpy(t->msg[r], msg, sizeof msg);
+        }
+    }
+}
 
 START_TEST(test_gpu_reduce)
 {
-    reduce_variant(_i, 30);
+    reduce_case *rcs = calloc(NUM_VARIANTS, sizeof *rcs);
+    ck_assert_ptr_nonnull(rcs);
+    for (int v = 0; v < NUM_VARIANTS; v++)
+        variant_init(&rcs[v], v);
+    team t = {0};
+    run_team(&t, team_ranks(), 30, bucket_sizes[0], rank_variants, rcs);
+    for (int v = 0; v < NUM_VARIANTS; v++) {
+        check_reduced(&t, &rcs[v]);
+        reduce_case_free(&rcs[v]);
+    }
+    free(rcs);
 }
 END_TEST
 
 START_TEST(test_gpu_overlapped)
 {
-    overlapped(_i, 30);
+    overlapped(false, 30);
+    overlapped(true, 30);
+}
+END_TEST
+
+/* Reduced in bfloat16 on the wire (packed, in both layouts, overlapped with waits per
+ * bucket), sums within its rounding; a rank that reduces in float32 among ranks that
+ * do not is refused at registration, on every rank. */
+START_TEST(test_gpu_bf16)
+{
+    for (int flat = 0; flat < 2; flat++) {
+        reduce_case rc;
+        test_seed(21 + (uint64_t)flat);
+        reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
+        rc.op = flat ? BLOB_COMM_MEAN : BLOB_COMM_SUM;
+        rc.flat = flat;
+        rc.overlapped = rc.waits = true;
+        for (int r = 0; r < MAX_RANKS; r++)
+            rc.bf16[r] = true;
+        team t = {0};
+        run_team(&t, team_ranks(), 30, 40 * 4, rank_reduce, &rc);
+        check_reduced(&t, &rc);
+        reduce_case_free(&rc);
+    }
+    reduce_case rc;
+    test_seed(23);
+    reduce_case_init(&rc, BLOB_FLOAT32, 6, some_counts);
+    for (int r = 0; r < MAX_RANKS; r++)
+        rc.bf16[r] = r != 1;
+    team t = {0};
+    run_team(&t, team_ranks(), 30, 0, rank_reduce, &rc);
+    for (int r = 0; r < t.n; r++) {
+        ck_assert_msg(t.st[r] == BLOB_ESHAPE, "rank %d: %s", r, t.msg[r]);
+        ck_assert_msg(strstr(t.msg[r], "blob 0 differs: rank 0 has 37 float32 elements (reduced "
+                                       "in bfloat16), rank 1 has 37 float32 elements"),
+                      "rank %d: %s", r, t.msg[r]);
+    }
+    reduce_case_free(&rc);
 }
 END_TEST
 
@@ -2004,7 +2161,13 @@ END_TEST
 
 START_TEST(test_gpu_missing_peer)
 {
-    missing_peer(3, 5);
+    missing_peer(3, 5, 0, false);
+}
+END_TEST
+
+START_TEST(test_gpu_missing_peer_replayed)
+{
+    missing_peer(3, 5, 2, true);
 }
 END_TEST
 
@@ -2058,7 +2221,7 @@ Suite *comm_suite(void)
     tc = tcase_create("fake_ranks");
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, fake_ccl_setup, fake_ccl_teardown);
-    tcase_add_loop_test(tc, test_fake_reduce, 0, 40);
+    tcase_add_loop_test(tc, test_fake_reduce, 0, NUM_VARIANTS);
     tcase_add_loop_test(tc, test_fake_overlapped, 0, 2);
     tcase_add_test(tc, test_fake_replay_refused);
     tcase_add_test(tc, test_fake_broadcast);
@@ -2072,12 +2235,14 @@ Suite *comm_suite(void)
     tcase_add_test(tc, test_fake_file_rendezvous);
     suite_add_tcase(s, tc);
 
-    tc = multi_gpu_tcase("two_gpus");
-    req_add_loop_test(tc, test_gpu_reduce, 0, 40);
-    req_add_loop_test(tc, test_gpu_overlapped, 0, 2);
+    tc = multi_gpu_tcase("gpus");
+    req_add_test(tc, test_gpu_reduce);
+    req_add_test(tc, test_gpu_overlapped);
+    req_add_test(tc, test_gpu_bf16);
     req_add_test(tc, test_gpu_broadcast);
     req_add_test(tc, test_gpu_mismatch);
     req_add_test(tc, test_gpu_missing_peer);
+    req_add_test(tc, test_gpu_missing_peer_replayed);
     req_add_test(tc, test_gpu_world_too_large);
     req_add_test(tc, test_gpu_blobs_outlive);
     suite_add_tcase(s, tc);

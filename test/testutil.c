@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,43 @@ static struct {
 } cases[64];
 static int num_cases;
 
+/* Under fork Check kills a test past its case's timeout; under CK_FORK=no nothing does,
+ * so the tests of req_tcase's cases arm an alarm of their own that ends the run with a
+ * failure instead of a hang. */
+#define REQ_TIMEOUT_S 120
+
+static bool no_fork(void)
+{
+    const char *f = getenv("CK_FORK");
+    return f && !strcmp(f, "no");
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "testutil: a test ran past its timeout under CK_FORK=no; "
+                              "the run stops here (failed)\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    _exit(EXIT_FAILURE);
+}
+
+static void watch_start(void)
+{
+    if (!no_fork())
+        return;
+    const char *m = getenv("CK_TIMEOUT_MULTIPLIER");
+    double scale = m ? atof(m) : 1;
+    signal(SIGALRM, on_alarm);
+    alarm((unsigned)(REQ_TIMEOUT_S * (scale > 0 ? scale : 1)) + 1);
+}
+
+static void watch_stop(void)
+{
+    if (no_fork())
+        alarm(0);
+}
+
 static void die(const char *msg, const char *arg)
 {
     fprintf(stderr, "testutil: %s%s\n", msg, arg);
@@ -82,7 +120,8 @@ TCase *req_tcase(const char *name, const char *tags)
         die("too many test cases with needs, at ", name);
     TCase *tc = tcase_create(name);
     tcase_set_tags(tc, tags);
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, REQ_TIMEOUT_S);
+    tcase_add_checked_fixture(tc, watch_start, watch_stop);
     cases[num_cases].tc = tc;
     char buf[128];
     snprintf(buf, sizeof buf, "%s", tags);
@@ -155,6 +194,15 @@ int req_probe(void)
     return found.gpus;
 }
 
+static req_part part = REQ_WHOLE;
+static int part_gpus;
+
+void req_set_part(req_part p, int gpus)
+{
+    part = p;
+    part_gpus = gpus;
+}
+
 const char *req_exclusions(void)
 {
     static char exclude[256];
@@ -170,8 +218,13 @@ const char *req_exclusions(void)
             continue;
         used += (size_t)snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? " " : "",
                                  reqs[r].tag);
-        if (!reqs[r].skipped)
+        if (!reqs[r].skipped || part == REQ_MULTI_GPU_PART)
             continue;
+        if (part == REQ_ONE_GPU_PART && !strcmp(reqs[r].tag, "gpu2")) {
+            printf("deferred: %d tests (%s: they run next, with all %d)\n", reqs[r].skipped,
+                   reqs[r].why, part_gpus);
+            continue;
+        }
         printf("skipped: %d tests (%s", reqs[r].skipped, reqs[r].why);
         if (reqs[r].show_gpus)
             printf("; %d found", found.gpus);

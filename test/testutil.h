@@ -63,6 +63,13 @@ int req_probe(void);
  * skipped tests. Call after the suites are built and req_probe has run. */
 const char *req_exclusions(void);
 
+/* On a machine of several GPUs the runner runs in two parts (test/main.c): every forked
+ * test starts CUDA, which costs seconds per GPU the process sees, so the first part sees
+ * one GPU and leaves the multi-GPU ("gpu2") cases, counted as deferred, to the second,
+ * which runs only them with all `gpus` GPUs and prints no skip lines of its own. */
+typedef enum { REQ_WHOLE, REQ_ONE_GPU_PART, REQ_MULTI_GPU_PART } req_part;
+void req_set_part(req_part part, int gpus);
+
 /* Whether a real GPU is present (probed by the runner before any test runs). With the
  * fake backend installed, device math still reaches the real launchers: tests that
  * call it under the fake only do so when this is false, where the launchers fail. */

@@ -117,6 +117,12 @@ typedef struct {
     /* Bytes of an all-reduce bucket; 0: BLOB_COMM_BUCKET_MB (MiB) from the environment if
      * set, else BLOB_COMM_DEFAULT_BUCKET_BYTES. */
     size_t bucket_bytes;
+    /* Reduce the diffs of float32 lists in bfloat16, as DDP's bf16_compress_hook does:
+     * half the bytes on the wire; each rank's diffs are rounded to bfloat16 (8
+     * significant bits) and summed in it, then widened back. Every rank must choose the
+     * same (list creation checks it: BLOB_ESHAPE). false: BLOB_COMM_BF16=1 in the
+     * environment turns it on. */
+    bool bf16_reduce;
 } blob_comm_options;
 
 /* Fill *out from the environment, as torchrun sets it: RANK (default 0), WORLD_SIZE
@@ -126,8 +132,8 @@ typedef struct {
  * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), Open MPI's (OMPI_COMM_WORLD_RANK, _SIZE,
  * _LOCAL_RANK) and PMI's (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID), in that order. Numbers
  * are decimal digits alone (no sign, space or other base).
- * timeout_s and bucket_bytes are left 0 (their variables are read by create).
- * Errors: BLOB_EINVAL naming the variable that is malformed or out of range. */
+ * timeout_s, bucket_bytes and bf16_reduce are left 0 (their variables are read by
+ * create). Errors: BLOB_EINVAL naming the variable that is malformed or out of range. */
 BLOB_API blob_status blob_comm_options_from_env(blob_comm_options *out);
 
 /* Join the communicator described by opts (blob_comm_options_from_env, or filled by
@@ -142,10 +148,10 @@ BLOB_API blob_status blob_comm_options_from_env(blob_comm_options *out);
 BLOB_API blob_status blob_comm_create(blob_comm **out, const blob_comm_options *opts);
 
 /* Create all n ranks of a communicator in this process from one thread: comms[i] is
- * rank i on GPU devices[i] (distinct GPUs). Only timeout_s and bucket_bytes of opts are
- * used. The calling thread's current device is left as it was; each rank's thread must
- * make its device current (blob_device_set(blob_comm_device(comms[i]))). comms[] is all
- * NULL on failure. Errors: as blob_comm_create. */
+ * rank i on GPU devices[i] (distinct GPUs). Only timeout_s, bucket_bytes and bf16_reduce
+ * of opts are used. The calling thread's current device is left as it was; each rank's
+ * thread must make its device current (blob_device_set(blob_comm_device(comms[i]))).
+ * comms[] is all NULL on failure. Errors: as blob_comm_create. */
 BLOB_API blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
                                             const blob_comm_options *opts);
 
@@ -228,6 +234,50 @@ BLOB_API blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op);
 BLOB_API blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op);
 BLOB_API blob_status blob_comm_reduce_ready(blob_comm_list *l, int first, int n);
 BLOB_API blob_status blob_comm_reduce_end(blob_comm_list *l);
+
+/* Per-bucket updates. The diffs of the list's blobs laid end to end (blob i's first
+ * element at the sum of the counts before it) fall into the list's buckets, reduced
+ * from the last to the first. Once bucket k's all-reduce is queued (its blobs handed
+ * over), blob_comm_reduce_wait makes the current stream wait for its sums alone, on
+ * the device, so that the update of its elements can run while the buckets before it
+ * are still being reduced:
+ *   for (int k = blob_comm_list_num_buckets(l) - 1; k >= 0; k--) {
+ *       blob_comm_list_bucket(l, k, &begin, &end);
+ *       blob_comm_reduce_wait(l, k);
+ *       update(begin, end);               // on the current stream
+ *   }
+ *   blob_comm_reduce_end(l);
+ * blob_comm_list_num_buckets gives 0 for NULL; on one rank a list has no buckets to
+ * wait for (its sums are its diffs), so the loop is the whole update only where there
+ * are several ranks.
+ * Errors: BLOB_EINVAL (NULL), BLOB_ERANGE (k), BLOB_ESTATE (no step open, or bucket k
+ * not queued: a blob of it not handed over yet), communicator errors. */
+BLOB_API int blob_comm_list_num_buckets(const blob_comm_list *l);
+BLOB_API blob_status blob_comm_list_bucket(const blob_comm_list *l, int k, int64_t *begin,
+                                           int64_t *end);
+BLOB_API blob_status blob_comm_reduce_wait(blob_comm_list *l, int k);
+
+/* Timing, to see how the all-reduce overlaps backward. With timing on, each step records
+ * device events: where the caller's stream was at reduce_begin (time 0) and at
+ * reduce_end (the end of backward, in *backward_end_ms), and for each bucket, where the
+ * caller's stream was when its blobs were all handed over (ready_ms) and when its
+ * all-reduce began and ended on the communicator's stream. blob_comm_list_timing waits
+ * for the last step ended and reads them. Costs three events a bucket per step.
+ * Errors: BLOB_EINVAL, BLOB_ESTATE (timing off, no step timed yet, or a step open),
+ * BLOB_ENODEV, BLOB_ECUDA. */
+typedef struct {
+    int first, last;    /* the blobs it overlaps */
+    int64_t elements;
+    double ready_ms;    /* its blobs all handed over (the caller's stream) */
+    double start_ms;    /* its all-reduce began (the communicator's stream) */
+    double end_ms;      /* ... and ended */
+} blob_comm_bucket_timing;
+
+BLOB_API blob_status blob_comm_list_set_timing(blob_comm_list *l, bool on);
+/* buckets[0..max) gets the first min(max, buckets) in the order they were reduced (the
+ * last bucket first); *num the number of buckets. */
+BLOB_API blob_status blob_comm_list_timing(blob_comm_list *l, blob_comm_bucket_timing *buckets,
+                                           int max, int *num, double *backward_end_ms);
 
 /* Ids and the rendezvous. */
 

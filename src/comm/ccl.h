@@ -30,7 +30,7 @@ typedef struct blob__ccl {
     /* *ready: the last call (or the join) has finished. An error means the handle is
      * broken (a peer failed, a transport error): abort it. */
     blob_status (*state)(void *handle, bool *ready);
-    /* In place on count elements of dtype at buf. */
+    /* In place on count elements of dtype (or BLOB__CCL_BFLOAT16) at buf. */
     blob_status (*all_reduce)(void *handle, void *buf, size_t count, blob_dtype dtype,
                               blob_comm_op op, void *stream);
     blob_status (*broadcast)(void *handle, void *buf, size_t count, blob_dtype dtype,
@@ -46,9 +46,14 @@ typedef struct blob__ccl {
     /* Release a finalized handle; blocks only briefly. */
     void (*destroy)(void *handle);
     /* Stop everything queued or running on the handle (kernels exit, streams move on)
-     * and release it. Safe in any state, from any thread holding the caller's lock. */
+     * and release it. Safe in any state, from any thread, once no other call on the
+     * handle is in progress or can follow. It may wait until every CUDA graph holding a
+     * collective of the handle is destroyed. */
     void (*abort)(void *handle);
 } blob__ccl;
+
+/* The element type of collectives on bfloat16 (not a blob dtype). */
+#define BLOB__CCL_BFLOAT16 ((blob_dtype)0x100)
 
 /* The table this build uses by default (NCCL, or "none"). */
 const blob__ccl *blob__ccl_default(void);

@@ -28,7 +28,8 @@ static blob_status nccl_fail(ncclResult_t r, const char *call, const char *func)
 
 static ncclDataType_t nccl_type(blob_dtype dtype)
 {
-    return dtype == BLOB_FLOAT64 ? ncclFloat64 : ncclFloat32;
+    return dtype == BLOB_FLOAT64 ? ncclFloat64 : dtype == BLOB__CCL_BFLOAT16 ? ncclBfloat16
+                                                                          : ncclFloat32;
 }
 
 static blob_status nccl_new_id(blob_comm_id *out)

@@ -17,6 +17,11 @@
 #include "comm_impl.h"
 #include "record.h"
 
+/* The communicator's stream is the most urgent the device has (a priority beyond its
+ * range is clamped): when a bucket's gradients are ready, its all-reduce takes SMs as
+ * the backward kernels free them, rather than after the kernels queued behind them. */
+#define COMM_STREAM_PRIORITY 100
+
 /* How often the watchdog looks at the queued operations. */
 #define WATCHDOG_TICK_S 0.02
 
@@ -67,28 +72,64 @@ blob_status blob_comm_id_new(blob_comm_id *out)
 
 /* ---- options ---- */
 
-/* The timeout and bucket size of opts, their environment variables and defaults. */
-static blob_status resolve(const char *func, const blob_comm_options *o, double *timeout,
-                           size_t *bucket)
+/* The settings of a communicator: opts', else their environment variables, else the
+ * defaults. */
+typedef struct {
+    double timeout;
+    size_t bucket;
+    bool bf16;
+} settings;
+
+static blob_status resolve(const char *func, const blob_comm_options *o, settings *out)
 {
     if (!(o->timeout_s >= 0) || isinf(o->timeout_s))
         return blob__fail(BLOB_EINVAL, func, "timeout %g s is not a finite number >= 0",
                           o->timeout_s);
-    *timeout = o->timeout_s;
-    if (*timeout == 0) {
-        *timeout = BLOB_COMM_DEFAULT_TIMEOUT_S;
-        BLOB_TRY(blob__env_seconds(func, "BLOB_COMM_TIMEOUT", 1e-3, 1e6, timeout));
+    out->timeout = o->timeout_s;
+    if (out->timeout == 0) {
+        out->timeout = BLOB_COMM_DEFAULT_TIMEOUT_S;
+        BLOB_TRY(blob__env_seconds(func, "BLOB_COMM_TIMEOUT", 1e-3, 1e6, &out->timeout));
     }
-    *bucket = o->bucket_bytes;
-    if (*bucket == 0) {
+    out->bucket = o->bucket_bytes;
+    if (out->bucket == 0) {
         int64_t mb = BLOB_COMM_DEFAULT_BUCKET_BYTES >> 20;
         BLOB_TRY(blob__env_int(func, "BLOB_COMM_BUCKET_MB", 1, 1 << 20, &mb));
-        *bucket = (size_t)mb << 20;
+        out->bucket = (size_t)mb << 20;
     }
+    out->bf16 = o->bf16_reduce;
+    if (!out->bf16)
+        BLOB_TRY(blob__env_bool(func, "BLOB_COMM_BF16", &out->bf16));
     return BLOB_OK;
 }
 
 /* ---- failure ---- */
+
+/* mu held: destroy the replay graphs of c's lists (a graph still running is freed when
+ * it ends). */
+static void destroy_replays(blob_comm *c)
+{
+    for (blob_comm_list *l = c->live; l; l = l->next_live)
+        for (int k = 0; k < l->num_buckets; k++) {
+            blob__be->graph_destroy(l->replays[k].graph, l->replays[k].exec);
+            l->replays[k].graph = l->replays[k].exec = NULL;
+        }
+}
+
+/* mu held: abort the handle of a failure, the graphs that hold it destroyed first. With
+ * the watchdog running, mu is released meanwhile (see blob__comm_fail). */
+static void abort_doomed(blob_comm *c)
+{
+    void *h = c->doomed;
+    if (!h)
+        return;
+    c->doomed = NULL;
+    destroy_replays(c);
+    if (c->watching)
+        pthread_mutex_unlock(&c->mu);
+    c->ccl->abort(h);
+    if (c->watching)
+        pthread_mutex_lock(&c->mu);
+}
 
 blob_status blob__comm_failed(blob_comm *c, const char *func)
 {
@@ -107,10 +148,12 @@ blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, 
         snprintf(c->failure_msg, sizeof c->failure_msg, "rank %d of %d: %s", c->rank, c->size,
                  detail);
         c->failure = status;
-        if (c->handle) {
-            c->ccl->abort(c->handle);
-            c->handle = NULL;
-        }
+        c->doomed = c->handle;
+        c->handle = NULL;
+        if (c->watching)
+            pthread_cond_signal(&c->wake);
+        else
+            abort_doomed(c);
     }
     return blob__comm_failed(c, func);
 }
@@ -328,9 +371,12 @@ static void *watchdog_main(void *arg)
     while (!c->stopping) {
         if (c->failure == BLOB_OK)
             (void)check_locked(c, "watchdog");
+        abort_doomed(c);
         struct timespec until = abs_time_after(WATCHDOG_TICK_S);
         pthread_cond_timedwait(&c->wake, &c->mu, &until);
     }
+    abort_doomed(c);
+    c->watching = false; /* from now on failures abort at once */
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
@@ -354,13 +400,12 @@ static void watchdog_stop(blob_comm *c)
     pthread_cond_signal(&c->wake);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->watchdog, NULL);
-    c->watching = false;
 }
 
 /* ---- creation and release ---- */
 
-static blob_status comm_alloc(blob_comm **out, int rank, int size, int device, double timeout,
-                              size_t bucket)
+static blob_status comm_alloc(blob_comm **out, int rank, int size, int device,
+                              const settings *set)
 {
     blob_comm *c = blob__obj_alloc(sizeof *c);
     if (!c)
@@ -368,8 +413,9 @@ static blob_status comm_alloc(blob_comm **out, int rank, int size, int device, d
     c->rank = rank;
     c->size = size;
     c->device = device;
-    c->timeout_s = timeout;
-    c->bucket_bytes = bucket;
+    c->timeout_s = set->timeout;
+    c->bucket_bytes = set->bucket;
+    c->bf16 = set->bf16;
     c->ccl = blob__ccl_current();
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_t attr;
@@ -447,7 +493,7 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
     bool wrote = false;
     blob_status st = meet(func, o, c->ccl, c->timeout_s, &id, &wrote);
     if (st == BLOB_OK)
-        st = blob_stream_create(&c->stream);
+        st = blob_stream_create_with_priority(&c->stream, COMM_STREAM_PRIORITY);
     if (st == BLOB_OK)
         st = c->ccl->init(&c->handle, &id, c->size, c->rank);
     if (st == BLOB_OK) {
@@ -480,10 +526,9 @@ blob_status blob_comm_create(blob_comm **out, const blob_comm_options *opts)
     if (!opts)
         return BLOB_FAIL(BLOB_EINVAL, "opts is NULL");
     int world;
-    double timeout;
-    size_t bucket;
+    settings set;
     BLOB_TRY(check_options(__func__, opts, &world));
-    BLOB_TRY(resolve(__func__, opts, &timeout, &bucket));
+    BLOB_TRY(resolve(__func__, opts, &set));
     if (world > 1) {
         if (!blob__ccl_current()->multi_rank)
             return BLOB_FAIL(BLOB_ENOTSUP,
@@ -493,7 +538,7 @@ blob_status blob_comm_create(blob_comm **out, const blob_comm_options *opts)
         BLOB_TRY(blob_device_set(opts->device));
     }
     blob_comm *c;
-    BLOB_TRY(comm_alloc(&c, opts->rank, world, opts->device, timeout, bucket));
+    BLOB_TRY(comm_alloc(&c, opts->rank, world, opts->device, &set));
     if (world > 1) {
         blob_status st = join(c, opts, __func__);
         if (st != BLOB_OK) {
@@ -514,9 +559,8 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
         return BLOB_FAIL(BLOB_EINVAL, "%d ranks", n);
     for (int i = 0; i < n; i++)
         comms[i] = NULL;
-    double timeout;
-    size_t bucket;
-    BLOB_TRY(resolve(__func__, opts, &timeout, &bucket));
+    settings set;
+    BLOB_TRY(resolve(__func__, opts, &set));
     if (n > 1 && !blob__ccl_current()->multi_rank)
         return BLOB_FAIL(BLOB_ENOTSUP,
                          "a communicator of %d ranks needs NCCL, and this build has none", n);
@@ -534,7 +578,7 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
         BLOB_TRY(blob_device_get(&saved));
     blob_status st = BLOB_OK;
     for (int i = 0; i < n && st == BLOB_OK; i++)
-        st = comm_alloc(&comms[i], i, n, devices[i], timeout, bucket);
+        st = comm_alloc(&comms[i], i, n, devices[i], &set);
     void *handles[n];
     if (st == BLOB_OK && n > 1)
         st = comms[0]->ccl->init_local(handles, n, devices);
@@ -546,7 +590,7 @@ blob_status blob_comm_create_local(blob_comm **comms, int n, const int *devices,
     for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++) {
         st = blob_device_set(devices[i]);
         if (st == BLOB_OK)
-            st = blob_stream_create(&comms[i]->stream);
+            st = blob_stream_create_with_priority(&comms[i]->stream, COMM_STREAM_PRIORITY);
     }
     for (int i = 0; i < n && n > 1 && st == BLOB_OK; i++) {
         pthread_mutex_lock(&comms[i]->mu);
@@ -576,6 +620,7 @@ static void leave(blob_comm *c)
 {
     pthread_mutex_lock(&c->mu);
     (void)drain_locked(c, "blob_comm_free");
+    destroy_replays(c); /* of lists not freed first: NCCL would wait for their graphs */
     if (c->failure == BLOB_OK && c->ccl->finalize(c->handle) == BLOB_OK &&
         blob__comm_settle(c, "blob_comm_free", "leaving", "NCCL did not finish its work") ==
             BLOB_OK) {

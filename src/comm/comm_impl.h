@@ -28,6 +28,7 @@ struct blob_comm {
     uint64_t seq;  /* collectives started: names them in messages */
     int lists;     /* lists created, to name them */
     bool replay_decided, replay; /* see blob__comm_decide_replay */
+    bool bf16;     /* blob_comm_options.bf16_reduce, or BLOB_COMM_BF16 */
 
     /* Guarded by mu, which the watchdog thread takes too. NCCL calls on handle are made
      * with mu held and never block for long (the communicator is nonblocking); CUDA
@@ -36,7 +37,9 @@ struct blob_comm {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     double timeout_s;
-    void *handle;  /* NCCL's communicator; NULL for 1 rank and once aborted */
+    void *handle;  /* NCCL's communicator; NULL for 1 rank and once failed */
+    void *doomed;  /* the handle of a failure, to abort: see blob__comm_fail */
+    blob_comm_list *live; /* the lists of c, whose replay graphs a failure destroys */
     blob__comm_op *ops;
     size_t num_ops, cap_ops;
     void **spare_events;
@@ -68,6 +71,7 @@ typedef struct {
 
 struct blob_comm_list {
     blob_comm *c;
+    blob_comm_list *prev_live, *next_live; /* c->live, guarded by c->mu */
     int id;          /* 1 for the communicator's first list, ... */
     int n;
     blob **blobs;
@@ -75,6 +79,8 @@ struct blob_comm_list {
     int64_t *offset; /* of each blob's first element; offset[n] is the total */
     blob_dtype dtype;
     size_t elem;
+    bool bf16;         /* float32 diffs reduced in bfloat16 (blob_comm_options.bf16_reduce) */
+    size_t wire_elem;  /* bytes of an element as reduced */
     int num_buckets;
     blob__comm_bucket *buckets;
     blob__comm_replay *replays; /* one per bucket */
@@ -86,6 +92,11 @@ struct blob_comm_list {
     char **dev;      /* device sides taken for the collective in progress: the diffs
                         handed over, or the data of a broadcast */
     int next;        /* the next bucket to reduce (they go from the last down) */
+    void **done;     /* per bucket: recorded behind its all-reduce (made at first use) */
+    /* timing (blob_comm_list_set_timing): events [0] reduce_begin, [1] reduce_end on
+     * the caller's stream, then per bucket ready, start, end; timed: a step recorded */
+    void **timing;
+    bool timed;
 };
 
 /* One rank's registration as exchanged at list creation. */
@@ -97,8 +108,9 @@ typedef struct {
 
 typedef struct {
     int64_t count;
-    int64_t dtype;    /* -1: no such blob on this rank */
+    int64_t dtype;    /* -1: no such blob on this rank; | BLOB__COMM_ENTRY_BF16 */
 } blob__comm_entry;
+#define BLOB__COMM_ENTRY_BF16 ((int64_t)1 << 8) /* reduced in bfloat16 */
 
 /* Split blobs of counts[0..n) into buckets of at most bucket_elems elements, walking
  * from the last blob back: a bucket takes whole blobs while they fit; a blob larger
@@ -132,8 +144,12 @@ blob_status blob__comm_compare(const blob__comm_header *headers, const blob__com
 double blob__comm_now(void);
 void blob__comm_sleep(double seconds);
 
-/* Bring c down (mu held): the first failure wins and is kept; NCCL's handle is aborted
- * so that nothing waits for it any more. Returns the failure, its detail recorded. */
+/* Bring c down (mu held): the first failure wins and is kept, and NCCL's handle is
+ * aborted so that nothing waits for it any more. NCCL's abort waits until every CUDA
+ * graph that captured a collective of the handle is destroyed, so the replay graphs of
+ * c's lists are destroyed first, and while the watchdog runs the abort is its work,
+ * outside mu: a list's capture in progress (which takes mu) can then end and destroy
+ * its graph. Returns the failure, its detail recorded. */
 blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

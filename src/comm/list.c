@@ -8,6 +8,7 @@
 #include "blob/alloc.h"
 #include "blob/device.h"
 #include "../core/core.h"
+#include "../kernels/kernels.h"
 #include "comm_impl.h"
 
 /* ---- the pure pieces ---- */
@@ -87,12 +88,14 @@ bool blob__comm_contiguous(char *const *ptrs, const int64_t *counts, int first, 
 
 static void describe(char *buf, size_t size, const blob__comm_entry *e, int64_t n)
 {
+    int64_t dtype = e->dtype & ~BLOB__COMM_ENTRY_BF16;
     if (e->dtype < 0)
         snprintf(buf, size, "no such blob (it registered %lld)", (long long)n);
     else
-        snprintf(buf, size, "%lld %s elements", (long long)e->count,
-                 e->dtype == BLOB_FLOAT32 ? "float32" : e->dtype == BLOB_FLOAT64 ? "float64"
-                                                                                 : "unknown");
+        snprintf(buf, size, "%lld %s elements%s", (long long)e->count,
+                 dtype == BLOB_FLOAT32 ? "float32" : dtype == BLOB_FLOAT64 ? "float64"
+                                                                           : "unknown",
+                 e->dtype & BLOB__COMM_ENTRY_BF16 ? " (reduced in bfloat16)" : "");
 }
 
 /* Whether a rank of this library can have sent h. */
@@ -156,8 +159,24 @@ blob_status blob__comm_compare(const blob__comm_header *headers, const blob__com
 
 /* ---- lists ---- */
 
+/* Destroy the n events of *events (those made) and free the array. */
+static void events_free(void ***events, int n)
+{
+    for (int i = 0; *events && i < n; i++)
+        blob__be->event_destroy((*events)[i]);
+    blob__obj_free(*events);
+    *events = NULL;
+}
+
+static int timing_events(const blob_comm_list *l)
+{
+    return 2 + 3 * l->num_buckets;
+}
+
 static void list_release(blob_comm_list *l)
 {
+    events_free(&l->done, l->num_buckets);
+    events_free(&l->timing, timing_events(l));
     blob__obj_free(l->blobs);
     blob__obj_free(l->counts);
     blob__obj_free(l->offset);
@@ -218,7 +237,8 @@ static blob_status replays_alloc(blob_comm_list *l)
         keys += (size_t)(l->buckets[k].last - l->buckets[k].first + 1);
     l->replays = blob__obj_alloc((size_t)l->num_buckets * sizeof *l->replays);
     l->replay_dev = blob__obj_alloc(keys * sizeof *l->replay_dev);
-    if (!l->replays || !l->replay_dev)
+    l->done = blob__obj_alloc((size_t)l->num_buckets * sizeof *l->done);
+    if (!l->replays || !l->replay_dev || !l->done)
         return BLOB_ENOMEM; /* detail recorded by the allocation */
     memset(l->replays, 0, (size_t)l->num_buckets * sizeof *l->replays);
     char **dev = l->replay_dev;
@@ -256,7 +276,8 @@ static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status loca
         for (int64_t i = 0; i < len; i++) {
             bool have = i < mine.n;
             entries[i].count = have ? l->counts[i] : -1;
-            entries[i].dtype = have ? (int64_t)l->dtype : -1;
+            entries[i].dtype =
+                have ? (int64_t)l->dtype | (l->bf16 ? BLOB__COMM_ENTRY_BF16 : 0) : -1;
         }
         st = blob__comm_gather_host(c, func, entries, (size_t)len * sizeof *entries, tables);
     }
@@ -293,6 +314,8 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
         l->n = n;
         l->dtype = blob_get_dtype(blobs[0]);
         l->elem = blob_dtype_size(l->dtype);
+        l->bf16 = c->bf16 && c->size > 1 && l->dtype == BLOB_FLOAT32;
+        l->wire_elem = l->bf16 ? sizeof(uint16_t) : l->elem;
         for (int i = 0; i < n; i++) {
             l->blobs[i] = blobs[i];
             l->counts[i] = blob_count(blobs[i]);
@@ -329,6 +352,10 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
     }
     pthread_mutex_lock(&c->mu);
     l->id = ++c->lists;
+    l->next_live = c->live;
+    if (c->live)
+        c->live->prev_live = l;
+    c->live = l;
     pthread_mutex_unlock(&c->mu);
     *out = l;
     return BLOB_OK;
@@ -338,14 +365,22 @@ void blob_comm_list_free(blob_comm_list *l)
 {
     if (!l)
         return;
+    blob_comm *c = l->c;
     /* a graph still running is freed when it ends; the buffer is reused on the
      * communicator's stream, after the work queued there */
-    for (int k = 0; k < l->num_buckets; k++) {
-        if (l->replays[k].exec)
-            blob__be->graph_destroy(l->replays[k].graph, l->replays[k].exec);
+    pthread_mutex_lock(&c->mu);
+    if (l->prev_live)
+        l->prev_live->next_live = l->next_live;
+    else
+        c->live = l->next_live;
+    if (l->next_live)
+        l->next_live->prev_live = l->prev_live;
+    for (int k = 0; k < l->num_buckets; k++)
+        blob__be->graph_destroy(l->replays[k].graph, l->replays[k].exec);
+    pthread_mutex_unlock(&c->mu);
+    for (int k = 0; k < l->num_buckets; k++)
         if (l->replays[k].buf)
-            blob_place_free(blob_place_device(l->c->device), l->replays[k].buf);
-    }
+            blob_place_free(blob_place_device(c->device), l->replays[k].buf);
     list_release(l);
 }
 
@@ -445,20 +480,27 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     return st;
 }
 
-/* Copy the pieces of bucket k between the diffs and buf: into buf when pack. */
+/* Move the pieces of bucket k between the diffs and buf, in the wire's type: into buf
+ * when pack. */
 static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, char *buf,
                                bool pack)
 {
+    void *stream = l->c->stream;
     for (int i = k->first; i <= k->last; i++) {
         int64_t from = l->offset[i] > k->begin ? l->offset[i] : k->begin;
         int64_t to = l->offset[i + 1] < k->end ? l->offset[i + 1] : k->end;
         if (from >= to)
             continue;
-        char *piece = buf + (size_t)(from - k->begin) * l->elem;
+        char *piece = buf + (size_t)(from - k->begin) * l->wire_elem;
         char *diff = l->dev[i] + (size_t)(from - l->offset[i]) * l->elem;
-        size_t bytes = (size_t)(to - from) * l->elem;
-        BLOB_TRY(blob__be->copy_async(pack ? piece : diff, pack ? diff : piece, bytes, BLOB__D2D,
-                                      l->c->stream));
+        if (l->bf16)
+            BLOB_TRY(pack ? blob__k_f32_to_bf16(stream, to - from, (const float *)diff,
+                                                (uint16_t *)piece)
+                          : blob__k_bf16_to_f32(stream, to - from, (const uint16_t *)piece,
+                                                (float *)diff));
+        else
+            BLOB_TRY(blob__be->copy_async(pack ? piece : diff, pack ? diff : piece,
+                                          (size_t)(to - from) * l->elem, BLOB__D2D, stream));
     }
     return BLOB_OK;
 }
@@ -472,7 +514,8 @@ static blob_status bucket_collective(blob_comm_list *l, const blob__comm_bucket 
     if (!in_place && move_pieces(l, k, buf, true) != BLOB_OK)
         return blob__comm_poison(c, func, BLOB_ECUDA, what);
     blob_status st = blob__comm_all_reduce_launch(c, func, what, buf, (size_t)(k->end - k->begin),
-                                                  l->dtype, l->op);
+                                                  l->bf16 ? BLOB__CCL_BFLOAT16 : l->dtype,
+                                                  l->op);
     if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
         st = blob__comm_poison(c, func, BLOB_ECUDA, what);
     return st;
@@ -487,15 +530,18 @@ static bool replay_current(const blob_comm_list *l, int kb)
            !memcmp(r->dev, l->dev + k->first, (size_t)(k->last - k->first + 1) * sizeof *r->dev);
 }
 
-/* Capture bucket kb's collective in a graph, replacing the one it had. */
+/* Capture bucket kb's collective in a graph, replacing the one it had. The graphs of a
+ * working communicator change under mu (a failure destroys them: blob__comm_fail). */
 static blob_status capture(blob_comm_list *l, int kb, char *buf, bool in_place, const char *func,
                            const char *what)
 {
     blob_comm *c = l->c;
     blob__comm_replay *r = &l->replays[kb];
     const blob__comm_bucket *k = &l->buckets[kb];
+    pthread_mutex_lock(&c->mu);
     blob__be->graph_destroy(r->graph, r->exec);
     r->graph = r->exec = NULL;
+    pthread_mutex_unlock(&c->mu);
     blob_status st = blob__be->graph_begin(c->stream);
     if (st != BLOB_OK)
         return blob__comm_poison(c, func, st, what);
@@ -508,11 +554,49 @@ static blob_status capture(blob_comm_list *l, int kb, char *buf, bool in_place, 
     }
     if (st != BLOB_OK)
         return blob__comm_poison(c, func, st, what);
-    r->graph = graph;
-    r->exec = exec;
-    r->op = l->op;
-    memcpy(r->dev, l->dev + k->first, (size_t)(k->last - k->first + 1) * sizeof *r->dev);
-    return BLOB_OK;
+    pthread_mutex_lock(&c->mu);
+    if (c->failure != BLOB_OK) { /* its abort waits for this graph */
+        blob__be->graph_destroy(graph, exec);
+        st = blob__comm_failed(c, func);
+    } else {
+        r->graph = graph;
+        r->exec = exec;
+        r->op = l->op;
+        memcpy(r->dev, l->dev + k->first, (size_t)(k->last - k->first + 1) * sizeof *r->dev);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+/* Launch bucket kb's graph on the communicator's stream and watch it (what). */
+static blob_status replay(blob_comm_list *l, int kb, const char *func, const char *what)
+{
+    blob_comm *c = l->c;
+    blob_status st;
+    pthread_mutex_lock(&c->mu);
+    if (c->failure != BLOB_OK) /* the graph is gone */
+        st = blob__comm_failed(c, func);
+    else if ((st = blob__be->graph_launch(l->replays[kb].exec, c->stream)) != BLOB_OK)
+        st = blob__comm_fail_last(c, func, st, what);
+    else
+        st = blob__comm_track(c, func, what);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+/* Record timing event i on stream, if timing is on. */
+static blob_status mark(blob_comm_list *l, int i, void *stream)
+{
+    return l->timing ? blob__be->event_record(l->timing[i], stream) : BLOB_OK;
+}
+
+/* After bucket kb's all-reduce is queued: mark its end (blob_comm_reduce_wait). */
+static blob_status mark_done(blob_comm_list *l, int kb)
+{
+    if (!l->done[kb])
+        BLOB_TRY(blob__be->event_create(&l->done[kb]));
+    BLOB_TRY(blob__be->event_record(l->done[kb], l->c->stream));
+    return mark(l, 2 + 3 * kb + 2, l->c->stream);
 }
 
 /* All-reduce bucket kb on the communicator's stream: in place when its diffs lie back
@@ -526,36 +610,48 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
     blob_comm *c = l->c;
     const blob__comm_bucket *k = &l->buckets[kb];
     blob__comm_replay *r = &l->replays[kb];
-    size_t bytes = (size_t)(k->end - k->begin) * l->elem;
-    bool in_place = blob__comm_contiguous(l->dev, l->counts, k->first, k->last, l->elem);
-    bool replay = c->replay && r->calls++ > 0;
+    size_t bytes = (size_t)(k->end - k->begin) * l->wire_elem;
+    bool in_place =
+        !l->bf16 && blob__comm_contiguous(l->dev, l->counts, k->first, k->last, l->elem);
+    bool replayed = c->replay && r->calls++ > 0;
     char what[96];
     pthread_mutex_lock(&c->mu);
     snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
-             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, bytes / l->elem);
+             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, bytes / l->wire_elem);
     pthread_mutex_unlock(&c->mu);
     char *buf = NULL;
     blob_status st = BLOB_OK;
     if (in_place) {
         buf = l->dev[k->first] + (size_t)(k->begin - l->offset[k->first]) * l->elem;
-    } else if (!replay || !r->buf) {
+    } else if (!replayed || !r->buf) {
         void *p = NULL;
         st = blob_place_alloc(blob_place_device(c->device), bytes, c->stream, &p);
         buf = p;
-        if (replay)
+        if (replayed)
             r->buf = p;
     } else {
         buf = r->buf;
     }
+    if (st == BLOB_OK)
+        st = mark(l, 2 + 3 * kb + 1, c->stream);
     if (st != BLOB_OK)
         return blob__comm_poison(c, func, st, what);
-    if (!replay)
-        st = bucket_collective(l, k, buf, in_place, func, what);
-    else if (!replay_current(l, kb))
-        st = capture(l, kb, buf, in_place, func, what);
-    if (replay && st == BLOB_OK && (st = blob__be->graph_launch(r->exec, c->stream)) != BLOB_OK)
-        st = blob__comm_poison(c, func, st, what);
-    if (!in_place && !replay) /* reused on the communicator's stream, after the work queued there */
+    if (replayed) {
+        pthread_mutex_lock(&c->mu);
+        bool current = c->failure == BLOB_OK && replay_current(l, kb);
+        pthread_mutex_unlock(&c->mu);
+        if (!current)
+            st = capture(l, kb, buf, in_place, func, what);
+        if (st == BLOB_OK)
+            st = replay(l, kb, func, what);
+        if (st == BLOB_OK && mark_done(l, kb) != BLOB_OK)
+            st = blob__comm_poison(c, func, BLOB_ECUDA, what);
+        return st;
+    }
+    st = bucket_collective(l, k, buf, in_place, func, what);
+    if (st == BLOB_OK && mark_done(l, kb) != BLOB_OK)
+        st = blob__comm_poison(c, func, BLOB_ECUDA, what);
+    if (!in_place) /* reused on the communicator's stream, after the work queued there */
         blob_place_free(blob_place_device(c->device), buf);
     if (st == BLOB_OK) {
         pthread_mutex_lock(&c->mu);
@@ -592,6 +688,8 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
         for (int i = k->first; i <= k->last; i++)
             if (!l->ready[i])
                 return BLOB_OK;
+        if (mark(l, 2 + 3 * l->next, caller) != BLOB_OK)
+            return blob__comm_poison(c, func, BLOB_ECUDA, "timing");
         BLOB_TRY(reduce_bucket(l, l->next, func));
     }
     return BLOB_OK;
@@ -608,8 +706,12 @@ blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op)
         st = BLOB_FAIL(BLOB_ESTATE, "a reduce step of list %d is open already", l->id);
     if (st != BLOB_OK)
         return call_failed(l, __func__, st, "reduce_begin");
-    if (l->c->size > 1)
+    if (l->c->size > 1) {
         BLOB_TRY(blob__comm_usable(l->c, __func__));
+        if (mark(l, 0, blob_get_stream()) != BLOB_OK)
+            return blob__comm_poison(l->c, __func__, BLOB_ECUDA, "timing");
+    }
+    l->timed = false;
     l->open = true;
     l->op = op;
     memset(l->ready, 0, (size_t)l->n * sizeof *l->ready);
@@ -650,10 +752,107 @@ blob_status blob_comm_reduce_end(blob_comm_list *l)
     l->open = false;
     if (c->size == 1)
         return check_counts(__func__, l, 0, l->n);
+    if (mark(l, 1, blob_get_stream()) != BLOB_OK)
+        return blob__comm_poison(c, __func__, BLOB_ECUDA, "timing");
     BLOB_TRY(hand_over(l, 0, l->n, __func__));
     if (blob__comm_order(c, blob_get_stream(), c->stream) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");
+    l->timed = l->timing != NULL;
     return blob_comm_status(c);
+}
+
+int blob_comm_list_num_buckets(const blob_comm_list *l)
+{
+    if (!l) {
+        blob__fail(BLOB_EINVAL, __func__, "l is NULL");
+        return 0;
+    }
+    return l->c->size > 1 ? l->num_buckets : 0;
+}
+
+blob_status blob_comm_list_bucket(const blob_comm_list *l, int k, int64_t *begin, int64_t *end)
+{
+    if (!l || !begin || !end)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
+    if (k < 0 || k >= blob_comm_list_num_buckets(l))
+        return BLOB_FAIL(BLOB_ERANGE, "bucket %d of %d", k, blob_comm_list_num_buckets(l));
+    *begin = l->buckets[k].begin;
+    *end = l->buckets[k].end;
+    return BLOB_OK;
+}
+
+blob_status blob_comm_reduce_wait(blob_comm_list *l, int k)
+{
+    if (!l)
+        return BLOB_FAIL(BLOB_EINVAL, "l is NULL");
+    if (k < 0 || k >= blob_comm_list_num_buckets(l))
+        return BLOB_FAIL(BLOB_ERANGE, "bucket %d of %d", k, blob_comm_list_num_buckets(l));
+    if (!l->open)
+        return BLOB_FAIL(BLOB_ESTATE, "no reduce step of list %d is open", l->id);
+    if (k <= l->next)
+        return BLOB_FAIL(BLOB_ESTATE, "bucket %d of list %d is not queued: blobs %d to %d are "
+                         "not all handed over", k, l->id, l->buckets[k].first,
+                         l->buckets[k].last);
+    BLOB_TRY(blob__comm_usable(l->c, __func__));
+    return blob__be->stream_wait_event(blob_get_stream(), l->done[k]);
+}
+
+blob_status blob_comm_list_set_timing(blob_comm_list *l, bool on)
+{
+    if (!l)
+        return BLOB_FAIL(BLOB_EINVAL, "l is NULL");
+    if (l->open)
+        return BLOB_FAIL(BLOB_ESTATE, "a reduce step of list %d is open", l->id);
+    l->timed = false;
+    if (!on || l->c->size == 1 || l->timing) {
+        if (!on)
+            events_free(&l->timing, timing_events(l));
+        return BLOB_OK;
+    }
+    int n = timing_events(l);
+    l->timing = blob__obj_alloc((size_t)n * sizeof *l->timing);
+    if (!l->timing)
+        return BLOB_ENOMEM; /* detail recorded by the allocation */
+    for (int i = 0; i < n; i++) {
+        blob_status st = blob__be->event_create_timed(&l->timing[i]);
+        if (st != BLOB_OK) {
+            events_free(&l->timing, n);
+            return st;
+        }
+    }
+    return BLOB_OK;
+}
+
+blob_status blob_comm_list_timing(blob_comm_list *l, blob_comm_bucket_timing *buckets, int max,
+                                  int *num, double *backward_end_ms)
+{
+    if (!l || !buckets || !num || !backward_end_ms || max < 0)
+        return BLOB_FAIL(BLOB_EINVAL, "NULL argument or max %d", max);
+    *num = 0;
+    *backward_end_ms = 0;
+    if (l->c->size == 1)
+        return BLOB_OK; /* nothing is reduced */
+    if (!l->timed)
+        return BLOB_FAIL(BLOB_ESTATE, "list %d has no timed step (timing %s%s)", l->id,
+                         l->timing ? "on" : "off", l->open ? ", a step open" : "");
+    void **ev = l->timing;
+    for (int kb = 0; kb < l->num_buckets; kb++)
+        BLOB_TRY(blob__be->event_synchronize(ev[2 + 3 * kb + 2]));
+    BLOB_TRY(blob__be->event_synchronize(ev[1]));
+    BLOB_TRY(blob__be->event_elapsed(ev[0], ev[1], backward_end_ms));
+    for (int i = 0; i < max && i < l->num_buckets; i++) {
+        int kb = l->num_buckets - 1 - i;
+        const blob__comm_bucket *k = &l->buckets[kb];
+        blob_comm_bucket_timing *t = &buckets[i];
+        t->first = k->first;
+        t->last = k->last;
+        t->elements = k->end - k->begin;
+        BLOB_TRY(blob__be->event_elapsed(ev[0], ev[2 + 3 * kb], &t->ready_ms));
+        BLOB_TRY(blob__be->event_elapsed(ev[0], ev[2 + 3 * kb + 1], &t->start_ms));
+        BLOB_TRY(blob__be->event_elapsed(ev[0], ev[2 + 3 * kb + 2], &t->end_ms));
+    }
+    *num = l->num_buckets;
+    return BLOB_OK;
 }
 
 blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op)

@@ -168,6 +168,22 @@ static blob_status cuda_event_create(void **out)
     return BLOB_OK;
 }
 
+static blob_status cuda_event_create_timed(void **out)
+{
+    cudaEvent_t e;
+    CUDA_TRY(cudaEventCreate(&e));
+    *out = e;
+    return BLOB_OK;
+}
+
+static blob_status cuda_event_elapsed(void *from, void *to, double *ms)
+{
+    float f;
+    CUDA_TRY(cudaEventElapsedTime(&f, (cudaEvent_t)from, (cudaEvent_t)to));
+    *ms = f;
+    return BLOB_OK;
+}
+
 static void cuda_event_destroy(void *event)
 {
     if (event && cudaEventDestroy((cudaEvent_t)event) != cudaSuccess)
@@ -300,6 +316,8 @@ static const blob__backend cuda_backend = {
     .event_record_external = cuda_event_record_external,
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
+    .event_create_timed = cuda_event_create_timed,
+    .event_elapsed = cuda_event_elapsed,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,

@@ -36,6 +36,11 @@ static blob_status none_stream_create(void **out, int priority)
     return no_gpu("create");
 }
 static blob_status none_on(void *obj) { (void)obj; return no_gpu("synchronize"); }
+static blob_status none_elapsed(void *from, void *to, double *ms)
+{
+    (void)from, (void)to, (void)ms;
+    return no_gpu("event_elapsed");
+}
 static blob_status none_wait(void *stream, void *event)
 {
     (void)stream, (void)event;
@@ -94,6 +99,8 @@ static const blob__backend none_backend = {
     .event_record_external = none_record,
     .event_query = none_query,
     .event_synchronize = none_on,
+    .event_create_timed = none_create,
+    .event_elapsed = none_elapsed,
     .graph_begin = none_on,
     .graph_end = none_graph_end,
     .graph_launch = none_graph_launch,

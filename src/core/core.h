@@ -49,6 +49,10 @@ typedef struct blob__backend {
     /* *done = whether all work captured by the event has completed. */
     blob_status (*event_query)(void *event, bool *done);
     blob_status (*event_synchronize)(void *event);
+    /* An event that also keeps the time it completed at, and the milliseconds between
+     * two such events, both completed. */
+    blob_status (*event_create_timed)(void **out);
+    blob_status (*event_elapsed)(void *from, void *to, double *ms);
     /* Stream capture into a graph (opaque), kept beside its executable form (opaque). */
     blob_status (*graph_begin)(void *stream);
     blob_status (*graph_end)(void *stream, void **graph, void **exec);

@@ -32,6 +32,10 @@ blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, double alpha
 blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x, const void *y,
                         double *out);
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out);
+/* float32 to bfloat16 (round to nearest even, NaN kept a NaN) and back (exact), the
+ * bfloat16 side as raw 16-bit words. */
+blob_status blob__k_f32_to_bf16(void *stream, int64_t n, const float *x, uint16_t *y);
+blob_status blob__k_bf16_to_f32(void *stream, int64_t n, const uint16_t *x, float *y);
 /* Make the calling thread's resources for the current device (its cuBLAS handle, bound
  * to stream, and its workspace there) exist, so that a stream capture can start. */
 blob_status blob__k_prepare(void *stream);

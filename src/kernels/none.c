@@ -23,6 +23,10 @@ blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x
                         double *out) { NO_CUDA; }
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out)
 { NO_CUDA; }
+blob_status blob__k_f32_to_bf16(void *stream, int64_t n, const float *x, uint16_t *y)
+{ NO_CUDA; }
+blob_status blob__k_bf16_to_f32(void *stream, int64_t n, const uint16_t *x, float *y)
+{ NO_CUDA; }
 blob_status blob__k_prepare(void *stream) { NO_CUDA; }
 blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y)
 { NO_CUDA; }

@@ -8,10 +8,11 @@
  *                               flat blob; two steps of each op in turn) checked exactly
  *                               against the host's; replay: buckets replayed from graphs
  *                               whatever the transport (the communicator's choice forced)
- *   comm_probe train STEPS KILL_RANK KILL_STEP
+ *   comm_probe train STEPS KILL_RANK KILL_STEP [eager|replay]
  *                               SGD steps on broadcast weights (update only after
  *                               blob_comm_synchronize); KILL_RANK SIGKILLs itself at the
- *                               start of KILL_STEP; the others must fail, weights intact
+ *                               start of KILL_STEP; the others must fail, weights intact;
+ *                               eager or replay: the communicator's choice forced
  *   comm_probe mismatch         rank 1 registers a blob one element longer
  *   comm_probe init             join the communicator and report
  *
@@ -112,13 +113,20 @@ static int check_diff(blob *b, int world, int s, int64_t at, blob_comm_op op, co
     return 0;
 }
 
+/* Force the replay choice (before the first list decides): "replay", "eager", or NULL
+ * for the communicator's own. */
+static void force_replay(blob_comm *c, const char *how)
+{
+    if (how) {
+        c->replay_decided = true;
+        c->replay = !strcmp(how, "replay");
+    }
+}
+
 static int all_reduce(int steps, bool replay)
 {
     blob_comm *c = join();
-    if (replay) { /* before the first list decides */
-        c->replay_decided = true;
-        c->replay = true;
-    }
+    force_replay(c, replay ? "replay" : NULL);
     int world = blob_comm_size(c);
     enum { N = 3 };
     const int64_t counts[N] = {(1 << 20) + 3, 1000, 5};
@@ -178,11 +186,12 @@ static int data_is(blob *b, const float *ref)
     return 1;
 }
 
-static int train(int steps, int kill_rank, int kill_step)
+static int train(int steps, int kill_rank, int kill_step, const char *replay)
 {
     /* the launcher stops the others when a rank dies: we must report first */
     signal(SIGTERM, SIG_IGN);
     blob_comm *c = join();
+    force_replay(c, replay);
     int world = blob_comm_size(c);
     enum { N = 2 };
     const int64_t counts[N] = {1000, 37};
@@ -200,6 +209,7 @@ static int train(int steps, int kill_rank, int kill_step)
     }
     blob_comm_list *l;
     CHECK(blob_comm_list_create(&l, c, w, N));
+    SAY("collectives %s", c->replay ? "replayed from graphs" : "launched eagerly");
     CHECK(blob_comm_broadcast(l, 0));
     for (int s = 0; s < steps; s++) {
         if (rank == kill_rank && s == kill_step) {
@@ -295,15 +305,17 @@ int main(int argc, char **argv)
         r = 0;
     } else if (!strcmp(mode, "allreduce") && (argc == 3 || (argc == 4 && !strcmp(argv[3], "replay")))) {
         r = all_reduce(atoi(argv[2]), argc == 4);
-    } else if (!strcmp(mode, "train") && argc == 5) {
-        r = train(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+    } else if (!strcmp(mode, "train") &&
+               (argc == 5 || (argc == 6 && (!strcmp(argv[5], "eager") ||
+                                            !strcmp(argv[5], "replay"))))) {
+        r = train(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? argv[5] : NULL);
     } else if (!strcmp(mode, "mismatch")) {
         r = mismatch();
     } else if (!strcmp(mode, "init")) {
         r = init();
     } else {
         fprintf(stderr, "usage: comm_probe gpus | allreduce STEPS [replay] | train STEPS KILL_RANK "
-                "KILL_STEP | mismatch | init\n");
+                "KILL_STEP [eager|replay] | mismatch | init\n");
         return 2;
     }
     blob_thread_release();
