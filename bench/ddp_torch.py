@@ -5,7 +5,8 @@
 For each net (784-H-H-H-10, ReLU, cross-entropy, SGD lr 0.01 momentum 0.9 weight decay
 5e-4, float32, --batch rows per GPU) it measures:
   one  the plain model on each rank's own GPU at once, no communication (1 GPU);
-  ddp  the model wrapped in DistributedDataParallel (default 25 MiB buckets, NCCL).
+  ddp  the model wrapped in DistributedDataParallel (default 25 MiB buckets, NCCL);
+  ddp_bf16  the same with DDP's bf16_compress_hook (gradients all-reduced in bfloat16).
 A step is zero_grad, forward, loss, backward, optimizer step; no loss is read back.
 Timing: --warmup steps, then --repeats runs of --steps steps, each between a barrier and
 a synchronize; the median run, in ms per step.
@@ -13,6 +14,7 @@ a synchronize; the median run, in ms per step.
 Rank 0 prints, for make bench-dp (bench/dp_step.c):
     ref one_NET BATCH MS_PER_STEP
     ref ddp_NET BATCH MS_PER_STEP
+    ref ddp_bf16_NET BATCH MS_PER_STEP
     info TEXT
 """
 import argparse
@@ -77,6 +79,7 @@ def main():
         import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     except Exception as e:  # torch missing or broken: dp_step says so
         print(f"error torch cannot be imported: {e}", flush=True)
         return
@@ -92,9 +95,14 @@ def main():
         ddp = DistributedDataParallel(build(torch, hidden, device), device_ids=[local])
         many = time_model(torch, dist, ddp, batch, device, a)
         del ddp
+        ddp = DistributedDataParallel(build(torch, hidden, device), device_ids=[local])
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        many_bf16 = time_model(torch, dist, ddp, batch, device, a)
+        del ddp
         if rank == 0:
             print(f"ref one_{net} {batch} {one:.4f}", flush=True)
             print(f"ref ddp_{net} {batch} {many:.4f}", flush=True)
+            print(f"ref ddp_bf16_{net} {batch} {many_bf16:.4f}", flush=True)
     if rank == 0:
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
         print(f"info torch {torch.__version__}, NCCL {nccl}, {world} processes on "

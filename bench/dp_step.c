@@ -2,11 +2,15 @@
  * dp_step - data-parallel training speedup (make bench-dp): samples/s of N GPUs against
  * one GPU at the same batch per GPU, for the nets of examples/nets trained with a thread
  * per GPU and with a process per GPU (blob-launch), beside PyTorch DDP on the same
- * models in the same run (bench/ddp_torch.py, a process per GPU under blob-launch).
+ * models in the same run (bench/ddp_torch.py, a process per GPU under blob-launch), and
+ * both again with the gradients all-reduced in bfloat16 (blob_comm_options.bf16_reduce,
+ * DDP's bf16_compress_hook).
  * The nets: MLP 784-4096-4096-4096-10 (mlp4096) at 512 rows per GPU and
  * 784-1024-1024-1024-10 (mlp1024) at 256.
  *
  *   dp_step [--gpus N] [--steps S] [--repeats R] [--launcher PATH] [--no-torch]
+ *   dp_step --timeline [--gpus N]             the timeline of one mlp4096 step on N
+ *                                             GPUs, a thread each (see below)
  *   dp_step --rank NET BATCH STEPS REPEATS    one rank of the process runs (the launcher
  *                                             starts them; rank 0 prints its figure)
  *
@@ -23,6 +27,10 @@
  * The speedup is N x (ms per step on 1 GPU) / (ms per step on N GPUs), the ratio of
  * samples per second. Goals (2 GPUs): >= 1.9x on mlp4096, >= 1.6x on mlp1024; on 4
  * GPUs >= 3.7x and >= 3.2x. Exit status 1 if a figure could not be measured.
+ * The timeline (blob_comm_list_set_timing) shows rank 0's step after warm steps: when
+ * each bucket's gradients were all handed over on the compute stream, when its
+ * all-reduce ran on the communicator's stream, and when backward ended (reduce_end), in
+ * ms from the start of backward; the tail is what the last all-reduce adds after it.
  */
 #include <math.h>
 #include <pthread.h>
@@ -63,6 +71,7 @@ typedef struct {
     net *n;
     blob *x[2], *y[2];
     double ms;       /* median ms per step */
+    bool timeline;   /* then print rank 0's timeline of a step */
     char err[512];
 } rank_ctx;
 
@@ -120,6 +129,37 @@ static void rank_close(rank_ctx *r)
     blob_stream_destroy(r->stream);
 }
 
+/* Time a step of the open rank with events and print rank 0's timeline. */
+static int rank_timeline(rank_ctx *r)
+{
+    blob_comm_list *l = net_comm_list(r->n);
+    enum { MAX_BUCKETS = 64 };
+    blob_comm_bucket_timing b[MAX_BUCKETS];
+    int num = 0;
+    double end = 0;
+    BTRY(blob_comm_list_set_timing(l, true));
+    if (run_steps(r, 3) != 0)
+        return -1;
+    BTRY(blob_comm_list_timing(l, b, MAX_BUCKETS, &num, &end));
+    if (blob_comm_rank(r->comm) != 0)
+        return 0;
+    printf("\ntimeline of one step of %s at %lld rows per GPU, rank 0 of %d (%.3f ms a step), "
+           "ms from the start of backward:\n%6s %7s %9s %9s %9s %9s %9s\n",
+           r->c->net, (long long)r->c->batch, blob_comm_size(r->comm), r->ms, "bucket",
+           "blobs", "MB", "ready", "start", "end", "GB/s");
+    double last = 0;
+    for (int i = 0; i < num && i < MAX_BUCKETS; i++) {
+        double mb = (double)b[i].elements * 4 / 1e6;
+        printf("%6d %3d-%-3d %9.1f %9.3f %9.3f %9.3f %9.1f\n", num - i, b[i].first, b[i].last,
+               mb, b[i].ready_ms, b[i].start_ms, b[i].end_ms,
+               mb / 1e3 / ((b[i].end_ms - b[i].start_ms) / 1e3));
+        last = b[i].end_ms > last ? b[i].end_ms : last;
+    }
+    printf("backward ends at %.3f ms; the last all-reduce ends at %.3f ms: a tail of %.3f ms\n",
+           end, last, last - end);
+    return 0;
+}
+
 /* Time the rank on the current GPU: 0, or -1 with r->err set. */
 static int rank_time(rank_ctx *r)
 {
@@ -127,6 +167,8 @@ static int rank_time(rank_ctx *r)
     if (rank_open(r) == 0) {
         bench_op op = {.run = run_steps, .ctx = r};
         r->ms = bench_time(&op, r->steps, r->repeats, &rank_clock) / 1e6;
+        if (!isnan(r->ms) && r->timeline && rank_timeline(r) != 0)
+            r->ms = NAN;
     }
     if (isnan(r->ms))
         snprintf(r->err, sizeof r->err, "%s", bench_error());
@@ -159,8 +201,8 @@ static void *thread_main(void *arg)
 }
 
 /* A thread per GPU over a communicator of this process: rank 0's figure. */
-static double time_threads(const dp_case *c, int n, int steps, int repeats, char *why,
-                           size_t why_size)
+static double time_threads(const dp_case *c, int n, int steps, int repeats, bool timeline,
+                           bool bf16, char *why, size_t why_size)
 {
     int devices[MAX_GPUS] = {0};
     blob_comm *comms[MAX_GPUS];
@@ -170,6 +212,7 @@ static double time_threads(const dp_case *c, int n, int steps, int repeats, char
         devices[i] = i;
     blob_comm_options o;
     memset(&o, 0, sizeof o); /* BLOB_COMM_TIMEOUT, BLOB_COMM_BUCKET_MB or the defaults */
+    o.bf16_reduce = bf16;
     if (blob_comm_create_local(comms, n, devices, &o) != BLOB_OK) {
         snprintf(why, why_size, "blob_comm_create_local: %s", blob_last_error());
         return NAN;
@@ -178,7 +221,7 @@ static double time_threads(const dp_case *c, int n, int steps, int repeats, char
     int started = 0;
     for (int i = 0; i < n; i++) {
         ranks[i] = (rank_ctx){.comm = comms[i], .c = c, .steps = steps, .repeats = repeats,
-                              .ms = NAN};
+                              .ms = NAN, .timeline = timeline};
         if (pthread_create(&threads[i], NULL, thread_main, &ranks[i]) != 0) {
             snprintf(why, why_size, "cannot start thread %d", i);
             break; /* the others fail by the communicator's deadline */
@@ -275,7 +318,8 @@ static int row(const dp_case *c, const char *how, int n, double one, double many
 static void usage(void)
 {
     fprintf(stderr, "usage: dp_step [--gpus N] [--steps S] [--repeats R] [--launcher PATH] "
-                    "[--no-torch]\n       dp_step --rank NET BATCH STEPS REPEATS\n");
+                    "[--no-torch]\n       dp_step --timeline [--gpus N]\n"
+                    "       dp_step --rank NET BATCH STEPS REPEATS\n");
     exit(2);
 }
 
@@ -285,11 +329,12 @@ int main(int argc, char **argv)
         return rank_process(argv[2], atoll(argv[3]), atoi(argv[4]), atoi(argv[5]));
     int gpus = 0, steps = 100, repeats = 5;
     const char *launcher = NULL;
-    bool with_torch = true;
+    bool with_torch = true, timeline = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--no-torch")) {
-            with_torch = false;
+        if (!strcmp(a, "--no-torch") || !strcmp(a, "--timeline")) {
+            with_torch &= a[2] != 'n';
+            timeline |= a[2] == 't';
             continue;
         }
         if (!v)
@@ -312,6 +357,13 @@ int main(int argc, char **argv)
     if (gpus < 2 || gpus > found) {
         printf("dp_step: skipped: data-parallel training needs two GPUs; %d found\n", found);
         return 0;
+    }
+    if (timeline) {
+        char why[512] = "";
+        double ms = time_threads(&cases[0], gpus, 20, 1, true, false, why, sizeof why);
+        if (isnan(ms))
+            printf("dp_step: the timeline could not be taken: %s\n", why);
+        return isnan(ms) ? 1 : 0;
     }
     printf("dp_step: data-parallel SGD steps, %d GPUs against 1 at the same batch per GPU\n",
            gpus);
@@ -337,19 +389,22 @@ int main(int argc, char **argv)
         report_meta("torch", "not run (%s)", with_torch ? "no --launcher" : "--no-torch");
     }
 
-    double one[NUM_CASES], threads[NUM_CASES], procs[NUM_CASES];
+    double one[NUM_CASES], threads[NUM_CASES], procs[NUM_CASES], bf16[NUM_CASES];
     char why_one[NUM_CASES][512], why_threads[NUM_CASES][512], why_procs[NUM_CASES][512];
+    char why_bf16[NUM_CASES][512];
     for (int k = 0; k < NUM_CASES; k++) {
         const dp_case *c = &cases[k];
-        why_procs[k][0] = why_one[k][0] = why_threads[k][0] = '\0';
+        why_procs[k][0] = why_one[k][0] = why_threads[k][0] = why_bf16[k][0] = '\0';
         procs[k] = launcher ? time_processes(launcher, c, gpus, steps, repeats, why_procs[k],
                                              sizeof why_procs[k])
                             : NAN;
         if (!launcher)
             snprintf(why_procs[k], sizeof why_procs[k], "no --launcher");
         one[k] = time_one(c, steps, repeats, why_one[k], sizeof why_one[k]);
-        threads[k] = time_threads(c, gpus, steps, repeats, why_threads[k],
+        threads[k] = time_threads(c, gpus, steps, repeats, false, false, why_threads[k],
                                   sizeof why_threads[k]);
+        bf16[k] = time_threads(c, gpus, steps, repeats, false, true, why_bf16[k],
+                               sizeof why_bf16[k]);
     }
     blob_thread_release();
 
@@ -373,6 +428,12 @@ int main(int argc, char **argv)
         double tn = torch_ref(key, (double)c->batch);
         if (with_torch && launcher) /* a missing torch is said in its line above */
             row(c, "torch DDP", gpus, t1, tn, 0, "see the torch line above");
+        why = *why_one[k] ? why_one[k] : why_bf16[k];
+        missing += row(c, "libblob, bf16 all-reduce", gpus, one[k], bf16[k], 0, why);
+        snprintf(key, sizeof key, "ddp_bf16_%s", c->net);
+        tn = torch_ref(key, (double)c->batch);
+        if (with_torch && launcher)
+            row(c, "torch DDP, bf16 hook", gpus, t1, tn, 0, "see the torch line above");
     }
     if (missing)
         printf("%d libblob figure(s) could not be measured\n", missing);

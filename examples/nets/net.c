@@ -195,6 +195,17 @@ static blob_status join_ranks(net *n, blob_comm *comm, blob_status built)
     n->comm_params = l;
     for (int i = 0; i < n->num_layers; i++)
         nn_layer_on_params_ready(n->layers[i], params_ready, n);
+    /* a step counter set per bucket, zero-filled now (see update_by_bucket) */
+    const int sets = blob_comm_list_num_buckets(l);
+    if (n->steps && sets > 2) {
+        int64_t *steps;
+        blob_syncedmem_free(n->steps);
+        n->steps = NULL;
+        NN_TRY(blob_syncedmem_create(&n->steps,
+                                     (size_t)sets * BLOB_OPTIM_STEP_WORDS * sizeof(int64_t),
+                                     nn_device(n->cfg.mode)));
+        NN_TRY(steps_memory(n, &steps));
+    }
     return blob_comm_broadcast(l, 0);
 }
 
@@ -411,6 +422,29 @@ static blob_status sgd_update(net *n)
     return blob_update(n->flat);                                   /* data -= diff */
 }
 
+/* Data parallel, fused: each bucket's parameters are updated as soon as its sums are
+ * in, the last bucket first, with a step counter set of its own, while the buckets
+ * before it are still being reduced (DDP's optimizer waits for them all); then the
+ * step is ended. */
+static blob_status update_by_bucket(net *n)
+{
+    blob_comm_list *l = n->comm_params;
+    char *w, *h;
+    const char *dw;
+    int64_t *steps;
+    NN_TRY(n->m->mutable_data(n->flat, (void **)&w));
+    NN_TRY(n->m->diff(n->flat, (const void **)&dw));
+    NN_TRY(n->m->mutable_data(n->history, (void **)&h));
+    NN_TRY(steps_memory(n, &steps));
+    for (int k = blob_comm_list_num_buckets(l) - 1; k >= 0; k--) {
+        int64_t begin, end;
+        NN_TRY(blob_comm_list_bucket(l, k, &begin, &end));
+        NN_TRY(blob_comm_reduce_wait(l, k));
+        NN_TRY(update_range(n, w, dw, h, steps, begin, end - begin, k));
+    }
+    return blob_comm_reduce_end(l);
+}
+
 /* The side stream. On the GPU the layers put work that the rest of the pass does not
  * read on n->side (nn_layer_set_side_stream): the mean loss in forward, each weight and
  * bias gradient beside the gradient of the layer's bottom in backward; the net puts the
@@ -445,8 +479,9 @@ static blob_status sgd_update(net *n)
  *     way, and a replay begins after the previous one (or eager step) on the main stream
  *     has ended, joins included;
  *   - data parallel: the params_ready listener hands the diffs over with the side
- *     stream current, so the communicator's sums wait for the side work; reduce_end makes
- *     main wait for the sums.
+ *     stream current, so the communicator's sums wait for the side work; the update of
+ *     each bucket waits on main for its sums (update_by_bucket), and reduce_end makes
+ *     main wait for them all, before the next step writes the diffs again.
  * Memory: the side work touches only blocks of the net (parameters, tops, the layers'
  * buffers), never the caller's x and labels: the first layer computes no bottom
  * gradient, so its parameter gradients stay on main. These blocks live as long as the
@@ -463,6 +498,8 @@ static blob_status step(net *n, blob *x, blob *labels)
     if (n->split) /* the update on both streams, then the join */
         return join_side(n, st == BLOB_OK ? sgd_update(n) : st);
     NN_TRY(join_side(n, st));
+    if (n->comm_params && !n->cfg.plain && blob_comm_list_num_buckets(n->comm_params) > 0)
+        return update_by_bucket(n);
     NN_TRY(reduce_end(n));
     return sgd_update(n);
 }
@@ -677,5 +714,6 @@ blob_status net_output(net *n, double *loss, int64_t *correct)
 }
 
 int net_num_params(const net *n) { return n->num_params; }
+blob_comm_list *net_comm_list(const net *n) { return n->comm_params; }
 blob *net_param(const net *n, int i) { return n->params[i]; }
 const char *net_param_name(const net *n, int i) { return n->names[i]; }

@@ -114,8 +114,9 @@ typedef struct {
      * 0's weights. Each training step then begins a mean all-reduce of the gradients,
      * hands each layer's over as soon as they are queued (before the layer's bottom
      * gradient, see nn_layer_on_params_ready; backward runs from the last layer down, so
-     * the sums of the late layers overlap the backward of the early ones) and ends it, on
-     * the device, before the update: the host never waits for it.
+     * the sums of the late layers overlap the backward of the early ones), and updates
+     * each bucket's parameters as soon as its sums are in (blob_comm_reduce_wait), while
+     * the buckets before it are still being reduced: the host never waits for them.
      * Every rank must call net_train_step equally often (net_forward and the readers of
      * the output are local). A 1-rank communicator changes nothing. Several ranks need
      * NN_GPU with the communicator's GPU current, and no graph (BLOB_ENOTSUP): the
@@ -183,6 +184,9 @@ blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct);
  * blob holding all of them, which the update works on; read them with the blob
  * accessors as usual. */
 int net_num_params(const net *n);
+/* The list of the parameters registered with cfg.comm (NULL without one), e.g. for
+ * blob_comm_list_set_timing. */
+blob_comm_list *net_comm_list(const net *n);
 blob *net_param(const net *n, int i);
 const char *net_param_name(const net *n, int i);
 
