@@ -174,10 +174,12 @@ LAUNCH_BIN := $(BUILD)/tools/blob-launch
 .PHONY: launcher
 launcher: $(LAUNCH_BIN)
 
-$(LAUNCH_BIN): tools/launch.c
+LAUNCH_SRC := tools/launch.c tools/launch_options.c src/core/number.c
+$(LAUNCH_BIN): $(LAUNCH_SRC) tools/launch_options.h src/core/number.h src/comm/record.h
 	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $< -lm
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ \
+	    $(LAUNCH_SRC) -lm
 
 # The launcher's tests, and the multi-process communicator tests on two GPUs (skipped
 # with a count on fewer): test/comm/run.sh with its probe.
@@ -328,6 +330,7 @@ python-check: lib
 # that needs sources or libraries beyond libblob names them here:
 fuzz_idx_SRC := examples/data/fmnist.c
 fuzz_idx_LIBS := -lz
+fuzz_launch_options_SRC := tools/launch_options.c
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := build/fuzz

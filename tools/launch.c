@@ -6,14 +6,25 @@
  *
  * Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK and
  * BLOB_COMM_ID_FILE (FILE, or a file in a fresh temporary directory removed at the end),
- * and MASTER_ADDR/MASTER_PORT (127.0.0.1 and a free port on one host, unless set) so
- * that torch.distributed scripts run too. Each rank runs in a process group of its own:
- * SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher are forwarded to every rank
- * (and its children). When a rank fails (a non-zero exit or a signal) the others get
- * SIGTERM, and SIGKILL after the grace period (5 s by default); so do all ranks after a
- * forwarded signal. The exit status is the first failed rank's (128 + the signal if it
- * was killed), 128 + the signal the launcher received, or 0. If the launcher itself is
- * killed, the kernel kills the ranks (PR_SET_PDEATHSIG).
+ * MASTER_ADDR/MASTER_PORT (127.0.0.1 and a free port on one host, unless set) so that
+ * torch.distributed scripts run too, and /dev/null as its standard input: a rank is not
+ * in the terminal's foreground group, and reading the terminal would stop it.
+ *
+ * Each rank runs in a process group of its own, led by a keeper: a small process of this
+ * program that starts the rank, waits for it and exits as it did. SIGINT, SIGTERM,
+ * SIGHUP and SIGQUIT sent to the launcher are forwarded to every group (the keepers
+ * ignore them). When a rank fails (a non-zero exit or a signal) the others get SIGTERM,
+ * and SIGKILL after the grace period; so do all ranks after a forwarded signal. When a
+ * rank ends, what it left running in its group is killed. The exit status is the first
+ * failed rank's (128 + the signal if it was killed), 128 + the signal the launcher
+ * received, or 0.
+ *
+ * If the launcher dies, even by SIGKILL, each keeper learns it from the kernel
+ * (PR_SET_PDEATHSIG) and kills its group, the rank's children included: being in the
+ * group, the keeper keeps its id from being reused meanwhile. What a rank moved out of
+ * its group (setsid, setpgid: daemons) escapes this, as it escapes the launcher's own
+ * signals. A rank stopped for using the terminal (SIGTTIN, SIGTTOU) is killed with a
+ * message instead of stopping the run silently.
  *
  * --one-gpu tries a run of several hosts on one GPU: every rank gets LOCAL_RANK 0 and a
  * host of its own in NCCL's eyes (NCCL_HOSTID), so that the ranks share GPU 0 and talk
@@ -22,6 +33,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -30,48 +42,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_NPROC 1024
+#include "../src/comm/record.h"
+#include "launch_options.h"
 
 typedef struct {
-    pid_t pid;
+    pid_t pid; /* the keeper's, which is the group's */
     bool alive;
 } rank_proc;
 
 static const char *prog = "blob-launch";
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: %s --nproc N [--nnodes M --node-rank K] [--rendezvous FILE] [--grace S]\n"
-            "       [--one-gpu] [--] program [args...]\n"
-            "Starts N ranks of program with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
-            "GROUP_RANK, BLOB_COMM_ID_FILE, MASTER_ADDR and MASTER_PORT set; when one fails,\n"
-            "stops the others (SIGTERM, then SIGKILL after S seconds, default 5).\n"
-            "Several hosts: run it on each with --nnodes and --node-rank, and a --rendezvous\n"
-            "file on storage every host can read.\n"
-            "--one-gpu: every rank on GPU 0, each a host of its own to NCCL (NCCL_HOSTID),\n"
-            "so that a run of several hosts can be tried on one GPU.\n",
-            prog);
-}
-
-static int parse_int(const char *s, const char *what, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s must be an integer in [%ld, %ld], got \"%s\"\n", prog, what, lo,
-                hi, s);
-        exit(2);
-    }
-    return (int)v;
-}
+/* The signals forwarded to the ranks, and SIGCHLD: blocked, taken by sigtimedwait. */
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 static double now(void)
 {
@@ -116,92 +105,178 @@ static const char *signal_name(int sig)
     return s ? s : "?";
 }
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
+         : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* Remove the rendezvous file at the end of path's symbolic links if it is an empty
+ * regular file or a rendezvous record of this user: 0 (also when there is none), or -1
+ * with a message saying what is there instead, which stays. */
+static int remove_record(const char *path)
+{
+    char target[PATH_MAX];
+    if (!realpath(path, target))
+        return 0; /* nothing there (or a dangling link): rank 0's writer will say more */
+    struct stat sb;
+    int fd = -1;
+    unsigned char head[BLOB__RECORD_MAGIC_LEN];
+    const char *why = NULL;
+    if (lstat(target, &sb) != 0)
+        return 0;
+    if (!S_ISREG(sb.st_mode))
+        why = file_kind(sb.st_mode);
+    else if (sb.st_uid != geteuid())
+        why = "another user's file";
+    else if (sb.st_size > 0 &&
+             ((fd = open(target, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+              pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head ||
+              memcmp(head, BLOB__RECORD_MAGIC, sizeof head) != 0))
+        why = "a file that is not a rendezvous record";
+    if (fd >= 0)
+        close(fd);
+    if (why) {
+        fprintf(stderr, "%s: --rendezvous %s: %s is %s, so it stays; give each job a rendezvous "
+                "path of its own (nothing there, an empty file or a record of this user)\n",
+                prog, path, target, why);
+        return -1;
+    }
+    if (unlink(target) != 0 && errno != ENOENT) {
+        fprintf(stderr, "%s: cannot remove the old rendezvous file %s: %s\n", prog, target,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* End as status says the rank ended: exit with its code, or die of its signal (with no
+ * core dump of the keeper's own). */
+_Noreturn static void end_as(int status)
+{
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        raise(sig);
+        _exit(128 + sig);
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+/* The keeper of rank r (its process group's leader; the launcher's signals blocked, in
+ * `set`): start the program, kill the group if the launcher dies, kill a rank stopped for
+ * using the terminal, and end as the rank ends. */
+_Noreturn static void keeper(const launch_options *o, char **cmd, int r, pid_t launcher,
+                             const sigset_t *set, const sigset_t *old)
+{
+    setpgid(0, 0);
+    long rank = (long)o->node_rank * o->nproc + r;
+    set_env_int("RANK", rank);
+    set_env_int("LOCAL_RANK", o->one_gpu ? 0 : r);
+    if (o->one_gpu) {
+        char host[64];
+        snprintf(host, sizeof host, "blob-launch-host-%ld", rank);
+        setenv("NCCL_HOSTID", host, 1);
+    }
+    sigset_t stops; /* sent to the whole group when the rank uses the terminal */
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTTIN);
+    sigaddset(&stops, SIGTTOU);
+    sigaddset(&stops, SIGTSTP);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* one of `set`: woken, it finds the launcher gone */
+    if (getppid() != launcher)
+        kill(0, SIGKILL);
+    pid_t keeper_pid = getpid(), pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != keeper_pid)
+            _exit(1);
+        int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (in < 0 || dup2(in, STDIN_FILENO) < 0) {
+            fprintf(stderr, "%s: rank %ld: cannot open /dev/null as its input: %s\n", prog, rank,
+                    strerror(errno));
+            _exit(127);
+        }
+        sigprocmask(SIG_SETMASK, old, NULL);
+        execvp(cmd[0], cmd);
+        fprintf(stderr, "%s: cannot run %s: %s\n", prog, cmd[0], strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0) {
+        fprintf(stderr, "%s: rank %ld: fork failed: %s\n", prog, rank, strerror(errno));
+        _exit(1);
+    }
+    for (;;) {
+        siginfo_t info;
+        sigwaitinfo(set, &info);
+        if (getppid() != launcher)
+            kill(0, SIGKILL); /* the launcher died: the group goes, this keeper with it */
+        int ws;
+        pid_t got;
+        while ((got = waitpid(pid, &ws, WNOHANG | WUNTRACED)) == pid) {
+            if (!WIFSTOPPED(ws))
+                end_as(ws);
+            int sig = WSTOPSIG(ws);
+            if (sig == SIGTTIN || sig == SIGTTOU) {
+                fprintf(stderr, "%s: rank %ld (pid %d) was stopped by %s: it used the terminal, "
+                        "which ranks do not own (their input is /dev/null); killing it\n",
+                        prog, rank, (int)pid, signal_name(sig));
+                kill(pid, SIGKILL);
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int nproc = 0, nnodes = 1, node_rank = 0;
-    double grace = 5;
-    const char *rendezvous = NULL;
-    bool one_gpu = false;
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        if (!strcmp(a, "--")) {
-            i++;
-            break;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--nproc") && has_value) {
-            nproc = parse_int(argv[++i], "--nproc", 1, MAX_NPROC);
-        } else if (!strcmp(a, "--nnodes") && has_value) {
-            nnodes = parse_int(argv[++i], "--nnodes", 1, 1 << 20);
-        } else if (!strcmp(a, "--node-rank") && has_value) {
-            node_rank = parse_int(argv[++i], "--node-rank", 0, (1 << 20) - 1);
-        } else if (!strcmp(a, "--rendezvous") && has_value) {
-            rendezvous = argv[++i];
-        } else if (!strcmp(a, "--one-gpu")) {
-            one_gpu = true;
-        } else if (!strcmp(a, "--grace") && has_value) {
-            char *end;
-            grace = strtod(argv[++i], &end);
-            if (*end || !(grace >= 0) || isinf(grace)) {
-                fprintf(stderr, "%s: --grace must be a number of seconds >= 0\n", prog);
-                return 2;
-            }
-        } else if (a[0] == '-') {
-            fprintf(stderr, "%s: unknown option or missing value: %s\n", prog, a);
-            usage(stderr);
-            return 2;
-        } else {
-            break;
-        }
-    }
-    if (nproc < 1 || i >= argc) {
-        usage(stderr);
+    launch_options o;
+    char err[256];
+    if (launch_parse(argc, argv, &o, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        launch_usage(stderr);
         return 2;
     }
-    if (node_rank >= nnodes) {
-        fprintf(stderr, "%s: --node-rank %d must be below --nnodes %d\n", prog, node_rank, nnodes);
-        return 2;
+    if (o.help) {
+        launch_usage(stdout);
+        return 0;
     }
-    if (nnodes > 1 && !rendezvous) {
-        fprintf(stderr, "%s: several hosts meet through a --rendezvous file that every host "
-                "can read (see docs/distributed.md)\n", prog);
-        return 2;
-    }
-    if ((long)nproc * nnodes > 1L << 30) {
-        fprintf(stderr, "%s: too many ranks\n", prog);
-        return 2;
-    }
-    char **cmd = argv + i;
+    char **cmd = argv + o.program;
 
-    /* the rendezvous file: the given one (a stale copy removed by node 0, before any rank
-     * starts), or one in a fresh directory */
-    char dir[4096] = "", file[4200];
-    if (rendezvous) {
-        snprintf(file, sizeof file, "%s", rendezvous);
-        if (node_rank == 0 && unlink(file) != 0 && errno != ENOENT) {
-            fprintf(stderr, "%s: cannot remove the old %s: %s\n", prog, file, strerror(errno));
+    /* the rendezvous file: the given one (a stale record removed by node 0, before any
+     * rank starts), or one in a fresh directory */
+    char dir[PATH_MAX] = "", file[PATH_MAX + 16];
+    if (o.rendezvous) {
+        snprintf(file, sizeof file, "%s", o.rendezvous);
+        if (o.node_rank == 0 && remove_record(file) != 0)
             return 1;
-        }
     } else {
         const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/blob-launch.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            fprintf(stderr, "%s: cannot make a temporary directory: %s\n", prog, strerror(errno));
+        if (snprintf(dir, sizeof dir, "%s/blob-launch.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+                (int)sizeof dir ||
+            !mkdtemp(dir)) {
+            fprintf(stderr, "%s: cannot make a temporary directory in %s: %s\n", prog,
+                    tmp && *tmp ? tmp : "/tmp", strerror(errno));
             return 1;
         }
         snprintf(file, sizeof file, "%s/comm-id", dir);
     }
 
-    set_env_int("WORLD_SIZE", (long)nproc * nnodes);
-    set_env_int("LOCAL_WORLD_SIZE", nproc);
-    set_env_int("GROUP_RANK", node_rank);
+    set_env_int("WORLD_SIZE", (long)o.nproc * o.nnodes);
+    set_env_int("LOCAL_WORLD_SIZE", o.nproc);
+    set_env_int("GROUP_RANK", o.node_rank);
     setenv("BLOB_COMM_ID_FILE", file, 1);
-    if (nnodes == 1 && !getenv("MASTER_ADDR"))
+    if (o.nnodes == 1 && !getenv("MASTER_ADDR"))
         setenv("MASTER_ADDR", "127.0.0.1", 1);
-    if (nnodes == 1 && !getenv("MASTER_PORT")) {
+    if (o.nnodes == 1 && !getenv("MASTER_PORT")) {
         int port = free_port();
         if (port > 0)
             set_env_int("MASTER_PORT", port);
@@ -210,47 +285,30 @@ int main(int argc, char **argv)
     /* signals arrive through sigtimedwait only */
     sigset_t set, old;
     sigemptyset(&set);
-    int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++)
         sigaddset(&set, forwarded[k]);
     sigaddset(&set, SIGCHLD);
     sigprocmask(SIG_BLOCK, &set, &old);
 
-    rank_proc ranks[MAX_NPROC];
-    int alive = 0, status = 0, stop_signal = 0;
+    rank_proc ranks[LAUNCH_MAX_NPROC];
+    int nproc = o.nproc, alive = 0, status = 0, stop_signal = 0;
     bool stopping = false;
     double kill_at = 0;
     pid_t launcher = getpid();
     for (int r = 0; r < nproc; r++) {
         pid_t pid = fork();
-        if (pid == 0) {
-            setpgid(0, 0);
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != launcher)
-                _exit(1);
-            sigprocmask(SIG_SETMASK, &old, NULL);
-            long rank = (long)node_rank * nproc + r;
-            set_env_int("RANK", rank);
-            set_env_int("LOCAL_RANK", one_gpu ? 0 : r);
-            if (one_gpu) {
-                char host[64];
-                snprintf(host, sizeof host, "blob-launch-host-%ld", rank);
-                setenv("NCCL_HOSTID", host, 1);
-            }
-            execvp(cmd[0], cmd);
-            fprintf(stderr, "%s: cannot run %s: %s\n", prog, cmd[0], strerror(errno));
-            _exit(127);
-        }
+        if (pid == 0)
+            keeper(&o, cmd, r, launcher, &set, &old);
         if (pid < 0) {
             fprintf(stderr, "%s: fork failed: %s\n", prog, strerror(errno));
             status = 1;
             stopping = true;
-            kill_at = now() + grace;
+            kill_at = now() + o.grace;
             signal_all(ranks, r, SIGTERM);
             nproc = r;
             break;
         }
-        setpgid(pid, pid); /* as the child does: whichever runs first */
+        setpgid(pid, pid); /* as the keeper does: whichever runs first */
         ranks[r] = (rank_proc){pid, true};
         alive++;
     }
@@ -263,7 +321,7 @@ int main(int argc, char **argv)
                 signal_all(ranks, nproc, SIGKILL);
                 left = 1;
             }
-            wait.tv_sec = (time_t)left;
+            wait.tv_sec = (time_t)left; /* below LAUNCH_MAX_GRACE_S + 1 */
             wait.tv_nsec = (long)((left - floor(left)) * 1e9);
         }
         siginfo_t info;
@@ -277,42 +335,49 @@ int main(int argc, char **argv)
                 stop_signal = sig;
             if (!stopping) {
                 stopping = true;
-                kill_at = now() + grace;
+                kill_at = now() + o.grace;
             }
             continue;
         }
-        int ws;
-        pid_t pid;
-        while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) {
+        /* each keeper that ended: its group is killed while the unreaped keeper still
+         * holds the group's id, then it is reaped */
+        for (;;) {
+            siginfo_t ended = {0};
+            if (waitid(P_ALL, 0, &ended, WEXITED | WNOHANG | WNOWAIT) != 0 || !ended.si_pid)
+                break;
+            pid_t pid = ended.si_pid;
             int r = 0;
             while (r < nproc && ranks[r].pid != pid)
                 r++;
-            if (r == nproc)
+            if (r < nproc)
+                kill(-pid, SIGKILL); /* what the rank left running in its group */
+            int ws;
+            if (waitpid(pid, &ws, 0) != pid || r == nproc)
                 continue;
             ranks[r].alive = false;
             alive--;
-            kill(-pid, SIGKILL); /* what the rank left running in its group */
             bool failed = !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
             if (!failed || stopping)
                 continue;
-            int global = node_rank * nproc + r;
+            int global = o.node_rank * o.nproc + r;
             if (WIFSIGNALED(ws)) {
-                fprintf(stderr, "%s: rank %d (pid %d) was killed by %s; stopping the others\n",
+                fprintf(stderr, "%s: rank %d (process group %d) was killed by %s; stopping the "
+                        "others\n",
                         prog, global, (int)pid, signal_name(WTERMSIG(ws)));
                 status = 128 + WTERMSIG(ws);
             } else {
-                fprintf(stderr, "%s: rank %d (pid %d) exited with status %d; stopping the "
-                        "others\n", prog, global, (int)pid, WEXITSTATUS(ws));
+                fprintf(stderr, "%s: rank %d (process group %d) exited with status %d; "
+                        "stopping the others\n", prog, global, (int)pid, WEXITSTATUS(ws));
                 status = WEXITSTATUS(ws);
             }
             stopping = true;
-            kill_at = now() + grace;
+            kill_at = now() + o.grace;
             signal_all(ranks, nproc, SIGTERM);
         }
     }
 
-    if (node_rank == 0)
-        unlink(file);
+    if (o.node_rank == 0)
+        remove_record(file); /* rank 0 removes its record; one left by a crash goes here */
     if (*dir)
         rmdir(dir);
     if (stop_signal && !status)
