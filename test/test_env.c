@@ -137,7 +137,9 @@ START_TEST(test_env_readers)
     longer[sizeof longer - 1] = '\0';
     setenv(VAR, longer, 1);
     ck_status(blob__env_int(NULL, VAR, 0, 9, &i), BLOB_EINVAL);
-    ck_assert_ptr_nonnull(strstr(blob_last_error(), "=\"9999999999999999999999999999999999999999...\""));
+    char shown[64];
+    snprintf(shown, sizeof shown, "=\"%.40s...\"", longer);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), shown));
 
     /* a failure kept for later calls, named by each */
     blob__env_fault f = {0};
