@@ -302,9 +302,10 @@ demo:
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 
 # Layer gradient checks, CPU/GPU agreement, short runs on a 2000-image slice (one epoch
-# of the MLP and two of LeNet, each of which must reach 60% test accuracy), and
-# data-parallel training (examples/check/dp_check.sh: the 1-rank path everywhere; 2 ranks
-# against one GPU, and a rank killed, on two GPUs).
+# of the MLP and two of LeNet, each of which must reach 60% test accuracy), data-parallel
+# training (examples/check/dp_check.sh: the 1-rank path everywhere; 2 ranks against one
+# GPU, and a rank killed, on two GPUs), and the trainer's refusals of bad dataset paths
+# and options (examples/check/data_check.sh).
 examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
@@ -312,6 +313,7 @@ examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/train --net lenet --limit 2000 --epochs 2 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out-lenet
 	$(Q)sh examples/check/dp_check.sh $(EXAMPLES_BIN) $(LAUNCH_BIN) $(BUILD)/dp-check-out
+	$(Q)sh examples/check/data_check.sh $(EXAMPLES_BIN)
 
 # The Python module's tests against this build's library, then the DLPack example on
 # the weights examples-check wrote. Tests needing NumPy, PyTorch, CuPy or a GPU are

@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L /* dup, O_CLOEXEC */
+#define _POSIX_C_SOURCE 200809L /* dup, O_CLOEXEC, O_NOCTTY */
 
 #include "fmnist.h"
 
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -159,6 +160,28 @@ int fmnist_read(fmnist_set *set, int images_fd, const char *images_name, int lab
     return 0;
 }
 
+/* Open path for reading if it is a regular file, as blob_load_npy does: anything else
+ * is refused before it is opened (opening a FIFO waits for a writer, opening a device may
+ * act on it), and the open does not block either, in case the path changes in between.
+ * The descriptor, or -1 with err set. */
+static int open_regular(const char *path, char *err, size_t size)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return fail(err, size, "%s: %s", path, strerror(errno));
+    int fd = -1;
+    if (S_ISREG(sb.st_mode) &&
+        (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
+        return fail(err, size, "%s: %s", path, strerror(errno));
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return fail(err, size, "%s: not a regular file (%s)", path,
+                S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : "a socket");
+}
+
 int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err,
                 size_t err_size)
 {
@@ -166,12 +189,11 @@ int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err,
     char images[4096], labels[4096];
     snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
     snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-    int ifd = open(images, O_RDONLY | O_CLOEXEC);
+    int ifd = open_regular(images, err, err_size);
     if (ifd < 0)
-        return fail(err, err_size, "%s: %s", images, strerror(errno));
-    int lfd = open(labels, O_RDONLY | O_CLOEXEC);
+        return -1;
+    int lfd = open_regular(labels, err, err_size);
     if (lfd < 0) {
-        fail(err, err_size, "%s: %s", labels, strerror(errno));
         close(ifd);
         return -1;
     }

@@ -12,7 +12,8 @@
  * (zlib itself skips any non-gzip bytes after the last gzip member: those pass.) Memory
  * grows with the data actually read, never with what a header claims: a 16-byte header
  * asking for 2^20 images costs 64 KiB until that many pixels arrive. Uncompressed IDX
- * files are read as well (zlib passes them through).
+ * files are read as well (zlib passes them through). fmnist_load opens regular files
+ * only: a FIFO, a directory or a device at a path is an error at once, never a wait.
  */
 #ifndef MLP_FMNIST_H
 #define MLP_FMNIST_H

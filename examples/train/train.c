@@ -25,6 +25,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -87,19 +88,21 @@ static void usage(FILE *f)
             "  --gpus N            data parallel on GPUs 0..N-1, a thread each, with --batch\n"
             "                      images per GPU (blob-launch --nproc N train ... runs a\n"
             "                      process per GPU instead)\n"
-            "  --epochs N          default: the net's\n"
-            "  --batch N           default: the net's\n"
-            "  --lr X              learning rate, > 0, default: the net's\n"
-            "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never),\n"
-            "                      default: the net's\n"
-            "  --lr-gamma X        > 0, default %g\n"
+            "  --epochs N          at most 10000, default: the net's\n"
+            "  --batch N           at most 2^20, default: the net's\n"
+            "  --lr X              learning rate, > 0 and at most 1000, default: the net's\n"
+            "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never, at\n"
+            "                      most 10000), default: the net's\n"
+            "  --lr-gamma X        > 0 and at most 1000, default %g\n"
             "  --momentum X        in [0, 1), default %g\n"
-            "  --weight-decay X    >= 0, default %g\n"
-            "  --seed N            weight initialisation and shuffling, default %llu\n"
-            "  --limit N           train on the first N training images only\n"
+            "  --weight-decay X    in [0, 1000], default %g\n"
+            "  --seed N            weight initialisation and shuffling, at most 10^15,\n"
+            "                      default %llu\n"
+            "  --limit N           train on the first N training images only (at most 2^30)\n"
             "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
             "                      is below X\n"
-            "X is a finite number, N a whole number >= 1 (--lr-step and --seed: >= 0).\n",
+            "X is a decimal number (5e-4 too), N decimal digits, >= 1 (--lr-step and --seed:\n"
+            ">= 0); no sign, space, hex, inf or nan.\n",
             defaults.out_dir, defaults.lr_gamma, defaults.momentum,
             defaults.weight_decay, (unsigned long long)defaults.seed);
 }
@@ -111,6 +114,22 @@ static blob_math_mode math_mode(const char *name)
         if (!strcmp(name, blob_math_mode_name(m)))
             return m;
     return BLOB_MATH_DEFAULT;
+}
+
+/* v as a number in [lo, hi]: a decimal, with an exponent ("5e-4") unless whole (digits
+ * alone); no space, '+', hex, inf or nan. */
+static bool number(const char *v, double lo, double hi, bool whole, double *out)
+{
+    size_t n = strlen(v);
+    if (!n || strspn(v, whole ? "0123456789" : "0123456789.eE-") != n)
+        return false;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || !(x >= lo && x <= hi))
+        return false;
+    *out = x;
+    return true;
 }
 
 /* Parse "--name value" pairs; exits with status 2 on a bad command line. */
@@ -130,11 +149,7 @@ static options parse_options(int argc, char **argv)
         if (i + 1 == argc)
             goto bad;
         const char *v = argv[++i];
-        char *end;
-        errno = 0;
-        double num = strtod(v, &end);
-        bool is_num = end != v && !*end && !errno && isfinite(num); /* no "inf", "nan" */
-        bool is_count = is_num && num >= 0 && num <= 1e15 && num == (double)(int64_t)num;
+        double num;
         if (!strcmp(a, "--net") && net_def_find(v))
             o.net = net_def_find(v);
         else if (!strcmp(a, "--data"))
@@ -145,27 +160,27 @@ static options parse_options(int argc, char **argv)
             o.device = v;
         else if (!strcmp(a, "--math") && math_mode(v))
             o.math = math_mode(v);
-        else if (!strcmp(a, "--epochs") && is_count && num >= 1 && num <= 10000)
+        else if (!strcmp(a, "--epochs") && number(v, 1, 10000, true, &num))
             o.epochs = (int)num;
-        else if (!strcmp(a, "--gpus") && is_count && num >= 1 && num <= MAX_GPUS)
+        else if (!strcmp(a, "--gpus") && number(v, 1, MAX_GPUS, true, &num))
             o.gpus = (int)num;
-        else if (!strcmp(a, "--batch") && is_count && num >= 1)
+        else if (!strcmp(a, "--batch") && number(v, 1, 1 << 20, true, &num))
             o.batch = (int64_t)num;
-        else if (!strcmp(a, "--limit") && is_count && num >= 1)
+        else if (!strcmp(a, "--limit") && number(v, 1, 1 << 30, true, &num))
             o.limit = (int64_t)num;
-        else if (!strcmp(a, "--seed") && is_count)
+        else if (!strcmp(a, "--seed") && number(v, 0, 1e15, true, &num))
             o.seed = (uint64_t)num;
-        else if (!strcmp(a, "--lr") && is_num && num > 0)
+        else if (!strcmp(a, "--lr") && number(v, DBL_MIN, 1000, false, &num))
             o.lr = num;
-        else if (!strcmp(a, "--lr-step") && is_count && num <= 10000)
+        else if (!strcmp(a, "--lr-step") && number(v, 0, 10000, true, &num))
             o.lr_step = (int)num;
-        else if (!strcmp(a, "--lr-gamma") && is_num && num > 0)
+        else if (!strcmp(a, "--lr-gamma") && number(v, DBL_MIN, 1000, false, &num))
             o.lr_gamma = num;
-        else if (!strcmp(a, "--momentum") && is_num && num >= 0 && num < 1)
+        else if (!strcmp(a, "--momentum") && number(v, 0, nextafter(1, 0), false, &num))
             o.momentum = num;
-        else if (!strcmp(a, "--weight-decay") && is_num && num >= 0)
+        else if (!strcmp(a, "--weight-decay") && number(v, 0, 1000, false, &num))
             o.weight_decay = num;
-        else if (!strcmp(a, "--min-accuracy") && is_num && num >= 0 && num <= 1)
+        else if (!strcmp(a, "--min-accuracy") && number(v, 0, 1, false, &num))
             o.min_accuracy = num;
         else
             goto bad;
@@ -681,21 +696,20 @@ static int run_threads(const trainer *t, int n)
 static int start(trainer *t)
 {
     const options *o = &t->o;
-    bool launched = getenv("WORLD_SIZE") != NULL;
-    blob_comm_options co;
+    blob_comm_options co; /* a launcher's: torchrun's, blob-launch's, Slurm's or MPI's */
+    if (blob_comm_options_from_env(&co) != BLOB_OK) {
+        fprintf(stderr, "train: the launcher's variables: %s\n", blob_last_error());
+        return 1;
+    }
+    bool launched = getenv("WORLD_SIZE") || co.world_size > 1;
     int size = o->gpus ? o->gpus : 1;
     if (launched && o->gpus) {
         fprintf(stderr, "train: --gpus with a launcher's WORLD_SIZE set: use one or the other "
                         "(blob-launch --nproc N runs a process per GPU)\n");
         return 2;
     }
-    if (launched) {
-        if (blob_comm_options_from_env(&co) != BLOB_OK) {
-            fprintf(stderr, "train: the launcher's variables: %s\n", blob_last_error());
-            return 1;
-        }
+    if (launched)
         size = co.world_size;
-    }
     if (o->gpus && (t->mode != NN_GPU || o->gpus > blob_device_count())) {
         if (t->mode == NN_GPU || blob_device_count() == 0)
             fprintf(stderr, "train: --gpus %d: %d GPUs found\n", o->gpus, blob_device_count());
