@@ -32,11 +32,37 @@ else
 Q := @
 endif
 
-BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+# The host BLAS: BLAS=openblas (the default; Debian's libopenblas-dev), blis (libblis-dev)
+# or mkl (PyPI's mkl-devel, with GNU OpenMP; make BLAS=mkl deps fetches it), found by
+# pkg-config under the names listed after each macro below. MKL's .pc files lie under
+# the Python prefix, which joins PKG_CONFIG_PATH, and libblob finds MKL there by an rpath.
+# Without a .pc file the library is linked by its name, BLIS's cblas.h taken beside the
+# blis.h that Debian's alternatives chose (Debian 12's BLIS ships no .pc file). Its
+# headers are included as system headers (BLIS's cblas.h is not written for -Wextra).
+# Builds with different BLASes need distinct BUILD_TAGs.
+BLAS ?= openblas
+blas.openblas := OPENBLAS openblas
+blas.blis := BLIS blis blis-openmp blis-pthread blis-serial
+blas.mkl := MKL mkl-dynamic-lp64-gomp
+ifeq ($(blas.$(BLAS)),)
+$(error BLAS=$(BLAS): openblas, blis or mkl)
+endif
+ifeq ($(BLAS),mkl)
+export PKG_CONFIG_PATH := $(shell $(PYTHON) -c 'import sys; print(sys.prefix)' 2>/dev/null)/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+endif
+# pkg-config ARGS with that path ($(shell) does not see the makefile's exports)
+blas_pkg_config = $(shell PKG_CONFIG_PATH='$(PKG_CONFIG_PATH)' pkg-config $(1) 2>/dev/null)
+BLAS_PC := $(firstword $(foreach p,$(wordlist 2,9,$(blas.$(BLAS))),$(call blas_pkg_config,--exists $(p) && echo $(p))))
+ifeq ($(BLAS),mkl)
+BLAS_RPATH := -Wl,-rpath,$(realpath $(call blas_pkg_config,--variable=libdir $(BLAS_PC)))
+endif
+BLAS_CFLAGS := -DBLOB_BLAS_$(firstword $(blas.$(BLAS))) $(patsubst -I%,-isystem %,\
+               $(if $(BLAS_PC),$(call blas_pkg_config,--cflags $(BLAS_PC)),$(if $(filter blis,$(BLAS)),\
+               $(patsubst %,-I%,$(dir $(realpath /usr/include/$(shell $(CC) -print-multiarch)/blis.h))))))
+BLAS_LIBS := $(if $(BLAS_PC),$(call blas_pkg_config,--libs $(BLAS_PC)),-l$(BLAS)) $(BLAS_RPATH)
 # DLPack's header <dlpack/dlpack.h> (Debian's libdlpack-dev) comes from the system include
 # path, or from DLPACK_CFLAGS, e.g. make DLPACK_CFLAGS=-I/opt/dlpack/include.
 DLPACK_CFLAGS ?=
-BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS ?= -O2 -g
@@ -237,7 +263,7 @@ bench: $(BENCH_BIN) examples
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.
 deps:
-	$(Q)sh tools/deps.sh check
+	$(Q)BLAS=$(BLAS) PYTHON=$(PYTHON) sh tools/deps.sh check
 
 test: $(TEST_BIN)
 	$(Q)$(TEST_BIN)
@@ -269,7 +295,8 @@ install: lib launcher
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_dir,$(LIBDIR))|' \
 	    -e 's|@INCLUDEDIR@|$(call pc_dir,$(INCLUDEDIR))|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(NCCL_LIBS) $(CUDA_LIBS) -lpthread -lm|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@BLAS_REQUIRES@|$(BLAS_PC)|' \
+	    -e 's|@LIBS_PRIVATE@|$(NCCL_LIBS) $(CUDA_LIBS) $(if $(BLAS_PC),$(BLAS_RPATH),$(BLAS_LIBS)) -lpthread -lm|' \
 	    -e 's|@DLPACK_CFLAGS@|$(DLPACK_CFLAGS)|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
 
@@ -297,7 +324,7 @@ examples: lib
 # GPU when there is one. Options go in DEMO_ARGS, e.g. make demo NET=lenet DEMO_ARGS="--graph".
 NET ?= mlp
 demo:
-	$(Q)sh tools/deps.sh demo
+	$(Q)BLAS=$(BLAS) PYTHON=$(PYTHON) sh tools/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory examples
 	$(Q)$(EXAMPLES_BIN)/train --net $(NET) --out $(BUILD)/demo-out/$(NET) $(DEMO_ARGS)
 

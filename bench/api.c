@@ -1,10 +1,11 @@
 /* Rows measured through the public API alone, so every build runs them: 4 (accesses
  * needing no copy), 5 (reshape), the host side of 6 (update) and 7 (a training-like
  * loop whose batch changes every step). */
-#include <cblas.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../src/core/core.h"
+#include "../src/math/host_cblas.h"
 #include "bench.h"
 
 /* ---- 4: accesses that need no copy ---- */
@@ -177,9 +178,6 @@ void bench_reshape(void)
 
 /* ---- 6, host side: blob_update vs cblas_saxpy ---- */
 
-extern int openblas_get_num_threads(void) __attribute__((weak));
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-
 int bench_update_run(void *ctx, int n)
 {
     bench_update_ctx *u = ctx;
@@ -232,9 +230,9 @@ static double update_host_time(int (*run)(void *, int), int64_t n)
     return us;
 }
 
-/* libblob's figures first, then OpenBLAS's on its own threads (as many as the library's,
- * which runs it on one): its threads spin for a while after each call and would take
- * the cores from the library's. */
+/* libblob's figures first, then the BLAS's on its own threads (as many as the library's,
+ * which runs it on one): OpenBLAS's spin for a while after each call and would take the
+ * cores from the library's. */
 void bench_update_host(void)
 {
     static const char *const cols[] = {"blob us", "cblas us", "blob/cblas", "blob GB/s"};
@@ -249,14 +247,13 @@ void bench_update_host(void)
             snprintf(why[i], sizeof why[i], "%s", bench_error());
     blob_blas_info blas = {.threads = 1};
     blob_blas_get_info(&blas);
-    const int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(blas.threads);
+    const int blas_threads = blob__blas_threads();
+    blob__blas_set_threads(blas.threads);
     for (int i = 0; i < SIZES; i++)
         if (!why[i][0] && isnan(cblas_us[i] = update_host_time(update_cblas_run, sizes[i])))
             snprintf(why[i], sizeof why[i], "%s", bench_error());
-    if (openblas_set_num_threads && blas_threads > 0)
-        openblas_set_num_threads(blas_threads);
+    if (blas_threads > 0)
+        blob__blas_set_threads(blas_threads);
     for (int i = 0; i < SIZES; i++) {
         char label[32];
         snprintf(label, sizeof label, "%lld elems", (long long)sizes[i]);
@@ -267,7 +264,7 @@ void bench_update_host(void)
         else
             report_row(label, v, GOAL_NONE, false);
     }
-    report_note("cblas: OpenBLAS on its own threads, as many as the library's, after all of "
+    report_note("cblas: the BLAS on its own threads, as many as the library's, after all of "
                 "libblob's rows; GB/s counts 12 bytes per element (read x, y; write y)");
 }
 

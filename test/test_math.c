@@ -411,10 +411,6 @@ static int host_threads(void)
     return info.threads;
 }
 
-extern int openblas_get_parallel(void) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-
 /* The GEMMs cut into blocks for 7 host threads (more blocks than pool workers at first,
  * odd grids, blocks ending inside rows and columns) and the vector operations split into
  * parts: the same results as the one-thread reference, also with CBLAS pieces of 7. */
@@ -442,7 +438,7 @@ START_TEST(test_cpu_ops_threaded)
 END_TEST
 
 /* The blocks of a GEMM: within the host threads, aligned, covering C; one block for
- * small products, for one host thread, and once OpenBLAS is given its threads back (its
+ * small products, for one host thread, and once the BLAS is given its threads back (its
  * product then right on its own threads). */
 START_TEST(test_gemm_grid)
 {
@@ -450,8 +446,6 @@ START_TEST(test_gemm_grid)
                                      {10, 128, 64},  {1, 1, 1},      {3, 5000, 5000},
                                      {5000, 3, 5000}, {1000, 1000, 1000}};
     const int before = host_threads();
-    const bool pthreads_blas = openblas_get_parallel && openblas_get_parallel() == 1;
-    const bool serial_blas = openblas_get_parallel && openblas_get_parallel() == 0;
     ck_ok(blob_set_host_threads(7));
     bool cut = false;
     for (size_t i = 0; i < sizeof mnk / sizeof mnk[0]; i++)
@@ -475,19 +469,22 @@ START_TEST(test_gemm_grid)
                 ck_assert_int_eq(blocks, 1);
             cut |= blocks > 1;
         }
-    if (pthreads_blas || serial_blas)
+    if (blob__blas_one_thread())
         ck_assert_msg(cut, "no product was cut with 7 host threads");
     else
         printf("note: test_gemm_grid: the BLAS threads its own calls, products stay whole\n");
     int64_t rows, cols;
-    if (pthreads_blas) { /* OpenBLAS given its threads back: whole products */
-        ck_assert_int_eq(openblas_get_num_threads(), 1);
-        openblas_set_num_threads(2);
-        blob__gemm_grid(1000, 1000, 1000, sizeof(float), false, &rows, &cols);
-        ck_assert(rows == 1000 && cols == 1000);
-        /* OpenBLAS starts the threads the library stopped at load time again */
-        check_gemm(&cpu_side, BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, 300, 200, 250, 1.5, -0.75);
-        openblas_set_num_threads(1);
+    if (blob__blas_one_thread()) { /* the BLAS given its threads back: whole products */
+        ck_assert_int_eq(blob__blas_threads(), 1);
+        blob__blas_set_threads(2);
+        if (blob__blas_threads() == 2) { /* not a serial BLAS */
+            blob__gemm_grid(1000, 1000, 1000, sizeof(float), false, &rows, &cols);
+            ck_assert(rows == 1000 && cols == 1000);
+            /* OpenBLAS starts the threads the library stopped at load time again */
+            check_gemm(&cpu_side, BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, 300, 200, 250, 1.5,
+                       -0.75);
+        }
+        blob__blas_set_threads(1);
     }
     ck_ok(blob_set_host_threads(1));
     blob__gemm_grid(1000, 1000, 1000, sizeof(float), false, &rows, &cols);

@@ -1,19 +1,30 @@
 #!/bin/sh
 # Make sure the dependencies of a make target are present:
-#   sh tools/deps.sh [check|demo|fuzz]
+#   [BLAS=openblas|blis|mkl] [PYTHON=python3] sh tools/deps.sh [check|demo|fuzz]
 # check (the default): everything, the test suite's Check and subunit and python3 (which
 # generates the test of NULL arguments) included;
-# demo: the compiler, pkg-config, OpenBLAS, zlib, DLPack's header and the dataset;
+# demo: the compiler, pkg-config, the host BLAS, zlib, DLPack's header and the dataset;
 # fuzz: those of demo but the dataset, and clang ($FUZZ_CC) with its libFuzzer runtime.
+# The host BLAS is the Makefile's BLAS: OpenBLAS (libopenblas-dev), BLIS (libblis-dev) or
+# MKL (PyPI's mkl-devel, installed with pip for $PYTHON like numpy).
 # As root with apt-get, missing Debian packages are installed; otherwise the missing ones
 # are named and we fail.
 set -eu
 
 mode=${1:-check}
+blas=${BLAS:-openblas}
+python=${PYTHON:-python3}
 case $mode in
 check | demo | fuzz) ;;
 *)
-    echo "usage: sh tools/deps.sh [check|demo|fuzz]" >&2
+    echo "usage: [BLAS=openblas|blis|mkl] sh tools/deps.sh [check|demo|fuzz]" >&2
+    exit 2
+    ;;
+esac
+case $blas in
+openblas | blis | mkl) ;;
+*)
+    echo "deps: BLAS=$blas: openblas, blis or mkl" >&2
     exit 2
     ;;
 esac
@@ -69,8 +80,13 @@ fi
 if [ "$mode" = check ]; then
     need python3 command -v python3
 fi
+if [ "$blas" = blis ]; then
+    need libblis-dev sh -c 'printf "#include <blis.h>\n" | cc -E -x c - >/dev/null'
+fi
 if $have_pkg_config; then
-    need libopenblas-dev pkg-config --exists openblas
+    if [ "$blas" = openblas ]; then
+        need libopenblas-dev pkg-config --exists openblas
+    fi
     need zlib1g-dev pkg-config --exists zlib
     if [ "$mode" = check ]; then
         need check pkg-config --exists check
@@ -99,7 +115,7 @@ if [ -n "$missing" ]; then
     else
         echo "deps: missing Debian packages:$missing" >&2
         if ! $have_pkg_config; then
-            libs="OpenBLAS, zlib"
+            libs=$([ "$blas" = openblas ] && echo "OpenBLAS, zlib" || echo zlib)
             if [ "$mode" = check ]; then
                 libs="$libs, Check, subunit"
             fi
@@ -117,6 +133,22 @@ if [ -n "$missing" ]; then
                 ".gz files" >&2
             ;;
         esac
+        exit 1
+    fi
+fi
+
+# MKL: PyPI's mkl-devel, whose .pc files lie in the Python prefix's lib/pkgconfig (where
+# the Makefile looks for them).
+have_mkl() {
+    PKG_CONFIG_PATH="$("$python" -c 'import sys; print(sys.prefix)')/lib/pkgconfig" \
+        pkg-config --exists mkl-dynamic-lp64-gomp
+}
+if [ "$blas" = mkl ] && ! have_mkl >/dev/null 2>&1; then
+    echo "deps: installing mkl-devel with pip"
+    timeout 900 "$python" -m pip install -q mkl-devel </dev/null >/dev/null 2>&1 || true
+    if ! have_mkl >/dev/null 2>&1; then
+        echo "deps: BLAS=mkl needs MKL: $python -m pip install mkl-devel failed (or left no" \
+            "mkl-dynamic-lp64-gomp.pc under the Python prefix)" >&2
         exit 1
     fi
 fi

@@ -18,7 +18,9 @@ make_tmp() {
 make_tmp install
 make_tmp DESTDIR="$tmp/stage" install
 [ -f "$tmp/stage$tmp/usr/include/blob/blob.h" ] || { echo "install-check: DESTDIR not honoured"; exit 1; }
-export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+# the caller's path keeps the dependencies' .pc files found (MKL's under the Python prefix)
+deps_pc_path=${PKG_CONFIG_PATH:-}
+export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig${deps_pc_path:+:$deps_pc_path}"
 cc=${CC:-cc}
 
 # shellcheck disable=SC2046
@@ -42,7 +44,8 @@ fi
 # An unpacked install moved elsewhere: pkg-config --define-prefix takes the prefix from
 # where blob.pc lies, and every directory follows it.
 mv "$tmp/usr" "$tmp/moved"
-moved_includedir=$(PKG_CONFIG_PATH="$tmp/moved/lib/pkgconfig" pkg-config --define-prefix \
+moved_pc_path="$tmp/moved/lib/pkgconfig${deps_pc_path:+:$deps_pc_path}"
+moved_includedir=$(PKG_CONFIG_PATH="$moved_pc_path" pkg-config --define-prefix \
     --variable=includedir blob)
 if [ "$moved_includedir" != "$tmp/moved/include" ]; then
     echo "install-check: pkg-config --define-prefix gives includedir $moved_includedir," \
@@ -51,7 +54,7 @@ if [ "$moved_includedir" != "$tmp/moved/include" ]; then
 fi
 # shellcheck disable=SC2046
 $cc -std=c11 -Wall -Werror -o "$tmp/app-moved" test/install/app.c \
-    $(PKG_CONFIG_PATH="$tmp/moved/lib/pkgconfig" pkg-config --define-prefix --cflags --libs blob)
+    $(PKG_CONFIG_PATH="$moved_pc_path" pkg-config --define-prefix --cflags --libs blob)
 LD_LIBRARY_PATH="$tmp/moved/lib" "$tmp/app-moved"
 mv "$tmp/moved" "$tmp/usr"
 

@@ -1,5 +1,6 @@
-/* The host BLAS: what it is, the OpenBLAS core it runs, and the library's host threads
- * (blob/math.h, blob_blas_get_info, blob_set_host_threads).
+/* The host BLAS: which one is linked (OpenBLAS, BLIS, MKL, or another CBLAS), the OpenBLAS
+ * core it runs, and the library's host threads (blob/math.h, blob_blas_get_info,
+ * blob_set_host_threads).
  *
  * OpenBLAS builds with DYNAMIC_ARCH pick their kernels at load time from the CPU model.
  * On virtual machines that hide the model they fall back to a generic core (Prescott)
@@ -8,14 +9,16 @@
  * uses it, we set that variable for the fast core, re-run its initialisation, and unset
  * the variable again.
  *
- * OpenBLAS's own threads split a GEMM poorly at the sizes of small nets (a 64 x 256 x 784
- * product took 134 us on 16 of them and 29 us cut into 16 blocks, one per thread of the
- * library's, each a one-thread call), and they keep spinning after it, taking the cores
- * from the host loops that follow. So with a pthreads OpenBLAS the library runs the BLAS
- * one thread per call from load time on and threads the host math itself, with as many
- * threads as OpenBLAS would have used. A caller who gives OpenBLAS its threads back
- * (openblas_set_num_threads) gets its products whole again. The OpenBLAS entry points are
- * weak: any CBLAS still links, and then runs each call whole with its own threading. */
+ * A BLAS's own threads split a GEMM poorly at the sizes of small nets (a 64 x 256 x 784
+ * product took 134 us on 16 of OpenBLAS's and 29 us cut into 16 blocks, one per thread of
+ * the library's, each a one-thread call), and OpenBLAS's keep spinning after it, taking
+ * the cores from the host loops that follow. So where the BLAS can run a call on its
+ * caller alone (a pthreads or serial OpenBLAS, BLIS, MKL), the library sets it to one
+ * thread from load time on and threads the host math itself, with as many threads as
+ * the BLAS would have used. A caller who gives the BLAS its threads back
+ * (openblas_set_num_threads, bli_thread_set_num_threads, mkl_set_num_threads) gets its
+ * products whole again. The BLAS's own entry points are weak: any CBLAS still links,
+ * and then runs each call whole with its own threading. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -37,6 +40,29 @@ extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 extern int openblas_get_parallel(void) __attribute__((weak));
 extern void openblas_set_num_threads(int n) __attribute__((weak));
 extern int blas_thread_shutdown_(void) __attribute__((weak));
+extern char *bli_info_get_version_str(void) __attribute__((weak));
+extern int bli_arch_query_id(void) __attribute__((weak));
+extern char *bli_arch_string(int arch) __attribute__((weak));
+extern long bli_thread_get_num_threads(void) __attribute__((weak)); /* -1: never set */
+extern void bli_thread_set_num_threads(long n) __attribute__((weak));
+/* MKL's C entry points (its lower-case names are the Fortran ones) */
+extern void MKL_Get_Version_String(char *buf, int len) __attribute__((weak));
+extern int MKL_Get_Max_Threads(void) __attribute__((weak));
+extern void MKL_Set_Num_Threads(int n) __attribute__((weak));
+
+typedef enum { BLAS_OTHER, BLAS_OPENBLAS, BLAS_BLIS, BLAS_MKL } blas_kind;
+
+/* The BLAS the process runs, known by its entry points. */
+static blas_kind linked_blas(void)
+{
+    if (openblas_get_config)
+        return BLAS_OPENBLAS;
+    if (bli_info_get_version_str && bli_thread_get_num_threads && bli_thread_set_num_threads)
+        return BLAS_BLIS;
+    if (MKL_Get_Version_String && MKL_Get_Max_Threads && MKL_Set_Num_Threads)
+        return BLAS_MKL;
+    return BLAS_OTHER;
+}
 
 /* Cores whose kernels predate AVX2: OpenBLAS's choices when it cannot name the CPU. */
 static const char *const generic_cores[] = {
@@ -48,9 +74,14 @@ static pthread_mutex_t info_mu = PTHREAD_MUTEX_INITIALIZER;
 static char detected[32]; /* the core OpenBLAS chose itself, when we changed it */
 static char action[96];   /* what was done about the core, for the summary */
 
+static blas_kind blas; /* set at load time */
+
+/* OpenBLAS's core, or BLIS's kernel set. */
 static const char *core_name(void)
 {
-    const char *c = openblas_get_corename ? openblas_get_corename() : NULL;
+    const char *c = openblas_get_corename ? openblas_get_corename()
+                    : bli_arch_query_id && bli_arch_string ? bli_arch_string(bli_arch_query_id())
+                                                           : NULL;
     return c ? c : "";
 }
 
@@ -105,17 +136,54 @@ void blob__blas_select_core(const char *user_coretype)
 }
 
 static _Atomic int host_threads = 1; /* the library's host threads, the caller's included */
-static bool one_thread_blas;         /* the BLAS runs a call on its caller alone (OpenBLAS's
+static bool one_thread_blas;         /* the BLAS runs a call on its caller alone (its own
                                         count permitting) */
 
-/* At load time, while no thread of ours is inside OpenBLAS. */
+int blob__blas_threads(void)
+{
+    switch (blas) {
+    case BLAS_OPENBLAS:
+        return openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    case BLAS_BLIS:
+        return (int)bli_thread_get_num_threads();
+    case BLAS_MKL:
+        return MKL_Get_Max_Threads();
+    default:
+        return 0;
+    }
+}
+
+void blob__blas_set_threads(int n)
+{
+    switch (blas) {
+    case BLAS_OPENBLAS:
+        if (openblas_set_num_threads)
+            openblas_set_num_threads(n);
+        break;
+    case BLAS_BLIS:
+        bli_thread_set_num_threads(n);
+        break;
+    case BLAS_MKL:
+        MKL_Set_Num_Threads(n);
+        break;
+    default:
+        break;
+    }
+}
+
+bool blob__blas_one_thread(void) { return one_thread_blas; }
+
+/* At load time, while no thread of ours is inside the BLAS. */
 __attribute__((constructor)) static void blas_init(void)
 {
+    blas = linked_blas();
     blob__blas_select_core(blob__env_raw("OPENBLAS_CORETYPE"));
-    long n = openblas_get_num_threads ? openblas_get_num_threads()
-                                      : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = blob__blas_threads();
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
     host_threads = n < 1 ? 1 : n > BLOB__MAX_HOST_THREADS ? BLOB__MAX_HOST_THREADS : (int)n;
-    if (openblas_get_parallel && openblas_set_num_threads && openblas_get_num_threads) {
+    if (blas == BLAS_OPENBLAS && openblas_get_parallel && openblas_set_num_threads &&
+        openblas_get_num_threads) {
         int kind = openblas_get_parallel(); /* 0 serial, 1 pthreads, 2 OpenMP */
         if (kind == 1) {
             openblas_set_num_threads(1);
@@ -125,6 +193,9 @@ __attribute__((constructor)) static void blas_init(void)
                 blas_thread_shutdown_();
         }
         one_thread_blas = kind == 0 || kind == 1;
+    } else if (blas == BLAS_BLIS || blas == BLAS_MKL) {
+        blob__blas_set_threads(1);
+        one_thread_blas = true;
     }
 }
 
@@ -149,7 +220,7 @@ int blob__host_threads(int64_t work)
 /* Threads cut a GEMM only while the BLAS would run each piece alone. */
 static bool slicing(void)
 {
-    return one_thread_blas && openblas_get_num_threads() == 1 && host_threads > 1;
+    return one_thread_blas && blob__blas_threads() == 1 && host_threads > 1;
 }
 
 void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows,
@@ -180,17 +251,38 @@ void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_ro
         }
 }
 
+/* "OpenBLAS 0.3.21", "BLIS 0.9.0", "MKL 2026.2", or "CBLAS" for another. */
+static void blas_name(char *out, size_t size)
+{
+    char version[32] = "", mkl[160] = "";
+    switch (blas) {
+    case BLAS_OPENBLAS:
+        sscanf(openblas_get_config(), "OpenBLAS %31s", version);
+        snprintf(out, size, "OpenBLAS%s%s", *version ? " " : "", version);
+        break;
+    case BLAS_BLIS:
+        snprintf(out, size, "BLIS %s", bli_info_get_version_str());
+        break;
+    case BLAS_MKL: { /* "Intel(R) oneAPI Math Kernel Library Version 2026.2-Product Build ..." */
+        MKL_Get_Version_String(mkl, (int)sizeof mkl);
+        const char *v = strstr(mkl, "Version ");
+        if (v)
+            sscanf(v, "Version %31[^- ]", version);
+        snprintf(out, size, "MKL%s%s", *version ? " " : "", version);
+        break;
+    }
+    default:
+        snprintf(out, size, "CBLAS");
+    }
+}
+
 blob_status blob_blas_get_info(blob_blas_info *out)
 {
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&info_mu);
-    char version[32];
-    if (openblas_get_config && sscanf(openblas_get_config(), "OpenBLAS %31s", version) == 1)
-        snprintf(out->name, sizeof out->name, "OpenBLAS %s", version);
-    else
-        snprintf(out->name, sizeof out->name, "%s", openblas_get_config ? "OpenBLAS" : "CBLAS");
+    blas_name(out->name, sizeof out->name);
     snprintf(out->core, sizeof out->core, "%s", core_name());
     snprintf(out->detected, sizeof out->detected, "%s", detected);
     out->threads = host_threads;

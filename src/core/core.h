@@ -140,6 +140,17 @@ int blob__host_threads(int64_t work);
 void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows,
                      int64_t *rows, int64_t *cols);
 
+/* The threads the host BLAS runs a call on, by its own setting (openblas_get_num_threads,
+ * bli_thread_get_num_threads, mkl_get_max_threads): < 1 when it has none. */
+int blob__blas_threads(void);
+
+/* Set that count (openblas_set_num_threads, ...); nothing for another CBLAS. */
+void blob__blas_set_threads(int n);
+
+/* Whether the BLAS runs a call on its caller alone, so that the library set it to one
+ * thread at load time and cuts GEMMs into blocks while its count stays 1. */
+bool blob__blas_one_thread(void);
+
 /* ---- Host threads (pool.c) ---- */
 
 /* The body of a host loop: the iterations [begin, end) of ctx's loop. */

@@ -1,7 +1,7 @@
 /* blob/math.h: argument checks shared by both sides; the host side over CBLAS (split into
  * pieces that its 32-bit sizes can take) or plain loops; the GPU side handing validated
  * arguments to the launchers of src/kernels/. */
-#include <cblas.h>
+#include "host_cblas.h"
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -145,9 +145,9 @@ static double get(blob_dtype dtype, const void *p, int64_t i)
 }
 
 /* Length of the CBLAS piece of [0, n) that starts at off. */
-static blasint piece(int64_t n, int64_t off)
+static int piece(int64_t n, int64_t off)
 {
-    return (blasint)(n - off < blob__blas_chunk ? n - off : blob__blas_chunk);
+    return (int)(n - off < blob__blas_chunk ? n - off : blob__blas_chunk);
 }
 
 /* A leading dimension is passed whole to CBLAS, so it must fit its int. */
@@ -159,7 +159,7 @@ static blob_status check_ld(const char *fn, const char *name, int64_t ld)
     return BLOB_OK;
 }
 
-static CBLAS_TRANSPOSE cblas_trans(blob_trans t)
+static enum CBLAS_TRANSPOSE cblas_trans(blob_trans t)
 {
     return t == BLOB_TRANS ? CblasTrans : CblasNoTrans;
 }
@@ -208,7 +208,7 @@ static void vec_parts(void *ctx, int64_t p0, int64_t p1)
         const int64_t lo = v->n * p / v->parts, hi = v->n * (p + 1) / v->parts;
         double sum = 0;
         for (int64_t off = lo; off < hi; off += blob__blas_chunk) {
-            const blasint len = piece(hi, off);
+            const int len = piece(hi, off);
             void *y = v->y ? at(dt, v->y, off) : NULL;
             const void *x = v->x ? at(dt, v->x, off) : NULL;
             switch (v->op) {
@@ -297,10 +297,10 @@ static void gemm_block(const gemm_job *g, int64_t i0, int64_t i1, int64_t j0, in
                      cblas_trans(g->trans_b), piece(i1, i), piece(j1, j), piece(g->K, k),
                      g->alpha,
                      at(g->dtype, g->A, g->trans_a ? k * g->lda + i : i * g->lda + k),
-                     (blasint)g->lda,
+                     (int)g->lda,
                      at(g->dtype, g->B, g->trans_b ? j * g->ldb + k : k * g->ldb + j),
-                     (blasint)g->ldb, k ? 1.0 : g->beta, at(g->dtype, g->C, i * g->N + j),
-                     (blasint)g->N);
+                     (int)g->ldb, k ? 1.0 : g->beta, at(g->dtype, g->C, i * g->N + j),
+                     (int)g->N);
 }
 
 static void gemm_blocks(void *ctx, int64_t lo, int64_t hi)
@@ -387,7 +387,7 @@ static void gemv_range(void *ctx, int64_t o0, int64_t o1)
         for (int64_t r = 0; r < red; r += c)
             BLAS(g->dtype, gemv, CblasRowMajor, cblas_trans(g->trans_a),
                  t ? piece(red, r) : piece(o1, o), t ? piece(o1, o) : piece(red, r), g->alpha,
-                 at(g->dtype, g->A, t ? r * N + o : o * N + r), (blasint)N,
+                 at(g->dtype, g->A, t ? r * N + o : o * N + r), (int)N,
                  at(g->dtype, g->x, r), 1, r ? 1.0 : g->beta, at(g->dtype, g->y, o), 1);
 }
 
