@@ -284,8 +284,18 @@ install-check: lib
 # pkg-config --define-prefix finds an install moved elsewhere.
 pc_dir = $(if $(filter $(PREFIX),$(1)),$${prefix},$(if $(filter $(PREFIX)/%,$(1)),$${prefix}/$(patsubst $(PREFIX)/%,%,$(1)),$(1)))
 
+# The CMake package (cmake/): the same directories relative to the prefix, which its
+# config file finds from its own place; the static target's dependencies are libblob's
+# own link line, a CMake list.
+CMAKEDIR := $(LIBDIR)/cmake/blob
+cmake_dir = $(subst $${prefix},$${_blob_prefix},$(call pc_dir,$(1)))
+empty :=
+space := $(empty) $(empty)
+cmake_list = $(subst $(space),;,$(strip $(1)))
+
 install: lib launcher
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(PKGCONFIGDIR)
+	install -d $(DESTDIR)$(CMAKEDIR)
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 755 $(LAUNCH_BIN) $(DESTDIR)$(BINDIR)/blob-launch
 	install -p -m 644 include/blob/*.h $(DESTDIR)$(INCLUDEDIR)/blob/
@@ -299,12 +309,20 @@ install: lib launcher
 	    -e 's|@LIBS_PRIVATE@|$(NCCL_LIBS) $(CUDA_LIBS) $(if $(BLAS_PC),$(BLAS_RPATH),$(BLAS_LIBS)) -lpthread -lm|' \
 	    -e 's|@DLPACK_CFLAGS@|$(DLPACK_CFLAGS)|' \
 	    blob.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/blob.pc
+	sed -e "s|@PREFIX_FROM_HERE@|$$(realpath -m --relative-to=$(CMAKEDIR) $(PREFIX))|" \
+	    -e 's|@LIBDIR@|$(call cmake_dir,$(LIBDIR))|' -e 's|@INCLUDEDIR@|$(call cmake_dir,$(INCLUDEDIR))|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@SOVERSION@|$(SOVERSION)|' \
+	    -e 's|@LINK_LIBS@|$(call cmake_list,$(LIB_LIBS))|' \
+	    -e 's|@DLPACK_CFLAGS@|$(call cmake_list,$(DLPACK_CFLAGS))|' \
+	    cmake/blobConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/blobConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|' cmake/blobConfigVersion.cmake.in \
+	    > $(DESTDIR)$(CMAKEDIR)/blobConfigVersion.cmake
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libblob.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libblob.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libblob.so $(DESTDIR)$(LIBDIR)/libblob.a \
 	      $(DESTDIR)$(PKGCONFIGDIR)/blob.pc $(DESTDIR)$(BINDIR)/blob-launch
-	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/blob $(DESTDIR)$(CMAKEDIR)
 
 # The examples, built the way a user builds them: libblob installed into a private
 # prefix, the programs compiled against it with pkg-config. Every install directory is

@@ -2,7 +2,8 @@
 # Make sure the dependencies of a make target are present:
 #   [BLAS=openblas|blis|mkl] [PYTHON=python3] sh tools/deps.sh [check|demo|fuzz]
 # check (the default): everything, the test suite's Check and subunit and python3 (which
-# generates the test of NULL arguments) included;
+# generates the test of NULL arguments) included, and cmake (for the install check's
+# CMake consumers, which are skipped without it) where it can be installed;
 # demo: the compiler, pkg-config, the host BLAS, zlib, DLPack's header and the dataset;
 # fuzz: those of demo but the dataset, and clang ($FUZZ_CC) with its libFuzzer runtime.
 # The host BLAS is the Makefile's BLAS: OpenBLAS (libopenblas-dev), BLIS (libblis-dev) or
@@ -79,6 +80,9 @@ if [ "$mode" != fuzz ]; then
 fi
 if [ "$mode" = check ]; then
     need python3 command -v python3
+    if can_install; then
+        need cmake command -v cmake
+    fi
 fi
 if [ "$blas" = blis ]; then
     need libblis-dev sh -c 'printf "#include <blis.h>\n" | cc -E -x c - >/dev/null'

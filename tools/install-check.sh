@@ -1,7 +1,9 @@
 #!/bin/sh
 # Install into a temporary prefix and build a consumer against it with pkg-config, the
 # way a user would: shared, then fully static for libblob, then with the install moved
-# elsewhere (pkg-config --define-prefix).
+# elsewhere (pkg-config --define-prefix); then, on the moved install, consumers through
+# the CMake package (blob::blob and blob::blob_static), skipped with a count where there
+# is no cmake.
 # Usage: install-check.sh MAKE CUDA
 set -eu
 make_cmd=$1
@@ -56,11 +58,31 @@ fi
 $cc -std=c11 -Wall -Werror -o "$tmp/app-moved" test/install/app.c \
     $(PKG_CONFIG_PATH="$moved_pc_path" pkg-config --define-prefix --cflags --libs blob)
 LD_LIBRARY_PATH="$tmp/moved/lib" "$tmp/app-moved"
+
+# test/install/CMakeLists.txt: find_package(blob CONFIG REQUIRED), app on blob::blob and
+# app_static on blob::blob_static; the package finds its prefix from its own place.
+if command -v cmake >/dev/null 2>&1; then
+    CC=$cc cmake -S test/install -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$tmp/moved" >/dev/null
+    cmake --build "$tmp/cmake" >/dev/null
+    if ldd "$tmp/cmake/app_static" | grep -q libblob; then
+        echo "install-check: CMake's static consumer still links libblob.so"
+        exit 1
+    fi
+    "$tmp/cmake/app"
+    "$tmp/cmake/app_static"
+    cmake_done=" and CMake"
+else
+    echo "install-check: cmake not found: 2 CMake consumers skipped (blob::blob," \
+        "blob::blob_static); make deps installs it as root, or apt-get install cmake"
+    cmake_done=" (CMake: 2 skipped)"
+fi
 mv "$tmp/moved" "$tmp/usr"
 
 make_tmp uninstall
-if [ -e "$tmp/usr/include/blob" ] || [ -e "$tmp/usr/lib/libblob.a" ]; then
+if [ -e "$tmp/usr/include/blob" ] || [ -e "$tmp/usr/lib/libblob.a" ] ||
+    [ -e "$tmp/usr/lib/cmake/blob" ]; then
     echo "install-check: uninstall left files"
     exit 1
 fi
-echo "install-check: shared, static and relocated consumers built with pkg-config and ran"
+echo "install-check: shared, static and relocated consumers built with pkg-config$cmake_done" \
+    "and ran"
