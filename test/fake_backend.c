@@ -213,6 +213,7 @@ static blob_status fake_set_device(int device)
 static blob_status alloc_block(size_t bytes, void **out, block_kind kind, uint64_t *count,
                                blob_status oom)
 {
+    *out = NULL;
     if (inject_failure())
         return BLOB_FAIL(oom, "fake: injected allocation failure #%llu",
                          (unsigned long long)attempts);

@@ -105,6 +105,7 @@ static void init(void)
 
 static blob_status find_place(const char *func, blob_place place, place_state **out)
 {
+    *out = NULL;
     pthread_once(&once, init);
     switch (place.kind) {
     case BLOB_PLACE_HOST:
