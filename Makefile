@@ -254,11 +254,21 @@ $(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/
 bench-dp: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/dp_step --launcher $(CURDIR)/$(LAUNCH_BIN) $(BENCH_DP_ARGS)
 
+# make bench: blob_bench, the training step (net_step: a line per row on stderr as it
+# goes, the tables at the end) and bench/dlpack.py. On a GPU net_step runs mlp and lenet
+# at batch 64 and 256, and mlp4096 at 512 in each math mode; on the host (no GPU), where
+# every mode computes float32, each configuration once, with fewer steps: mlp at 64 and
+# 256 and lenet at 64 (about 2 minutes on a 2-core CPU, torch's runs included), and with
+# BENCH_FULL=1 lenet at 256 and mlp4096 at 512 too (about 6 minutes more).
+NET_STEP = $(EXAMPLES_BIN)/net_step
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
-	$(Q)$(EXAMPLES_BIN)/net_step --net mlp --net lenet --batch 64 --batch 256 --tune 1
-	$(Q)$(EXAMPLES_BIN)/net_step --net mlp4096 --batch 512 --math fp32 --math tf32 --math bf16 \
+	$(Q)$(NET_STEP) --if gpu --net mlp --net lenet --batch 64 --batch 256 --tune 1
+	$(Q)$(NET_STEP) --if gpu --net mlp4096 --batch 512 --math fp32 --math tf32 --math bf16 \
 	    --steps 50 --tune 1
+	$(Q)$(NET_STEP) --if cpu --net mlp --batch 64 --batch 256 --steps 50
+	$(Q)$(NET_STEP) --if cpu --net lenet --batch 64 $(if $(BENCH_FULL),--batch 256) --steps 20
+	$(if $(BENCH_FULL),$(Q)$(NET_STEP) --if cpu --net mlp4096 --batch 512 --steps 10 --repeats 3)
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.

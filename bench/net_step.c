@@ -7,8 +7,12 @@
  * (bench/net_torch.py, which times the same way) when torch imports.
  *
  *   net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... [--device cpu|gpu]
- *            [--streams 1|2] [--tune 0|1] [--steps N] [--repeats R] [--torch PATH]
+ *            [--if cpu|gpu] [--streams 1|2] [--tune 0|1] [--steps N] [--repeats R]
+ *            [--torch PATH]
  *
+ * --if DEVICE: run only where the steps would run on DEVICE (the GPU when there is one,
+ * unless --device says otherwise); elsewhere say so and exit 0, so that one script can
+ * ask for different rows on either.
  * --tune 1 times cuBLASLt's candidates for each GEMM of libblob's GPU steps once, in the
  * first warm-up step, and keeps the fastest (blob_set_gemm_tuning); the default is the
  * environment's (BLOB_GEMM_TUNING), and the tables' titles say which ran.
@@ -16,12 +20,14 @@
  * the default two (the layers' parameter gradients beside the chain of the bottom
  * gradients).
  * Defaults: --net mlp, --batch 64 --batch 256, the process's math mode (BLOB_MATH_MODE).
- * Each figure: 20 warm-up steps, then R times: synchronize, wall clock over N steps
- * alternating between two resident batches, synchronize; the median is reported (for
+ * On the host every math mode computes in float32, so several run once, as fp32.
+ * Each figure: 20 warm-up steps (N if fewer), then R times: synchronize, wall clock over
+ * N steps alternating between two resident batches, synchronize; the median is reported (for
  * an even R the mean of the two middle runs, as Python's statistics.median). PyTorch
  * runs under $BLOB_BENCH_PYTHON (default python3), once per net and math mode, after
  * all of libblob's figures, and is stopped after 600 s. On the host both sides use the
- * threads the host BLAS uses (OPENBLAS_NUM_THREADS).
+ * threads the library's host math uses (blob_blas_get_info). A line per figure goes to
+ * stderr as it is measured; the tables go to stdout at the end.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -40,6 +46,7 @@
 #define CLASSES 10 /* every net here classifies Fashion-MNIST */
 
 static bool one_stream; /* --streams 1 */
+static int warmup = WARMUP; /* steps before the timed runs: WARMUP, or --steps if fewer */
 
 /* One kind of libblob's net (fused or plain), us per step (0: not measured). */
 typedef struct {
@@ -80,7 +87,7 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
                               int repeats, bool wait, double *us)
 {
     double samples[MAX_REPEATS], loss;
-    for (int s = 0; s < WARMUP; s++) {
+    for (int s = 0; s < warmup; s++) {
         NN_TRY(net_train_step(n, x[s % 2], y[s % 2]));
         NN_TRY(net_loss(n, &loss));
     }
@@ -102,6 +109,12 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
 }
 
 typedef enum { EAGER, GRAPH, GRAPH_ASYNC } run_kind;
+
+/* The figure of k that run measures. */
+static double *run_figure(blob_figures *k, run_kind run)
+{
+    return run == EAGER ? &k->eager : run == GRAPH ? &k->graph : &k->graph_async;
+}
 
 /* A fresh net (fused, or plain) and two random resident batches, timed as `run` says
  * into the figures of its kind; the net's parameter count too, and with graphs the
@@ -136,9 +149,8 @@ static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind 
                                (st = blob_gpu_data(y[b], &p)) != BLOB_OK))
             break;
     }
-    double *out = run == EAGER ? &k->eager : run == GRAPH ? &k->graph : &k->graph_async;
     if (st == BLOB_OK)
-        st = time_steps(n, mode, x, y, steps, repeats, run != GRAPH_ASYNC, out);
+        st = time_steps(n, mode, x, y, steps, repeats, run != GRAPH_ASYNC, run_figure(k, run));
     if (st == BLOB_OK && run == GRAPH && net_graph(n))
         st = blob_graph_count_nodes(net_graph(n), &k->kernels, &k->nodes);
     f->params = 0;
@@ -169,7 +181,7 @@ static const char *torch_figures(const char *script, const char *python, nn_mode
                       "timeout 600 %s '%s' --net '%s' --device %s --math %s --steps %d "
                       "--repeats %d --warmup %d",
                       python, script, name, mode == NN_GPU ? "cuda" : "cpu", math, steps,
-                      repeats, WARMUP);
+                      repeats, warmup);
     if (mode == NN_GPU)
         at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --kernels");
     else
@@ -298,8 +310,8 @@ static void print_table(const net_def *def, const char *math, nn_mode mode,
 static void usage(void)
 {
     fprintf(stderr, "usage: net_step [--net NAME]... [--batch B]... [--math fp32|tf32|bf16]... "
-                    "[--device cpu|gpu] [--streams 1|2] [--tune 0|1] [--steps N] [--repeats R] "
-                    "[--torch bench/net_torch.py]"
+                    "[--device cpu|gpu] [--if cpu|gpu] [--streams 1|2] [--tune 0|1] "
+                    "[--steps N] [--repeats R] [--torch bench/net_torch.py]"
                     "\nnets:");
     for (int i = 0; net_def_at(i); i++)
         fprintf(stderr, " %s", net_def_at(i)->name);
@@ -316,24 +328,36 @@ static blob_math_mode math_mode(const char *name)
     return BLOB_MATH_DEFAULT;
 }
 
-/* libblob's figures of every net and batch in math mode (already set). */
+/* libblob's figures of every net and batch in math mode (already set), a line on stderr
+ * for each. */
 static blob_status bench_all(const net_def *const *defs, int num_nets, const int64_t *batches,
-                             int num_batches, nn_mode mode, int steps, int repeats,
-                             figures f[][MAX_BATCHES])
+                             int num_batches, nn_mode mode, blob_math_mode math, int steps,
+                             int repeats, figures f[][MAX_BATCHES])
 {
     static const run_kind runs[] = {EAGER, GRAPH, GRAPH_ASYNC};
+    static const char *const run_names[] = {"eager", "graph", "graph async"};
+    const int num_runs = mode == NN_GPU ? 3 : 1;
+    const int rows = num_nets * num_batches * 2 * num_runs;
+    int row = 0;
     for (int k = 0; k < num_nets; k++)
         for (int i = 0; i < num_batches; i++)
             for (int plain = 0; plain < 2; plain++)
-                for (int r = 0; r < (mode == NN_GPU ? 3 : 1); r++)
+                for (int r = 0; r < num_runs; r++) {
+                    const double t0 = now();
                     NN_TRY(bench(defs[k], mode, plain, runs[r], batches[i], steps, repeats,
                                  &f[k][i]));
+                    fprintf(stderr, "net_step: %d/%d %s batch %lld %s, %s %s: %.1f us per step "
+                                    "(%.1f s)\n",
+                            ++row, rows, defs[k]->name, (long long)batches[i],
+                            blob_math_mode_name(math), plain ? "plain" : "fused", run_names[r],
+                            *run_figure(&f[k][i].kind[plain], runs[r]), now() - t0);
+                }
     return BLOB_OK;
 }
 
 int main(int argc, char **argv)
 {
-    const char *device = NULL, *script = "bench/net_torch.py";
+    const char *device = NULL, *only = NULL, *script = "bench/net_torch.py";
     const net_def *defs[MAX_NETS];
     int64_t batches[MAX_BATCHES];
     blob_math_mode maths[MAX_MATHS];
@@ -348,6 +372,8 @@ int main(int argc, char **argv)
             maths[num_maths++] = math_mode(v);
         else if (v && !strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
             device = v;
+        else if (v && !strcmp(a, "--if") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
+            only = v;
         else if (v && !strcmp(a, "--streams") && (!strcmp(v, "1") || !strcmp(v, "2")))
             one_stream = !strcmp(v, "1");
         else if (v && !strcmp(a, "--tune") && (!strcmp(v, "0") || !strcmp(v, "1")))
@@ -375,6 +401,19 @@ int main(int argc, char **argv)
         return 1;
     }
     nn_mode mode = have_gpu && !(device && !strcmp(device, "cpu")) ? NN_GPU : NN_CPU;
+    if (only && strcmp(only, mode == NN_GPU ? "gpu" : "cpu")) {
+        printf("net_step: skipped (--if %s): the steps would run on the %s\n", only,
+               mode == NN_GPU ? "GPU" : "host");
+        return 0;
+    }
+    if (mode == NN_CPU && (num_maths > 1 || maths[0] != BLOB_MATH_FP32)) {
+        fprintf(stderr, "net_step: the host computes in float32 whatever the math mode: one "
+                        "run, as fp32\n");
+        num_maths = 1;
+        maths[0] = BLOB_MATH_FP32;
+    }
+    if (steps < warmup)
+        warmup = steps;
 
     static figures f[MAX_MATHS][MAX_NETS][MAX_BATCHES];
     void *stream = NULL;
@@ -383,7 +422,8 @@ int main(int argc, char **argv)
     blob_set_stream(stream);
     for (int m = 0; st == BLOB_OK && m < num_maths; m++)
         if ((st = blob_set_math_mode(maths[m])) == BLOB_OK)
-            st = bench_all(defs, num_nets, batches, num_batches, mode, steps, repeats, f[m]);
+            st = bench_all(defs, num_nets, batches, num_batches, mode, maths[m], steps,
+                           repeats, f[m]);
     blob_set_stream(NULL);
     blob_stream_destroy(stream);
     blob_thread_release();
@@ -411,11 +451,15 @@ int main(int argc, char **argv)
                 no_torch[m][k] = w;
                 continue;
             }
+            const double t0 = now();
             no_torch[m][k] = torch_figures(script, python, mode, defs[k]->name,
                                            blob_math_mode_name(maths[m]), blas.threads, steps,
                                            repeats, batches, num_batches, f[m][k],
                                            &torch_params, torch_device, sizeof torch_device,
                                            w, sizeof why[m][k]);
+            fprintf(stderr, "net_step: torch %s %s, every batch: %s (%.1f s)\n", defs[k]->name,
+                    blob_math_mode_name(maths[m]), no_torch[m][k] ? no_torch[m][k] : "done",
+                    now() - t0);
             if (!no_torch[m][k] && torch_params != f[m][k][0].params) {
                 snprintf(w, sizeof why[m][k],
                          "its net has %lld parameters, libblob's %lld: not the same net",
@@ -435,7 +479,7 @@ int main(int argc, char **argv)
         snprintf(where, sizeof where, "GPU %d", gpu);
     printf("net_step: libblob on %s%s%s%s; median of %d runs of %d steps after %d warm-up "
            "steps\n", where, mode == NN_GPU ? (one_stream ? " (one stream)" : " (two streams)")
-           : "", *torch_device ? ", PyTorch on " : "", torch_device, repeats, steps, WARMUP);
+           : "", *torch_device ? ", PyTorch on " : "", torch_device, repeats, steps, warmup);
     if (mode == NN_CPU)
         printf("host BLAS: %s (torch: as many threads)\n", blas.summary);
     for (int m = 0; m < num_maths; m++)
