@@ -1,5 +1,5 @@
 """libblob's tensors in Python, and zero-copy exchange with NumPy, PyTorch, CuPy and
-every other library that speaks DLPack.
+every other library that speaks DLPack (1.0, and 0.6 for older consumers).
 
     import blob, numpy as np, torch
 
@@ -11,19 +11,42 @@ every other library that speaks DLPack.
     c = blob.from_dlpack(torch.ones(3, device="cuda"))    # borrows torch's memory
     c.update()                                            # data -= diff, in place
 
-The module calls libblob.so through ctypes (see _lib.py for where it is looked for).
-Library errors raise BlobError carrying the library's message.
+The module calls libblob.so through ctypes (see _lib.py for where it is looked for;
+`python -m blob` says which one it found and how it was built). Library errors raise
+BlobError carrying the library's message; bad arguments raise TypeError, ValueError or
+OverflowError before the library is called.
+
+Threads. The library releases the GIL in every call, so threads run while one waits.
+- A Blob may be used from any thread: each call on it holds the Blob's lock, so calls
+  on one Blob run one at a time, as the C library requires. close() waits for a call in
+  progress in another thread; calls after it raise ValueError. Calls on different blobs
+  run in parallel.
+- A View holds its Blob. An exported array (NumPy, PyTorch, CuPy, a capsule) holds the
+  memory block, not the Blob: it stays valid after close(), load() or reshape() (which
+  may give the Blob a new block), and may be dropped on any thread.
+- The values are not guarded: reads and writes of the same memory through arrays, or
+  through arrays and the blob's own calls on other threads, are ordered by the caller,
+  as with any NumPy array. Device work is ordered by CUDA streams, not by threads.
+- The current device, the current CUDA stream and the error detail are per thread, as in
+  the C library.
 """
 import ctypes
+import numbers
+import operator
+import os
+import threading
 from ctypes import byref, c_int, c_int64, c_void_p
 
 from . import _lib
-from ._lib import api, lib
+from ._lib import (DLManagedTensor, DLManagedTensorVersioned, DLTensor, api, lib)
 
 __all__ = ["Blob", "BlobError", "View", "from_dlpack", "device_count", "built_with_cuda",
-           "library_path"]
+           "library_path", "__version__"]
 
+__version__ = "0.1.0"
 library_path = _lib.path
+
+_INT64 = (-2**63, 2**63 - 1)
 
 
 class BlobError(RuntimeError):
@@ -50,15 +73,32 @@ def built_with_cuda():
     return bool(lib.blob_built_with_cuda())
 
 
+def _index(value, what, low, high):
+    """value as an int (operator.index: TypeError for floats), low <= value <= high
+    (OverflowError otherwise)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not bool")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if not low <= n <= high:
+        raise OverflowError(f"{what} {n} is out of range ({low}..{high})")
+    return n
+
+
 def _device_arg(device):
     """None (the current GPU if there is one, else the host), "cpu", "cuda", "cuda:N",
-    an int N, or anything whose str() is one of these (a torch.device)."""
+    an int N, or an object whose str() is one of these (a torch.device)."""
     if device is None:
         return _lib.DEVICE_DEFAULT
-    if isinstance(device, int) and not isinstance(device, bool):
-        if device < 0:
-            raise ValueError(f"bad device {device}")
-        return device
+    if hasattr(device, "__index__") and not isinstance(device, bool):
+        n = operator.index(device)
+        if not 0 <= n <= _lib.C_INT_MAX:
+            raise ValueError(f"bad device {n}: a GPU number is 0..{_lib.C_INT_MAX}")
+        return n
+    if isinstance(device, (bool, numbers.Number)):
+        raise TypeError(f"bad device {device!r}: None, 'cpu', 'cuda', 'cuda:N' or an int")
     name = str(device)
     if name == "cpu":
         return _lib.HOST_ONLY
@@ -66,8 +106,8 @@ def _device_arg(device):
         cur = c_int()
         _check(lib.blob_device_get(byref(cur)))
         return cur.value
-    if name.startswith("cuda:") and name[5:].isdigit():
-        return int(name[5:])
+    if name.startswith("cuda:") and name[5:].isascii() and name[5:].isdigit():
+        return _device_arg(int(name[5:]))
     raise ValueError(f"bad device {device!r}: None, 'cpu', 'cuda', 'cuda:N' or an int")
 
 
@@ -86,23 +126,72 @@ def _dtype_arg(dtype):
 
 
 def _shape_arg(shape):
-    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    """An int or a sequence of ints (each through operator.index, in int64's range; the
+    library checks the count and the signs) as (tuple, int64 array)."""
+    try:
+        shape = (operator.index(shape),)
+    except TypeError:
+        if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+            raise TypeError("a shape is an int or a sequence of ints, not "
+                            f"{type(shape).__name__}") from None
+        shape = tuple(shape)
+    shape = tuple(_index(d, "dimension", *_INT64) for d in shape)
     return shape, (c_int64 * max(len(shape), 1))(*shape)
 
 
 def _part_arg(part):
-    if part in ("data", _lib.PART_DATA):
+    if part == "data" or (type(part) is int and part == _lib.PART_DATA):
         return _lib.PART_DATA
-    if part in ("diff", _lib.PART_DIFF):
+    if part == "diff" or (type(part) is int and part == _lib.PART_DIFF):
         return _lib.PART_DIFF
     raise ValueError(f"bad part {part!r}: 'data' or 'diff'")
 
 
+def _path_arg(path):
+    """A str, bytes or os.PathLike path as the file system's bytes (as open() takes it:
+    any name the system allows, an embedded NUL refused)."""
+    encoded = os.fsencode(os.fspath(path))
+    if b"\0" in encoded:
+        raise ValueError("embedded null byte in path")
+    return encoded
+
+
 # ---- capsules ----
-# Both names are handed to PyCapsule_New / SetName, which keep the pointer, so the
-# buffers (and the destructor) are given a reference that is never dropped.
+# The names are handed to PyCapsule_New / SetName, which keep the pointer, so the
+# buffers (and the destructors and deleters) are given a reference that is never
+# dropped: they must outlive every capsule and tensor, even at interpreter exit.
 _NAME = ctypes.create_string_buffer(b"dltensor")
 _USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
+_VNAME = ctypes.create_string_buffer(b"dltensor_versioned")
+_USED_VNAME = ctypes.create_string_buffer(b"used_dltensor_versioned")
+
+# Versioned tensors of ours wrapping the library's unversioned exports, and unversioned
+# tensors of ours wrapping imported versioned ones, by address, until their deleter runs:
+# address -> (our struct, the wrapped tensor's address).
+_wrappers = {}
+
+
+def _delete_versioned(address):
+    """Call the deleter of the DLManagedTensorVersioned at address, if it has one."""
+    deleter = DLManagedTensorVersioned.from_address(address).deleter
+    if deleter:
+        deleter(address)
+
+
+@_lib.DELETER
+def _export_deleter(address):
+    """The deleter of our versioned exports: give back the library's tensor inside."""
+    entry = _wrappers.pop(address, None)
+    if entry is not None:
+        lib.blob_dlpack_delete(entry[1])
+
+
+@_lib.DELETER
+def _import_deleter(address):
+    """The deleter the library calls for an imported versioned tensor: the producer's."""
+    entry = _wrappers.pop(address, None)
+    if entry is not None:
+        _delete_versioned(entry[1])
 
 
 @_lib.CAPSULE_DESTRUCTOR
@@ -116,18 +205,41 @@ def _capsule_destructor(capsule):
         pass
 
 
-for _keep in (_NAME, _USED_NAME, _capsule_destructor):
+@_lib.CAPSULE_DESTRUCTOR
+def _vcapsule_destructor(capsule):
+    """The same for "dltensor_versioned" (taken: "used_dltensor_versioned")."""
+    try:
+        if _lib.capsule_is_valid(capsule, _VNAME):
+            _delete_versioned(_lib.capsule_get_pointer(capsule, _VNAME))
+    except Exception:  # noqa: BLE001 - a destructor must not raise
+        pass
+
+
+for _keep in (_NAME, _USED_NAME, _VNAME, _USED_VNAME, _capsule_destructor,
+              _vcapsule_destructor, _export_deleter, _import_deleter):
     api.Py_IncRef(ctypes.py_object(_keep))
 
 
-def _export(handle, part, side, flags, stream):
-    """A "dltensor" capsule of the blob's part and side."""
-    tensor = c_void_p()
-    _check(lib.blob_to_dlpack(handle, part, side, flags, stream, byref(tensor)))
+def _capsule(tensor, versioned, flags):
+    """A capsule that owns the library's exported tensor: "dltensor", or with versioned
+    a "dltensor_versioned" wrapping it, with DLPack's flags."""
     try:
-        return api.PyCapsule_New(tensor, _NAME, _capsule_destructor)
+        if not versioned:
+            return api.PyCapsule_New(tensor, _NAME, _capsule_destructor)
+        v = DLManagedTensorVersioned()
+        v.version.major, v.version.minor = _lib.DLPACK_VERSION
+        v.deleter = _export_deleter
+        v.flags = flags
+        ctypes.memmove(ctypes.addressof(v.dl_tensor), tensor, ctypes.sizeof(DLTensor))
+        address = ctypes.addressof(v)
+        _wrappers[address] = (v, tensor)
     except BaseException:
         lib.blob_dlpack_delete(tensor)
+        raise
+    try:
+        return api.PyCapsule_New(address, _VNAME, _vcapsule_destructor)
+    except BaseException:
+        _export_deleter(address)
         raise
 
 
@@ -135,14 +247,42 @@ def _stream_arg(stream):
     """The consumer's CUDA stream of the array API's __dlpack__ as (pointer, flags):
     None and 1 are the legacy default stream, 2 the per-thread default stream, -1 asks
     for no ordering, any other value is a cudaStream_t."""
-    if stream is None or stream == 1:
+    if stream is None:
         return None, 0
+    stream = _index(stream, "stream", -1, 2**64 - 1)
     if stream == -1:
         return None, _lib.DLPACK_UNORDERED
-    if stream == 0 or not isinstance(stream, int):
-        raise ValueError(f"bad CUDA stream {stream!r}: 0 is ambiguous; pass 1 for the legacy "
+    if stream == 0:
+        raise ValueError("bad CUDA stream 0: it is ambiguous; pass 1 for the legacy "
                          "default stream, 2 for the per-thread one, or a stream pointer")
-    return stream, 0
+    return (None if stream == 1 else stream), 0
+
+
+def _max_version_arg(max_version):
+    """Whether a consumer's max_version asks for a versioned capsule (DLPack >= 1)."""
+    if max_version is None:
+        return False
+    try:
+        major, minor = max_version
+    except (TypeError, ValueError):
+        raise TypeError(f"max_version must be a (major, minor) tuple, not {max_version!r}") \
+            from None
+    return _index(major, "max_version major", 0, 2**32 - 1) >= 1
+
+
+def _dl_device_arg(dl_device):
+    try:
+        device_type, device_id = dl_device
+    except (TypeError, ValueError):
+        raise TypeError(f"dl_device must be a (device_type, device_id) tuple, not "
+                        f"{dl_device!r}") from None
+    return (_index(device_type, "dl_device type", -2**31, 2**31 - 1),
+            _index(device_id, "dl_device id", -2**31, 2**31 - 1))
+
+
+def _tensor_device(tensor):
+    d = DLManagedTensor.from_address(tensor).dl_tensor.device
+    return (d.device_type, d.device_id)
 
 
 class Blob:
@@ -152,23 +292,26 @@ class Blob:
     Blob(shape, dtype="float32", device=None): device is None (the current GPU if there
     is one, else the host), "cpu", "cuda", "cuda:N" or an int. Memory is allocated (and
     zero-filled) on first use. The blob is freed when the object goes (or by close());
-    arrays exported from it keep its memory alive on their own.
+    arrays exported from it keep its memory alive on their own. Calls on one Blob from
+    several threads run one at a time (see the module's notes on threads).
     """
 
-    __slots__ = ("_handle", "__weakref__")
+    __slots__ = ("_handle", "_lock", "__weakref__")
 
     def __init__(self, shape=(), dtype="float32", device=None):
         self._handle = None
+        self._lock = threading.RLock()
         shape, dims = _shape_arg(shape)
+        dtype, device = _dtype_arg(dtype), _device_arg(device)
         handle = c_void_p()
-        _check(lib.blob_create(byref(handle), _dtype_arg(dtype), _device_arg(device),
-                               len(shape), dims))
+        _check(lib.blob_create(byref(handle), dtype, device, len(shape), dims))
         self._handle = handle.value
 
     @classmethod
     def _adopt(cls, handle):
         b = cls.__new__(cls)
         b._handle = handle
+        b._lock = threading.RLock()
         return b
 
     @classmethod
@@ -178,17 +321,30 @@ class Blob:
         b.load(path)
         return b
 
-    @property
-    def _h(self):
+    def _live(self):
+        """The handle, for a call made while holding self._lock."""
         if self._handle is None:
             raise ValueError("the blob is closed")
         return self._handle
 
+    def _call(self, fn, *args):
+        """fn(handle, *args) under the lock."""
+        with self._lock:
+            return fn(self._live(), *args)
+
+    @property
+    def _h(self):
+        """The handle, for ctypes calls into libblob (blob._lib.lib) that the caller keeps
+        from running beside other calls on the blob or its close()."""
+        return self._live()
+
     def close(self):
-        """Free the blob now (exported arrays keep their memory)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            lib.blob_free(handle)
+        """Free the blob now, once a call on it in another thread is done (exported arrays
+        keep their memory)."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                lib.blob_free(handle)
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None and lib is not None:
@@ -202,62 +358,71 @@ class Blob:
 
     @property
     def shape(self):
-        h = self._h
-        dims = lib.blob_shape(h)
-        return tuple(dims[i] for i in range(lib.blob_num_axes(h)))
+        with self._lock:
+            h = self._live()
+            return tuple(lib.blob_shape(h)[:lib.blob_num_axes(h)])
 
     @property
     def ndim(self):
-        return lib.blob_num_axes(self._h)
+        return self._call(lib.blob_num_axes)
 
     @property
     def size(self):
         """The number of elements."""
-        return lib.blob_count(self._h)
+        return self._call(lib.blob_count)
 
     @property
     def dtype(self):
         """"float32" or "float64"."""
-        return _DTYPE_NAMES[lib.blob_get_dtype(self._h)]
+        return _DTYPE_NAMES[self._call(lib.blob_get_dtype)]
 
     @property
     def device(self):
         """"cpu" for a host-only blob, "cuda:N" for a blob of GPU N."""
-        d = lib.blob_device(self._h)
+        d = self._call(lib.blob_device)
         return "cpu" if d < 0 else f"cuda:{d}"
 
     def __repr__(self):
-        if self._handle is None:
-            return "Blob(closed)"
-        return f"Blob(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+        with self._lock:
+            if self._handle is None:
+                return "Blob(closed)"
+            return f"Blob(shape={self.shape}, dtype={self.dtype}, device={self.device})"
 
     def reshape(self, *shape):
         """Change the shape in place (memory is kept while it fits); returns self."""
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        if len(shape) == 1 and not hasattr(shape[0], "__index__"):
             shape = shape[0]
         shape, dims = _shape_arg(shape)
-        _check(lib.blob_reshape(self._h, len(shape), dims))
+        _check(self._call(lib.blob_reshape, len(shape), dims))
         return self
 
     def update(self):
         """data -= diff, where data's newest values are (the GPU for a GPU blob whose data
         was last used there)."""
-        _check(lib.blob_update(self._h))
+        _check(self._call(lib.blob_update))
 
     def save(self, path, part="data"):
-        """Write data or diff as a .npy file."""
-        _check(lib.blob_save_npy(self._h, _part_arg(part), str(path).encode()))
+        """Write data or diff as a .npy file (path: str, bytes or os.PathLike)."""
+        _check(self._call(lib.blob_save_npy, _part_arg(part), _path_arg(path)))
 
     def load(self, path, part="data"):
         """Read a .npy file into data or diff, reshaping the blob to its shape."""
-        _check(lib.blob_load_npy(self._h, _part_arg(part), str(path).encode()))
+        _check(self._call(lib.blob_load_npy, _part_arg(part), _path_arg(path)))
+
+    def _copy_part(self, part, device):
+        """A new blob on device (as Blob() takes it) whose `part` is a copy of ours."""
+        with self._lock:
+            h = self._live()
+            c = Blob((), _DTYPE_NAMES[lib.blob_get_dtype(h)], device)
+            _check(lib.blob_copy_from(c._handle, h, part == _lib.PART_DIFF, True))
+        return c
 
     def copy(self):
         """A new blob on the same device with copies of the data and the diff."""
-        device = lib.blob_device(self._h)
-        c = Blob((), self.dtype, device if device >= 0 else "cpu")
-        _check(lib.blob_copy_from(c._h, self._h, False, True))
-        _check(lib.blob_copy_from(c._h, self._h, True, False))
+        with self._lock:
+            device = lib.blob_device(self._live())
+            c = self._copy_part(_lib.PART_DATA, device if device >= 0 else "cpu")
+            _check(lib.blob_copy_from(c._handle, self._handle, True, False))
         return c
 
     # ---- views ----
@@ -290,11 +455,14 @@ class Blob:
         """The raw address of data or diff on the host ("cpu") or device side (None: the
         blob's device), synced first, for ctypes calls into libblob (blob._lib.lib):
         valid as long as a C accessor's pointer is. 0 for a blob of no elements."""
-        host = (device is None and lib.blob_device(self._h) < 0) or str(device) == "cpu"
-        name = ("blob_mutable_" if writable else "blob_") + ("cpu_" if host else "gpu_") + \
-            ("data" if _part_arg(part) == _lib.PART_DATA else "diff")
+        part = _part_arg(part)
         ptr = c_void_p()
-        _check(getattr(lib, name)(self._h, byref(ptr)))
+        with self._lock:
+            h = self._live()
+            host = (device is None and lib.blob_device(h) < 0) or str(device) == "cpu"
+            name = ("blob_mutable_" if writable else "blob_") + ("cpu_" if host else "gpu_") + \
+                ("data" if part == _lib.PART_DATA else "diff")
+            _check(getattr(lib, name)(h, byref(ptr)))
         return ptr.value or 0
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -305,75 +473,126 @@ class Blob:
         return self.data.__dlpack_device__()
 
 
+class _HostMemory:
+    """One export of a host side, the base of the NumPy array made from it: the export,
+    and with it the memory, lives exactly as long as the array and its views."""
+
+    __slots__ = ("_tensor", "__array_interface__")
+
+    def __init__(self, tensor, writable):
+        self._tensor = tensor
+        t = DLManagedTensor.from_address(tensor).dl_tensor
+        self.__array_interface__ = {
+            "shape": tuple(t.shape[:t.ndim]), "typestr": "<f4" if t.dtype.bits == 32 else "<f8",
+            "data": (t.data or 0, not writable), "strides": None, "version": 3}
+
+    def __del__(self):
+        if lib is not None:
+            lib.blob_dlpack_delete(self._tensor)
+
+
 class View:
     """The data or diff of a blob on one side, for exchange: __dlpack__ and
-    __dlpack_device__ (the Python array API), __array_interface__ for host views (so
-    np.asarray(view) is a writable NumPy array on the blob's memory), and item access,
-    which reads and writes the host side (as pycaffe's blob.data[...] did)."""
+    __dlpack_device__ (the Python array API, DLPack 1.0 and 0.6), __array__ for host
+    views (so np.asarray(view) is a NumPy array on the blob's memory, writable unless the
+    view is read-only), and item access, which reads and writes the host side (as
+    pycaffe's blob.data[...] did). Each array made holds its own export of the memory,
+    freed with the array."""
 
-    __slots__ = ("blob", "part", "side", "writable", "_held")
+    __slots__ = ("blob", "part", "side", "writable")
 
     def __init__(self, blob, part, side, writable=True):
         self.blob = blob
         self.part = part
         self.side = side if side is not None else (
-            _lib.SIDE_DEVICE if lib.blob_device(blob._h) >= 0 else _lib.SIDE_HOST)
-        self.writable = writable
-        self._held = []  # exports backing arrays made through __array_interface__
-
-    def __del__(self):
-        held = getattr(self, "_held", ())
-        while held and lib is not None:
-            lib.blob_dlpack_delete(held.pop())
+            _lib.SIDE_DEVICE if blob._call(lib.blob_device) >= 0 else _lib.SIDE_HOST)
+        self.writable = bool(writable)
 
     def __dlpack_device__(self):
         if self.side == _lib.SIDE_DEVICE:
-            return (_lib.KDLCUDA, lib.blob_device(self.blob._h))
+            return (_lib.KDLCUDA, self.blob._call(lib.blob_device))
         return (_lib.KDLCPU, 0)
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """A "dltensor" capsule (DLPack 0.6; max_version is accepted and an unversioned
-        capsule returned, as the array API allows). dl_device may ask for the host side
-        of a device view; copy=True exports a copy; the CUDA stream is ordered after the
-        blob's pending work on the device (see _stream_arg)."""
-        side = self.side
-        if dl_device is not None:
-            dl_device = tuple(dl_device)
-            if dl_device == (_lib.KDLCPU, 0):
-                side = _lib.SIDE_HOST
-            elif dl_device != self.__dlpack_device__():
-                raise BufferError(f"cannot export {self.__dlpack_device__()} memory to "
-                                  f"{dl_device} without a copy")
-        source = self.blob.copy() if copy else self.blob
-        flags = _lib.DLPACK_WRITABLE if self.writable else 0
-        ptr = None
-        if side == _lib.SIDE_DEVICE:
-            ptr, more = _stream_arg(stream)
-            flags |= more
-        return _export(source._h, self.part, side, flags, ptr)
-
-    @property
-    def __array_interface__(self):
-        if self.side != _lib.SIDE_HOST:
-            raise AttributeError("a device view has no __array_interface__: use DLPack "
-                                 "(torch.from_dlpack, cupy.from_dlpack) or view(part, 'cpu')")
-        h = self.blob._h
+    def _export(self, blob, side, flags, stream):
+        """The library's unversioned export of `blob`'s part (this view's) and side."""
         tensor = c_void_p()
+        _check(blob._call(lib.blob_to_dlpack, self.part, side, flags, stream, byref(tensor)))
+        return tensor.value
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A "dltensor_versioned" capsule (DLPack 1.0; read-only for a read-only view)
+        when max_version is (1, 0) or later, else a "dltensor" one (DLPack 0.6).
+        dl_device: the view's device (None), or (kDLCPU, 0) for the host side, or
+        (kDLCUDAHost, 0) for a pinned host side, or (kDLCUDA, N): the blob's own other
+        side where it has one, else a copy. copy: True always copies (the copy is
+        writable), False never does (BufferError where a copy would be needed), None
+        copies only where needed. A device export's CUDA stream is ordered after the
+        blob's pending work on the device (see _stream_arg)."""
+        versioned = _max_version_arg(max_version)
+        copy = None if copy is None else bool(copy)
+        ptr, stream_flags = _stream_arg(stream)
+        target = self.__dlpack_device__() if dl_device is None else _dl_device_arg(dl_device)
+        bdev = self.blob._call(lib.blob_device)
+        flags = 0
+        if target == (_lib.KDLCPU, 0):
+            side, here, copy_to = _lib.SIDE_HOST, True, "cpu"
+        elif target == (_lib.KDLCUDAHOST, 0):
+            side, here, copy_to = _lib.SIDE_HOST, bdev >= 0, None  # any GPU's pinned memory
+            flags = _lib.DLPACK_CUDA_HOST
+        elif target[0] == _lib.KDLCUDA and target[1] >= 0:
+            side, here, copy_to = _lib.SIDE_DEVICE, bdev == target[1], target[1]
+        else:
+            raise BufferError(f"cannot export to DLPack device {target}: kDLCPU, "
+                              "kDLCUDAHost or kDLCUDA only")
+        if side == _lib.SIDE_DEVICE:
+            flags |= stream_flags
+        else:
+            ptr = None
+        tensor = None
+        if here and not copy:
+            tensor = self._export(self.blob, side,
+                                  flags | (_lib.DLPACK_WRITABLE if self.writable else 0), ptr)
+            if _tensor_device(tensor) != target:  # a pageable host side for kDLCUDAHost
+                lib.blob_dlpack_delete(tensor)
+                tensor = None
+        if tensor is not None:
+            return _capsule(tensor, versioned, 0 if self.writable else _lib.DLPACK_FLAG_READ_ONLY)
+        if copy is False:
+            raise BufferError(f"exporting {self.__dlpack_device__()} memory to {target} "
+                              "needs a copy, and copy=False")
+        try:
+            c = self.blob._copy_part(self.part, copy_to)
+        except BlobError as e:
+            raise BufferError(f"cannot copy to DLPack device {target}: {e}") from e
+        with c:
+            tensor = self._export(c, side, flags | _lib.DLPACK_WRITABLE, ptr)
+        if _tensor_device(tensor) != target:  # no GPU for the pinned copy
+            lib.blob_dlpack_delete(tensor)
+            raise BufferError(f"cannot copy to DLPack device {target}: no GPU")
+        return _capsule(tensor, versioned, _lib.DLPACK_FLAG_IS_COPIED)
+
+    def __array__(self, dtype=None, copy=None):
+        """The host side as a NumPy array on the blob's memory (NumPy's protocol: a copy
+        with copy=True or another dtype)."""
+        import numpy as np
+        if self.side != _lib.SIDE_HOST:
+            raise TypeError("a device view is not a NumPy array: use DLPack "
+                            "(torch.from_dlpack, cupy.from_dlpack) or view(part, 'cpu')")
         flags = _lib.DLPACK_WRITABLE if self.writable else 0
-        _check(lib.blob_to_dlpack(h, self.part, _lib.SIDE_HOST, flags, None, byref(tensor)))
-        self._held.append(tensor.value)
-        ptr = self.blob.pointer(self.part, "cpu")  # the exported side: no copy, no change
-        typestr = "<f4" if lib.blob_get_dtype(h) == _lib.FLOAT32 else "<f8"
-        return {"shape": self.blob.shape, "typestr": typestr, "data": (ptr, not self.writable),
-                "strides": None, "version": 3}
+        a = np.asarray(_HostMemory(self._export(self.blob, _lib.SIDE_HOST, flags, None),
+                                   self.writable))
+        if copy or (dtype is not None and np.dtype(dtype) != a.dtype):
+            if copy is False:
+                raise ValueError(f"a {a.dtype} view as {np.dtype(dtype)} needs a copy")
+            return np.array(a, dtype=dtype)
+        return a
 
     def numpy(self):
         """The host side as a NumPy array on the blob's memory (writable unless the view
         is read-only)."""
-        import numpy as np
         host = self if self.side == _lib.SIDE_HOST else View(self.blob, self.part,
                                                               _lib.SIDE_HOST, self.writable)
-        return np.asarray(host)
+        return host.__array__()
 
     def __getitem__(self, key):
         return self.numpy()[key]
@@ -387,26 +606,60 @@ class View:
         return f"View({self.blob!r}, {part}, {side} side)"
 
 
+def _import_versioned(capsule, host_device):
+    """blob_from_dlpack of a "dltensor_versioned" capsule's tensor, through an unversioned
+    tensor of ours whose deleter calls the producer's."""
+    address = api.PyCapsule_GetPointer(capsule, _VNAME)
+    v = DLManagedTensorVersioned.from_address(address)
+    if v.version.major != _lib.DLPACK_VERSION[0]:
+        raise BufferError(f"DLPack {v.version.major}.{v.version.minor} tensor: this module "
+                          f"reads major version {_lib.DLPACK_VERSION[0]}")
+    if v.flags & _lib.DLPACK_FLAG_READ_ONLY:
+        raise BufferError("the tensor is read-only, and a blob writes its data")
+    wrapper = DLManagedTensor()
+    wrapper.dl_tensor = v.dl_tensor
+    wrapper.deleter = _import_deleter
+    key = ctypes.addressof(wrapper)
+    _wrappers[key] = (wrapper, address)
+    handle = c_void_p()
+    status = lib.blob_from_dlpack(byref(handle), key, host_device)
+    if status != _lib.OK:
+        del _wrappers[key]
+        _check(status)
+    return handle.value
+
+
 def from_dlpack(x, device="cpu"):
     """A Blob whose data borrows the memory of x (a NumPy, PyTorch, CuPy, ... array, or an
-    unconsumed "dltensor" capsule) without a copy. x's memory must be C-contiguous
-    float32 or float64. Device memory gives a blob of its GPU, ordered after x's pending
-    work on the device; host memory a blob bound to `device` (default "cpu": host-only).
-    The producer's deleter runs when the last blob using the memory lets go of it. On
-    failure (BlobError) the capsule is left unconsumed, so its producer frees it."""
+    unconsumed "dltensor" or "dltensor_versioned" capsule) without a copy. x's memory must
+    be writable, C-contiguous float32 or float64. Device memory gives a blob of its GPU,
+    ordered after x's pending work on the device; host memory a blob bound to `device`
+    (default "cpu": host-only). The producer's deleter runs when the last blob using the
+    memory lets go of it. On failure (BlobError, BufferError) the capsule is left
+    unconsumed, so its producer frees it."""
+    host_device = _device_arg(device)
     if type(x).__name__ == "PyCapsule":
         capsule = x
     else:
         dev_type = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else _lib.KDLCPU
+        kwargs = {}
         if dev_type == _lib.KDLCUDA:
             stream = lib.blob_get_stream()  # the stream our work on it will use
-            capsule = x.__dlpack__(stream=stream if stream else 1)
-        else:
-            capsule = x.__dlpack__()
-    if not api.PyCapsule_IsValid(capsule, _NAME):
-        raise ValueError("expected an unconsumed DLPack capsule named 'dltensor'")
-    tensor = api.PyCapsule_GetPointer(capsule, _NAME)
-    handle = c_void_p()
-    _check(lib.blob_from_dlpack(byref(handle), tensor, _device_arg(device)))
-    api.PyCapsule_SetName(capsule, _USED_NAME)
-    return Blob._adopt(handle.value)
+            kwargs["stream"] = stream if stream else 1
+        try:
+            capsule = x.__dlpack__(max_version=_lib.DLPACK_VERSION, **kwargs)
+        except TypeError:  # a producer of DLPack < 1.0
+            capsule = x.__dlpack__(**kwargs)
+    if api.PyCapsule_IsValid(capsule, _VNAME):
+        handle = _import_versioned(capsule, host_device)
+        api.PyCapsule_SetName(capsule, _USED_VNAME)
+    elif api.PyCapsule_IsValid(capsule, _NAME):
+        handle = c_void_p()
+        _check(lib.blob_from_dlpack(byref(handle), api.PyCapsule_GetPointer(capsule, _NAME),
+                                    host_device))
+        handle = handle.value
+        api.PyCapsule_SetName(capsule, _USED_NAME)
+    else:
+        raise ValueError("expected an unconsumed DLPack capsule named 'dltensor' or "
+                         "'dltensor_versioned'")
+    return Blob._adopt(handle)
