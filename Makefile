@@ -258,8 +258,8 @@ bench-dp: examples $(LAUNCH_BIN)
 # goes, the tables at the end) and bench/dlpack.py. On a GPU net_step runs mlp and lenet
 # at batch 64 and 256, and mlp4096 at 512 in each math mode; on the host (no GPU), where
 # every mode computes float32, each configuration once, with fewer steps: mlp at 64 and
-# 256 and lenet at 64 (about 2 minutes on a 2-core CPU, torch's runs included), and with
-# BENCH_FULL=1 lenet at 256 and mlp4096 at 512 too (about 6 minutes more).
+# 256 and lenet at 64 (under a minute on a 2-core CPU, 2 the first time torch.compile
+# runs), and with BENCH_FULL=1 lenet at 256 and mlp4096 at 512 too (about 5 in all).
 NET_STEP = $(EXAMPLES_BIN)/net_step
 bench: $(BENCH_BIN) examples
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
