@@ -65,6 +65,62 @@ class TorchHostTest(unittest.TestCase):
         self.assertEqual(x[5].item(), 4.0)
 
 
+class Spy:
+    """Passes __dlpack__ on to a view of ours and records the keywords it was given."""
+
+    def __init__(self, view):
+        self.view, self.calls = view, []
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        return self.view.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.view.__dlpack_device__()
+
+
+def accepts_max_version(x):
+    try:
+        x.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        return False
+    return True
+
+
+@unittest.skipUnless(torch is not None and np is not None, "PyTorch is not importable")
+class TorchVersionedTest(unittest.TestCase):
+    def setUp(self):
+        if not accepts_max_version(torch.ones(1)):
+            self.skipTest("this PyTorch speaks DLPack 0.6 only")
+
+    def test_export_versioned(self):
+        b = blob.Blob((4,), device="cpu")
+        b.data[...] = [1, 2, 3, 4]
+        spy = Spy(b.view("data", "cpu"))
+        t = torch.from_dlpack(spy)
+        self.assertGreaterEqual(tuple(spy.calls[0]["max_version"]), (1, 0))
+        self.assertEqual(t.data_ptr(), b.pointer())
+        t.add_(1)
+        self.assertEqual(b.data[3], 5.0)
+        c = torch.from_dlpack(b.data, copy=True)
+        self.assertNotEqual(c.data_ptr(), b.pointer())
+        self.assertEqual(c.tolist(), [2, 3, 4, 5])
+
+    def test_import_versioned(self):
+        x = torch.arange(6, dtype=torch.float32)
+        capsule = x.__dlpack__(max_version=(1, 0))
+        b = blob.from_dlpack(capsule)
+        self.assertIn("used_dltensor_versioned", repr(capsule))
+        self.assertEqual(b.pointer(), x.data_ptr())
+        b.diff[...] = 1.0
+        b.update()
+        self.assertEqual(x.tolist(), [-1, 0, 1, 2, 3, 4])
+        del x, capsule
+        gc.collect()
+        np.testing.assert_array_equal(b.data.numpy(), [-1, 0, 1, 2, 3, 4])
+        b.close()  # torch's deleter, through our wrapper
+
+
 @unittest.skipIf(TORCH_GPU, TORCH_GPU)
 class TorchDeviceTest(unittest.TestCase):
     def setUp(self):
@@ -150,6 +206,23 @@ class TorchDeviceTest(unittest.TestCase):
         gc.collect()
         self.assertEqual(torch.cuda.memory_allocated(), base)  # torch's deleter ran
 
+    def test_devices_and_copies(self):
+        b = blob.Blob((1000,), device=0)
+        b.data[...] = 3.0
+        h = torch.from_dlpack(b, device="cpu")  # the blob's own host side, no copy
+        self.assertEqual(h.data_ptr(), b.pointer(device="cpu"))
+        c = torch.from_dlpack(b, copy=True)  # a copy on the blob's GPU
+        self.assertEqual(c.device, torch.device("cuda", 0))
+        self.assertNotEqual(c.data_ptr(), b.pointer())
+        self.assertEqual(c.sum().item(), 3000.0)
+        host = blob.Blob((1000,), device="cpu")
+        host.data[...] = 2.0
+        g = torch.from_dlpack(host.data, device="cuda:0")  # copied to the GPU
+        self.assertEqual(g.device, torch.device("cuda", 0))
+        self.assertEqual(g.sum().item(), 2000.0)
+        with self.assertRaises(BufferError):
+            torch.from_dlpack(host.data, device="cuda:0", copy=False)
+
     def test_blob_round_trip_through_torch(self):
         b = blob.Blob((5, 7), "float64", device=0)
         b.data[...] = np.arange(35).reshape(5, 7)
@@ -198,6 +271,21 @@ class CupyDeviceTest(unittest.TestCase):
         b.update()
         self.assertEqual(host_values(b)[7], 20.0)
         b.close()
+
+    def test_versioned_both_ways(self):
+        x = cupy.arange(8, dtype=cupy.float32)
+        if not accepts_max_version(x):
+            self.skipTest("this CuPy speaks DLPack 0.6 only")
+        capsule = x.__dlpack__(max_version=(1, 0), stream=1)
+        b = blob.from_dlpack(capsule)
+        self.assertIn("used_dltensor_versioned", repr(capsule))
+        self.assertEqual(b.pointer(), x.data.ptr)
+        spy = Spy(b.data)
+        a = cupy.from_dlpack(spy)
+        self.assertEqual(a.data.ptr, b.pointer())
+        self.assertGreaterEqual(tuple(spy.calls[0]["max_version"]), (1, 0))
+        a += 1  # cupy writes through the versioned export ...
+        self.assertEqual(float(x[7]), 8.0)  # ... into the memory the blob borrows from x
 
     def test_blob_freed_before_the_array(self):
         b = blob.Blob((100,), device=0)
