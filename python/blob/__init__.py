@@ -158,8 +158,9 @@ def _path_arg(path):
 
 # ---- capsules ----
 # The names are handed to PyCapsule_New / SetName, which keep the pointer, so the
-# buffers (and the destructors and deleters) are given a reference that is never
-# dropped: they must outlive every capsule and tensor, even at interpreter exit.
+# buffers (and the destructors, the deleters and the structs of _wrappers) are given a
+# reference that is never dropped: they must outlive every capsule and tensor, even at
+# interpreter exit.
 _NAME = ctypes.create_string_buffer(b"dltensor")
 _USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
 _VNAME = ctypes.create_string_buffer(b"dltensor_versioned")
@@ -216,7 +217,7 @@ def _vcapsule_destructor(capsule):
 
 
 for _keep in (_NAME, _USED_NAME, _VNAME, _USED_VNAME, _capsule_destructor,
-              _vcapsule_destructor, _export_deleter, _import_deleter):
+              _vcapsule_destructor, _export_deleter, _import_deleter, _wrappers):
     api.Py_IncRef(ctypes.py_object(_keep))
 
 
@@ -267,6 +268,7 @@ def _max_version_arg(max_version):
     except (TypeError, ValueError):
         raise TypeError(f"max_version must be a (major, minor) tuple, not {max_version!r}") \
             from None
+    _index(minor, "max_version minor", 0, 2**32 - 1)
     return _index(major, "max_version major", 0, 2**32 - 1) >= 1
 
 
@@ -606,10 +608,34 @@ class View:
         return f"View({self.blob!r}, {part}, {side} side)"
 
 
-def _import_versioned(capsule, host_device):
-    """blob_from_dlpack of a "dltensor_versioned" capsule's tensor, through an unversioned
-    tensor of ours whose deleter calls the producer's."""
-    address = api.PyCapsule_GetPointer(capsule, _VNAME)
+# Taking a capsule (checking its name, then renaming it) is one step under this lock, so
+# that a capsule handed to from_dlpack in two threads at once is taken by one of them.
+_taking = threading.Lock()
+
+
+def _take(capsule):
+    """(name, tensor address) of an unconsumed capsule, renamed "used_..." now: its tensor
+    is this caller's, to import or to give back by restoring the name."""
+    with _taking:
+        for name, used in ((_VNAME, _USED_VNAME), (_NAME, _USED_NAME)):
+            if api.PyCapsule_IsValid(capsule, name):
+                tensor = api.PyCapsule_GetPointer(capsule, name)
+                api.PyCapsule_SetName(capsule, used)
+                return name, tensor
+    raise ValueError("expected an unconsumed DLPack capsule named 'dltensor' or "
+                     "'dltensor_versioned'")
+
+
+def _import(tensor, host_device):
+    """blob_from_dlpack of a DLManagedTensor: the new blob's handle."""
+    handle = c_void_p()
+    _check(lib.blob_from_dlpack(byref(handle), tensor, host_device))
+    return handle.value
+
+
+def _import_versioned(address, host_device):
+    """The same for a DLManagedTensorVersioned, through an unversioned tensor of ours
+    whose deleter calls the producer's."""
     v = DLManagedTensorVersioned.from_address(address)
     if v.version.major != _lib.DLPACK_VERSION[0]:
         raise BufferError(f"DLPack {v.version.major}.{v.version.minor} tensor: this module "
@@ -621,12 +647,11 @@ def _import_versioned(capsule, host_device):
     wrapper.deleter = _import_deleter
     key = ctypes.addressof(wrapper)
     _wrappers[key] = (wrapper, address)
-    handle = c_void_p()
-    status = lib.blob_from_dlpack(byref(handle), key, host_device)
-    if status != _lib.OK:
+    try:
+        return _import(key, host_device)
+    except BaseException:
         del _wrappers[key]
-        _check(status)
-    return handle.value
+        raise
 
 
 def from_dlpack(x, device="cpu"):
@@ -650,16 +675,10 @@ def from_dlpack(x, device="cpu"):
             capsule = x.__dlpack__(max_version=_lib.DLPACK_VERSION, **kwargs)
         except TypeError:  # a producer of DLPack < 1.0
             capsule = x.__dlpack__(**kwargs)
-    if api.PyCapsule_IsValid(capsule, _VNAME):
-        handle = _import_versioned(capsule, host_device)
-        api.PyCapsule_SetName(capsule, _USED_VNAME)
-    elif api.PyCapsule_IsValid(capsule, _NAME):
-        handle = c_void_p()
-        _check(lib.blob_from_dlpack(byref(handle), api.PyCapsule_GetPointer(capsule, _NAME),
-                                    host_device))
-        handle = handle.value
-        api.PyCapsule_SetName(capsule, _USED_NAME)
-    else:
-        raise ValueError("expected an unconsumed DLPack capsule named 'dltensor' or "
-                         "'dltensor_versioned'")
+    name, tensor = _take(capsule)
+    try:
+        handle = (_import_versioned if name is _VNAME else _import)(tensor, host_device)
+    except BaseException:
+        api.PyCapsule_SetName(capsule, name)  # not taken after all
+        raise
     return Blob._adopt(handle)

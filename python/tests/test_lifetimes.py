@@ -127,6 +127,32 @@ class ThreadsTest(unittest.TestCase):
             """)
         self.assertEqual((code, out.strip()), (0, "ok"))
 
+    def test_one_capsule_taken_in_two_threads_at_once(self):
+        code, out = run_child("""
+            import sys, threading, numpy as np, blob
+            x = np.ones(1000)
+            refs = sys.getrefcount(x)
+            for max_version in [(1, 0), None] * 200:
+                capsule = x.__dlpack__(max_version=max_version)
+                barrier, got = threading.Barrier(2), []
+                def take():
+                    barrier.wait()
+                    try:
+                        got.append(blob.from_dlpack(capsule))
+                    except ValueError:
+                        got.append("refused")
+                threads = [threading.Thread(target=take) for _ in range(2)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                assert sorted(map(str, got))[1] == "refused", got
+                del capsule, got
+            assert sys.getrefcount(x) == refs, (sys.getrefcount(x), refs)
+            print("ok")
+            """)
+        self.assertEqual((code, out.strip()), (0, "ok"))
+
     def test_view_kept_across_loads_in_another_thread(self):
         with tempfile.TemporaryDirectory() as d:
             small, big = os.path.join(d, "small.npy"), os.path.join(d, "big.npy")
