@@ -14,7 +14,7 @@ every other library that speaks DLPack (1.0, and 0.6 for older consumers).
 The module calls libblob.so through ctypes (see _lib.py for where it is looked for;
 `python -m blob` says which one it found and how it was built). Library errors raise
 BlobError carrying the library's message; bad arguments raise TypeError, ValueError or
-OverflowError before the library is called.
+OverflowError before the library is called. docs/python.md in the checkout has more.
 
 Threads. The library releases the GIL in every call, so threads run while one waits.
 - A Blob may be used from any thread: each call on it holds the Blob's lock, so calls
@@ -24,6 +24,8 @@ Threads. The library releases the GIL in every call, so threads run while one wa
 - A View holds its Blob. An exported array (NumPy, PyTorch, CuPy, a capsule) holds the
   memory block, not the Blob: it stays valid after close(), load() or reshape() (which
   may give the Blob a new block), and may be dropped on any thread.
+- A capsule is taken once: handed to from_dlpack in two threads at once, one imports it
+  and the other raises ValueError.
 - The values are not guarded: reads and writes of the same memory through arrays, or
   through arrays and the blob's own calls on other threads, are ordered by the caller,
   as with any NumPy array. Device work is ordered by CUDA streams, not by threads.
