@@ -94,13 +94,14 @@ def _device_arg(device):
     an int N, or an object whose str() is one of these (a torch.device)."""
     if device is None:
         return _lib.DEVICE_DEFAULT
-    if hasattr(device, "__index__") and not isinstance(device, bool):
-        n = operator.index(device)
-        if not 0 <= n <= _lib.C_INT_MAX:
-            raise ValueError(f"bad device {n}: a GPU number is 0..{_lib.C_INT_MAX}")
-        return n
-    if isinstance(device, (bool, numbers.Number)):
-        raise TypeError(f"bad device {device!r}: None, 'cpu', 'cuda', 'cuda:N' or an int")
+    if not isinstance(device, str):
+        if hasattr(device, "__index__") and not isinstance(device, bool):
+            n = operator.index(device)
+            if not 0 <= n <= _lib.C_INT_MAX:
+                raise ValueError(f"bad device {n}: a GPU number is 0..{_lib.C_INT_MAX}")
+            return n
+        if isinstance(device, (bool, numbers.Number)):
+            raise TypeError(f"bad device {device!r}: None, 'cpu', 'cuda', 'cuda:N' or an int")
     name = str(device)
     if name == "cpu":
         return _lib.HOST_ONLY
@@ -130,13 +131,13 @@ def _dtype_arg(dtype):
 def _shape_arg(shape):
     """An int or a sequence of ints (each through operator.index, in int64's range; the
     library checks the count and the signs) as (tuple, int64 array)."""
-    try:
-        shape = (operator.index(shape),)
-    except TypeError:
-        if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-            raise TypeError("a shape is an int or a sequence of ints, not "
-                            f"{type(shape).__name__}") from None
-        shape = tuple(shape)
+    if not isinstance(shape, (tuple, list)):
+        try:
+            shape = (operator.index(shape),)
+        except TypeError:
+            if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+                raise TypeError("a shape is an int or a sequence of ints, not "
+                                f"{type(shape).__name__}") from None
     shape = tuple(_index(d, "dimension", *_INT64) for d in shape)
     return shape, (c_int64 * max(len(shape), 1))(*shape)
 
@@ -172,6 +173,7 @@ _USED_VNAME = ctypes.create_string_buffer(b"used_dltensor_versioned")
 # tensors of ours wrapping imported versioned ones, by address, until their deleter runs:
 # address -> (our struct, the wrapped tensor's address).
 _wrappers = {}
+_VERSION = _lib.DLPackVersion(*_lib.DLPACK_VERSION)
 
 
 def _delete_versioned(address):
@@ -181,12 +183,14 @@ def _delete_versioned(address):
         deleter(address)
 
 
-@_lib.DELETER
-def _export_deleter(address):
-    """The deleter of our versioned exports: give back the library's tensor inside."""
+def _release_export(address):
+    """Give back the library's tensor inside our versioned export at address."""
     entry = _wrappers.pop(address, None)
     if entry is not None:
         lib.blob_dlpack_delete(entry[1])
+
+
+_export_deleter = _lib.DELETER(_release_export)  # the versioned exports' deleter
 
 
 @_lib.DELETER
@@ -213,7 +217,7 @@ def _vcapsule_destructor(capsule):
     """The same for "dltensor_versioned" (taken: "used_dltensor_versioned")."""
     try:
         if _lib.capsule_is_valid(capsule, _VNAME):
-            _delete_versioned(_lib.capsule_get_pointer(capsule, _VNAME))
+            _release_export(_lib.capsule_get_pointer(capsule, _VNAME))
     except Exception:  # noqa: BLE001 - a destructor must not raise
         pass
 
@@ -229,11 +233,8 @@ def _capsule(tensor, versioned, flags):
     try:
         if not versioned:
             return api.PyCapsule_New(tensor, _NAME, _capsule_destructor)
-        v = DLManagedTensorVersioned()
-        v.version.major, v.version.minor = _lib.DLPACK_VERSION
-        v.deleter = _export_deleter
-        v.flags = flags
-        ctypes.memmove(ctypes.addressof(v.dl_tensor), tensor, ctypes.sizeof(DLTensor))
+        v = DLManagedTensorVersioned(_VERSION, None, _export_deleter, flags,
+                                     DLTensor.from_address(tensor))  # dl_tensor comes first
         address = ctypes.addressof(v)
         _wrappers[address] = (v, tensor)
     except BaseException:
@@ -242,7 +243,7 @@ def _capsule(tensor, versioned, flags):
     try:
         return api.PyCapsule_New(address, _VNAME, _vcapsule_destructor)
     except BaseException:
-        _export_deleter(address)
+        _release_export(address)
         raise
 
 
@@ -300,22 +301,26 @@ class Blob:
     several threads run one at a time (see the module's notes on threads).
     """
 
-    __slots__ = ("_handle", "_lock", "__weakref__")
+    # _dtype and _device: the library's, fixed at creation
+    __slots__ = ("_handle", "_lock", "_dtype", "_device", "__weakref__")
 
     def __init__(self, shape=(), dtype="float32", device=None):
         self._handle = None
-        self._lock = threading.RLock()
         shape, dims = _shape_arg(shape)
         dtype, device = _dtype_arg(dtype), _device_arg(device)
         handle = c_void_p()
         _check(lib.blob_create(byref(handle), dtype, device, len(shape), dims))
-        self._handle = handle.value
+        self._take_handle(handle.value)
+
+    def _take_handle(self, handle):
+        self._lock = threading.RLock()
+        self._dtype, self._device = lib.blob_get_dtype(handle), lib.blob_device(handle)
+        self._handle = handle
 
     @classmethod
     def _adopt(cls, handle):
         b = cls.__new__(cls)
-        b._handle = handle
-        b._lock = threading.RLock()
+        b._take_handle(handle)
         return b
 
     @classmethod
@@ -378,13 +383,14 @@ class Blob:
     @property
     def dtype(self):
         """"float32" or "float64"."""
-        return _DTYPE_NAMES[self._call(lib.blob_get_dtype)]
+        self._live()
+        return _DTYPE_NAMES[self._dtype]
 
     @property
     def device(self):
         """"cpu" for a host-only blob, "cuda:N" for a blob of GPU N."""
-        d = self._call(lib.blob_device)
-        return "cpu" if d < 0 else f"cuda:{d}"
+        self._live()
+        return "cpu" if self._device < 0 else f"cuda:{self._device}"
 
     def __repr__(self):
         with self._lock:
@@ -394,8 +400,8 @@ class Blob:
 
     def reshape(self, *shape):
         """Change the shape in place (memory is kept while it fits); returns self."""
-        if len(shape) == 1 and not hasattr(shape[0], "__index__"):
-            shape = shape[0]
+        if len(shape) == 1:
+            shape = shape[0]  # an int or a sequence
         shape, dims = _shape_arg(shape)
         _check(self._call(lib.blob_reshape, len(shape), dims))
         return self
@@ -415,18 +421,16 @@ class Blob:
 
     def _copy_part(self, part, device):
         """A new blob on device (as Blob() takes it) whose `part` is a copy of ours."""
+        c = Blob((), _DTYPE_NAMES[self._dtype], device)
         with self._lock:
-            h = self._live()
-            c = Blob((), _DTYPE_NAMES[lib.blob_get_dtype(h)], device)
-            _check(lib.blob_copy_from(c._handle, h, part == _lib.PART_DIFF, True))
+            _check(lib.blob_copy_from(c._handle, self._live(), part == _lib.PART_DIFF, True))
         return c
 
     def copy(self):
         """A new blob on the same device with copies of the data and the diff."""
         with self._lock:
-            device = lib.blob_device(self._live())
-            c = self._copy_part(_lib.PART_DATA, device if device >= 0 else "cpu")
-            _check(lib.blob_copy_from(c._handle, self._handle, True, False))
+            c = self._copy_part(_lib.PART_DATA, self._device if self._device >= 0 else "cpu")
+            _check(lib.blob_copy_from(c._handle, self._live(), True, False))
         return c
 
     # ---- views ----
@@ -463,7 +467,7 @@ class Blob:
         ptr = c_void_p()
         with self._lock:
             h = self._live()
-            host = (device is None and lib.blob_device(h) < 0) or str(device) == "cpu"
+            host = (device is None and self._device < 0) or str(device) == "cpu"
             name = ("blob_mutable_" if writable else "blob_") + ("cpu_" if host else "gpu_") + \
                 ("data" if part == _lib.PART_DATA else "diff")
             _check(getattr(lib, name)(h, byref(ptr)))
@@ -509,12 +513,12 @@ class View:
         self.blob = blob
         self.part = part
         self.side = side if side is not None else (
-            _lib.SIDE_DEVICE if blob._call(lib.blob_device) >= 0 else _lib.SIDE_HOST)
+            _lib.SIDE_DEVICE if blob._device >= 0 else _lib.SIDE_HOST)
         self.writable = bool(writable)
 
     def __dlpack_device__(self):
         if self.side == _lib.SIDE_DEVICE:
-            return (_lib.KDLCUDA, self.blob._call(lib.blob_device))
+            return (_lib.KDLCUDA, self.blob._device)
         return (_lib.KDLCPU, 0)
 
     def _export(self, blob, side, flags, stream):
@@ -536,7 +540,7 @@ class View:
         copy = None if copy is None else bool(copy)
         ptr, stream_flags = _stream_arg(stream)
         target = self.__dlpack_device__() if dl_device is None else _dl_device_arg(dl_device)
-        bdev = self.blob._call(lib.blob_device)
+        bdev = self.blob._device
         flags = 0
         if target == (_lib.KDLCPU, 0):
             side, here, copy_to = _lib.SIDE_HOST, True, "cpu"
@@ -556,7 +560,7 @@ class View:
         if here and not copy:
             tensor = self._export(self.blob, side,
                                   flags | (_lib.DLPACK_WRITABLE if self.writable else 0), ptr)
-            if _tensor_device(tensor) != target:  # a pageable host side for kDLCUDAHost
+            if flags & _lib.DLPACK_CUDA_HOST and _tensor_device(tensor) != target:  # pageable
                 lib.blob_dlpack_delete(tensor)
                 tensor = None
         if tensor is not None:
