@@ -332,9 +332,12 @@ int main(int argc, char **argv)
     bool with_torch = true, timeline = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--no-torch") || !strcmp(a, "--timeline")) {
-            with_torch &= a[2] != 'n';
-            timeline |= a[2] == 't';
+        if (!strcmp(a, "--no-torch")) {
+            with_torch = false;
+            continue;
+        }
+        if (!strcmp(a, "--timeline")) {
+            timeline = true;
             continue;
         }
         if (!v)

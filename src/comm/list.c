@@ -644,20 +644,18 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
             st = capture(l, kb, buf, in_place, func, what);
         if (st == BLOB_OK)
             st = replay(l, kb, func, what);
-        if (st == BLOB_OK && mark_done(l, kb) != BLOB_OK)
-            st = blob__comm_poison(c, func, BLOB_ECUDA, what);
-        return st;
+    } else {
+        st = bucket_collective(l, k, buf, in_place, func, what);
+        if (!in_place) /* reused on the communicator's stream, after the work queued there */
+            blob_place_free(blob_place_device(c->device), buf);
+        if (st == BLOB_OK) {
+            pthread_mutex_lock(&c->mu);
+            st = blob__comm_track(c, func, what);
+            pthread_mutex_unlock(&c->mu);
+        }
     }
-    st = bucket_collective(l, k, buf, in_place, func, what);
     if (st == BLOB_OK && mark_done(l, kb) != BLOB_OK)
         st = blob__comm_poison(c, func, BLOB_ECUDA, what);
-    if (!in_place) /* reused on the communicator's stream, after the work queued there */
-        blob_place_free(blob_place_device(c->device), buf);
-    if (st == BLOB_OK) {
-        pthread_mutex_lock(&c->mu);
-        st = blob__comm_track(c, func, what);
-        pthread_mutex_unlock(&c->mu);
-    }
     return st;
 }
 
