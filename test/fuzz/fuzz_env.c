@@ -38,6 +38,16 @@ static bool writes(const char *v, int64_t x)
     return x == 0 ? !strcmp(p, "0") : neg == (x < 0) && !strcmp(p, text + (x < 0));
 }
 
+/* setenv(name, value, 1) without glibc's copy of each value set, which it never frees
+ * (a long run would grow without bound): "name=value" in a buffer of the target's own,
+ * one per slot, unset before the slot is used again. */
+static void put(int slot, const char *name, const char *value)
+{
+    static char vars[3][600];
+    snprintf(vars[slot], sizeof vars[slot], "%s=%s", name, value);
+    putenv(vars[slot]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -46,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = size - 1 < sizeof value - 1 ? size - 1 : sizeof value - 1;
     memcpy(value, data + 1, n);
     value[n] = '\0';
-    setenv(VAR, value, 1);
+    put(0, VAR, value);
     blob_status st;
     switch (data[0] % 6) {
     case 0: {
@@ -103,8 +113,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static const char *const worlds[] = {"WORLD_SIZE", "SLURM_NTASKS",
                                              "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
         int k = (data[0] / 6) % 4;
-        setenv(ranks[k], value, 1);
-        setenv(worlds[k], "8", 1);
+        put(1, ranks[k], value);
+        put(2, worlds[k], "8");
         blob_comm_options o = {.rank = -5};
         st = blob_comm_options_from_env(&o);
         unsetenv(ranks[k]);
