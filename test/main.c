@@ -3,11 +3,13 @@
  * numpy, ...) are excluded, and the number of tests skipped for each reason is printed.
  * With several GPUs and forked tests it runs itself twice (see req_set_part): the
  * one-GPU part with CUDA_VISIBLE_DEVICES set to the first GPU, then the multi-GPU cases
- * with every GPU. */
+ * with every GPU. With forked tests the suites of a part run side by side, in processes
+ * of their own (run_suites_side_by_side). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +68,89 @@ static int run_part(const char *self, const char *name, const char *visible, int
     return WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_FAILURE;
 }
 
+/* How many suites run at once: BLOB_TESTS_JOBS, or half the processors (the tests of
+ * one suite are timed against deadlines, so each keeps a processor to spare), at most 8. */
+static int suite_jobs(void)
+{
+    const char *v = getenv("BLOB_TESTS_JOBS");
+    long n = v && *v ? strtol(v, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN) / 2;
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+typedef struct {
+    int run, failed;
+} suite_result;
+
+/* Run each suite in a forked child of its own, `jobs` at a time, each child's output
+ * held in a file and printed whole, in the suites' order; then the totals. Returns the
+ * number of failed tests (or of suites that ended without a result). */
+static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int jobs)
+{
+    suite_result *res = mmap(NULL, (size_t)n * sizeof *res, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    FILE **out = calloc((size_t)n, sizeof *out);
+    pid_t *pid = calloc((size_t)n, sizeof *pid);
+    int *ended = calloc((size_t)n, sizeof *ended);
+    if (res == MAP_FAILED || !out || !pid || !ended) {
+        perror("blob_tests: the suites side by side");
+        exit(EXIT_FAILURE);
+    }
+    printf("suites side by side: %d at a time (BLOB_TESTS_JOBS), each printed when done\n", jobs);
+    fflush(stdout);
+    int started = 0, running = 0, printed = 0, failed = 0, run = 0;
+    while (printed < n) {
+        while (running < jobs && started < n) {
+            int i = started++;
+            res[i] = (suite_result){0, -1};
+            out[i] = tmpfile();
+            if (!out[i] || (pid[i] = fork()) < 0) {
+                perror("blob_tests: starting a suite");
+                exit(EXIT_FAILURE);
+            }
+            if (pid[i] == 0) {
+                dup2(fileno(out[i]), STDOUT_FILENO);
+                dup2(fileno(out[i]), STDERR_FILENO);
+                SRunner *one = srunner_create(list[i]); /* never freed: sr owns the suite */
+                srunner_run_tagged(one, NULL, NULL, NULL, exclude, CK_NORMAL);
+                res[i] = (suite_result){srunner_ntests_run(one), srunner_ntests_failed(one)};
+                fflush(stdout);
+                _exit(0);
+            }
+            running++;
+        }
+        int status;
+        pid_t done = wait(&status);
+        for (int i = 0; i < started; i++)
+            if (pid[i] == done && done > 0) {
+                ended[i] = 1;
+                running--;
+            }
+        for (; printed < n && ended[printed]; printed++) {
+            int i = printed;
+            rewind(out[i]);
+            char buf[4096];
+            size_t got;
+            while ((got = fread(buf, 1, sizeof buf, out[i])) > 0)
+                fwrite(buf, 1, got, stdout);
+            fclose(out[i]);
+            if (res[i].failed < 0) {
+                printf("suite %d of %d ended without a result (its output is above)\n", i + 1, n);
+                failed++;
+            } else {
+                run += res[i].run;
+                failed += res[i].failed;
+            }
+            fflush(stdout);
+        }
+    }
+    printf("all suites: %d tests run, %d failed\n", run, failed);
+    munmap(res, (size_t)n * sizeof *res);
+    free(out);
+    free(pid);
+    free(ended);
+    return failed;
+}
+
 /* The first device of CUDA_VISIBLE_DEVICES (or "0") into buf. */
 static const char *first_gpu(char *buf, size_t size)
 {
@@ -78,9 +163,11 @@ static const char *first_gpu(char *buf, size_t size)
 int main(int argc, char **argv)
 {
     (void)argc;
+    enum { NUM_SUITES = sizeof suites / sizeof suites[0] };
     SRunner *sr = srunner_create(NULL);
-    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
-        srunner_add_suite(sr, suites[i]());
+    Suite *list[NUM_SUITES];
+    for (int i = 0; i < NUM_SUITES; i++)
+        srunner_add_suite(sr, list[i] = suites[i]());
 
     const char *part = getenv("BLOB_TESTS_PART");
     const char *fork_mode = getenv("CK_FORK");
@@ -104,8 +191,15 @@ int main(int argc, char **argv)
            !part ? "" : multi ? ", the multi-GPU part" : ", the one-GPU part");
     const char *exclude = req_exclusions();
     fflush(stdout);
-    srunner_run_tagged(sr, NULL, NULL, multi ? "gpu2" : NULL, exclude, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    const char *one_suite = getenv("CK_RUN_SUITE");
+    const int jobs = suite_jobs();
+    int failed;
+    if (!multi && jobs > 1 && !(fork_mode && !strcmp(fork_mode, "no")) && !(one_suite && *one_suite)) {
+        failed = run_suites_side_by_side(list, NUM_SUITES, exclude, jobs);
+    } else {
+        srunner_run_tagged(sr, NULL, NULL, multi ? "gpu2" : NULL, exclude, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+    }
     srunner_free(sr);
     blob_thread_release();
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

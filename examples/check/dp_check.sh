@@ -202,8 +202,10 @@ else
         pids="$pids $lpid"
         if wait_for "$tmp/launch" 'epoch  2/' 120; then
             victim=
-            for d in /proc/[0-9]*; do # the launcher's child with RANK=1
-                [ "$(cut -d' ' -f4 "$d/stat" 2>/dev/null)" = "$lpid" ] || continue
+            for d in /proc/[0-9]*; do # RANK=1 under its keeper, the launcher's child
+                keeper=$(cut -d' ' -f4 "$d/stat" 2>/dev/null)
+                [ -n "$keeper" ] && [ "$(cut -d' ' -f4 "/proc/$keeper/stat" 2>/dev/null)" = "$lpid" ] ||
+                    continue
                 if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx 'RANK=1'; then
                     victim=${d#/proc/}
                 fi

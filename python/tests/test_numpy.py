@@ -147,8 +147,15 @@ class NumpyTest(unittest.TestCase):
         a3 = np.from_dlpack(b.data, copy=True)
         self.assertNotEqual(address(a3), address(a))
         np.testing.assert_array_equal(a3, a)
+        if blob.device_count() == 0:  # a host blob to CUDA: a copy, on a GPU only
+            with self.assertRaises(BufferError):
+                b.data.__dlpack__(dl_device=(2, 0))
+        else:
+            on_gpu = blob.from_dlpack(b.data.__dlpack__(dl_device=(2, 0)))
+            self.assertEqual(on_gpu.device, "cuda:0")
+            np.testing.assert_array_equal(on_gpu.data.numpy(), np.arange(4.0))
         with self.assertRaises(BufferError):
-            b.data.__dlpack__(dl_device=(2, 0))
+            b.data.__dlpack__(dl_device=(13, 0))  # not a device a blob can be on
 
     def test_bad_input_leaves_the_capsule_to_its_producer(self):
         cases = [

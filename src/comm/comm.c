@@ -25,6 +25,10 @@
 /* How often the watchdog looks at the queued operations. */
 #define WATCHDOG_TICK_S 0.02
 
+/* How long after the deadlines of its collectives in flight a failed handle is aborted:
+ * half the timeout, at most this (see blob__comm_fail). */
+#define ABORT_MARGIN_MAX_S 5.0
+
 static const blob__ccl *installed_ccl;
 
 const blob__ccl *blob__ccl_current(void)
@@ -115,20 +119,39 @@ static void destroy_replays(blob_comm *c)
         }
 }
 
-/* mu held: abort the handle of a failure, the graphs that hold it destroyed first. With
- * the watchdog running, mu is released meanwhile (see blob__comm_fail). */
-static void abort_doomed(blob_comm *c)
+static void *aborter_main(void *arg)
 {
-    void *h = c->doomed;
-    if (!h)
-        return;
-    c->doomed = NULL;
-    destroy_replays(c);
-    if (c->watching)
-        pthread_mutex_unlock(&c->mu);
-    c->ccl->abort(h);
-    if (c->watching)
-        pthread_mutex_lock(&c->mu);
+    blob_comm *c = arg;
+    blob__comm_sleep(c->abort_at - blob__comm_now());
+    c->ccl->abort(c->aborting);
+    return NULL;
+}
+
+/* mu held: hand c's handle to the aborter (see blob__comm_fail). */
+static void start_abort(blob_comm *c)
+{
+    double now = blob__comm_now(), last = now;
+    for (size_t i = 0; i < c->num_ops; i++)
+        last = fmax(last, c->ops[i].deadline);
+    c->abort_at = c->num_ops ? last + fmin(c->timeout_s / 2, ABORT_MARGIN_MAX_S) : now;
+    c->aborting = c->handle;
+    c->handle = NULL;
+    c->aborter_running = pthread_create(&c->aborter, NULL, aborter_main, c) == 0;
+    if (!c->aborter_running) { /* no thread: at once, the graphs first */
+        destroy_replays(c);
+        c->ccl->abort(c->aborting);
+    } else if (c->watching) {
+        pthread_cond_signal(&c->wake);
+    }
+}
+
+/* Without mu: wait for the aborter, c's graphs destroyed. */
+static void join_aborter(blob_comm *c)
+{
+    if (c->aborter_running) {
+        pthread_join(c->aborter, NULL);
+        c->aborter_running = false;
+    }
 }
 
 blob_status blob__comm_failed(blob_comm *c, const char *func)
@@ -148,12 +171,8 @@ blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, 
         snprintf(c->failure_msg, sizeof c->failure_msg, "rank %d of %d: %s", c->rank, c->size,
                  detail);
         c->failure = status;
-        c->doomed = c->handle;
-        c->handle = NULL;
-        if (c->watching)
-            pthread_cond_signal(&c->wake);
-        else
-            abort_doomed(c);
+        if (c->handle)
+            start_abort(c);
     }
     return blob__comm_failed(c, func);
 }
@@ -371,12 +390,12 @@ static void *watchdog_main(void *arg)
     while (!c->stopping) {
         if (c->failure == BLOB_OK)
             (void)check_locked(c, "watchdog");
-        abort_doomed(c);
+        if (c->failure != BLOB_OK)
+            destroy_replays(c); /* the abort waits for them */
         struct timespec until = abs_time_after(WATCHDOG_TICK_S);
         pthread_cond_timedwait(&c->wake, &c->mu, &until);
     }
-    abort_doomed(c);
-    c->watching = false; /* from now on failures abort at once */
+    c->watching = false;
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
@@ -627,10 +646,8 @@ static void leave(blob_comm *c)
         c->ccl->destroy(c->handle);
         c->handle = NULL;
     }
-    if (c->handle) {
-        c->ccl->abort(c->handle);
-        c->handle = NULL;
-    }
+    if (c->handle)
+        start_abort(c);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -639,8 +656,14 @@ void blob_comm_free(blob_comm *c)
     if (!c)
         return;
     watchdog_stop(c);
-    if (c->handle)
+    if (c->handle) {
         leave(c);
+    } else {
+        pthread_mutex_lock(&c->mu);
+        destroy_replays(c); /* of lists not freed first: the abort waits for them */
+        pthread_mutex_unlock(&c->mu);
+    }
+    join_aborter(c);
     comm_release(c);
 }
 

@@ -38,7 +38,10 @@ struct blob_comm {
     pthread_cond_t wake;
     double timeout_s;
     void *handle;  /* NCCL's communicator; NULL for 1 rank and once failed */
-    void *doomed;  /* the handle of a failure, to abort: see blob__comm_fail */
+    void *aborting;   /* the handle of a failure, which the aborter thread aborts at */
+    double abort_at;  /* this time (see blob__comm_fail); both set before it starts */
+    pthread_t aborter;
+    bool aborter_running;
     blob_comm_list *live; /* the lists of c, whose replay graphs a failure destroys */
     blob__comm_op *ops;
     size_t num_ops, cap_ops;
@@ -145,11 +148,18 @@ double blob__comm_now(void);
 void blob__comm_sleep(double seconds);
 
 /* Bring c down (mu held): the first failure wins and is kept, and NCCL's handle is
- * aborted so that nothing waits for it any more. NCCL's abort waits until every CUDA
- * graph that captured a collective of the handle is destroyed, so the replay graphs of
- * c's lists are destroyed first, and while the watchdog runs the abort is its work,
- * outside mu: a list's capture in progress (which takes mu) can then end and destroy
- * its graph. Returns the failure, its detail recorded. */
+ * aborted so that nothing waits for it any more, by a thread of its own that takes no
+ * lock and makes no CUDA call before NCCL's abort flags are up:
+ *  - Not before the deadlines of the collectives in flight have passed, plus a margin
+ *    for the ranks that started them later. An aborted NCCL kernel may pass on what its
+ *    buffers held as if it were data (LL protocols), and a peer still waiting for that
+ *    collective would take it as complete: by then every peer has given up on it.
+ *  - NCCL's abort waits until every CUDA graph that captured a collective of the handle
+ *    is destroyed: the watchdog destroys the replay graphs of c's lists meanwhile, and
+ *    blob_comm_free at the latest. A CUDA call may wait for NCCL's kernels to end (a
+ *    kernel's first launch may load its module and wait for the device), so nothing
+ *    that the abort needs is made to wait for CUDA.
+ * Returns the failure, its detail recorded. */
 blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
