@@ -157,7 +157,10 @@ BLOB_API blob_status blob_comm_create_local(blob_comm **comms, int n, const int 
 
 /* Leave the communicator: waits (within the timeout) for its queued collectives, then
  * releases NCCL's resources; a failed communicator, or one whose work does not complete
- * in time, is aborted instead. Lists of it must be freed first. NULL is a no-op. */
+ * in time, is aborted instead. The abort of a failed one comes only once the deadlines
+ * of its collectives in flight have passed, plus half the timeout (at most 5 s), so that
+ * no peer still waiting takes an aborted kernel's output for data: a process may exit
+ * without this call instead. Lists of it must be freed first. NULL is a no-op. */
 BLOB_API void blob_comm_free(blob_comm *c);
 
 /* Queries (0 for NULL; blob_comm_device gives -1 for NULL). */
