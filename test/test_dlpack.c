@@ -1039,6 +1039,167 @@ START_TEST(test_gpu_pinned_host)
 }
 END_TEST
 
+/* ---- DLPack 1.0: versioned tensors (only with a header that has them: "dlpack1") ---- */
+
+#ifdef BLOB_DLPACK_VERSIONED
+typedef struct {
+    DLManagedTensorVersioned t;
+    int64_t shape[2];
+    int deleted;
+} vproducer;
+
+static void vproducer_delete(DLManagedTensorVersioned *t)
+{
+    ((vproducer *)t->manager_ctx)->deleted++;
+}
+
+static void vproducer_init(vproducer *p, float *data, uint64_t flags)
+{
+    memset(p, 0, sizeof *p);
+    p->shape[0] = 2;
+    p->shape[1] = 3;
+    p->t.version = (DLPackVersion){DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+    p->t.dl_tensor = (DLTensor){data, cpu_dev, 2, dl_type(BLOB_FLOAT32), p->shape, NULL, 0};
+    p->t.flags = flags;
+    p->t.manager_ctx = p;
+    p->t.deleter = vproducer_delete;
+}
+#endif
+
+/* An export as the unversioned one, with the header's version and the read-only flag
+ * unless writable (loop: read-only, writable); the blob may go first. */
+START_TEST(test_versioned_export)
+{
+#ifdef BLOB_DLPACK_VERSIONED
+    bool writable = _i;
+    double *ref;
+    blob *b = random_blob(BLOB_FLOAT32, BLOB_HOST_ONLY, &ref);
+    const void *host;
+    ck_ok(blob_cpu_data(b, &host));
+    DLManagedTensorVersioned *t;
+    ck_ok(blob_to_dlpack_versioned(b, BLOB_PART_DATA, BLOB_DLPACK_HOST,
+                                   writable ? BLOB_DLPACK_WRITABLE : 0, NULL, &t));
+    ck_assert_uint_eq(t->version.major, DLPACK_MAJOR_VERSION);
+    ck_assert_uint_eq(t->version.minor, DLPACK_MINOR_VERSION);
+    ck_assert_uint_eq(t->flags, writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY);
+    const DLTensor *d = &t->dl_tensor;
+    ck_assert_ptr_eq(d->data, host);
+    ck_assert_int_eq(d->device.device_type, kDLCPU);
+    ck_assert_int_eq(d->ndim, 3);
+    ck_assert_int_eq(d->dtype.bits, 32);
+    ck_assert_int_eq(d->shape[2], 4);
+    ck_assert_int_eq(d->strides[0], 12);
+    blob_free(b);
+    assert_same(BLOB_FLOAT32, d->data, ref, 24);
+    blob_dlpack_versioned_delete(t);
+    blob_dlpack_versioned_delete(NULL);
+    free(ref);
+#endif
+}
+END_TEST
+
+/* Import borrows the memory and calls the deleter once; a read-only tensor, another
+ * major version and NULL arguments are refused with the tensor left to its owner. */
+START_TEST(test_versioned_import)
+{
+#ifdef BLOB_DLPACK_VERSIONED
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    vproducer p;
+    vproducer_init(&p, data, 0);
+    blob *b;
+    ck_ok(blob_from_dlpack_versioned(&b, &p.t, BLOB_HOST_ONLY));
+    const void *r;
+    ck_ok(blob_cpu_data(b, &r));
+    ck_assert_ptr_eq(r, data);
+    ck_assert_int_eq(blob_count(b), 6);
+    blob_free(b);
+    ck_assert_int_eq(p.deleted, 1);
+
+    vproducer_init(&p, data, DLPACK_FLAG_BITMASK_READ_ONLY);
+    b = (blob *)&b;
+    ck_status(blob_from_dlpack_versioned(&b, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
+    ck_assert_ptr_null(b);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "read-only"));
+    vproducer_init(&p, data, 0);
+    p.t.version.major = DLPACK_MAJOR_VERSION + 1;
+    ck_status(blob_from_dlpack_versioned(&b, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "DLPack version"));
+    vproducer_init(&p, data, 0);
+    p.t.dl_tensor.dtype = (DLDataType){kDLInt, 32, 1}; /* the unversioned checks apply */
+    ck_status(blob_from_dlpack_versioned(&b, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "blob_from_dlpack_versioned"));
+    ck_status(blob_from_dlpack_versioned(&b, NULL, BLOB_HOST_ONLY), BLOB_EINVAL);
+    ck_status(blob_from_dlpack_versioned(NULL, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
+    ck_assert_int_eq(p.deleted, 0);
+    DLManagedTensorVersioned *t = (DLManagedTensorVersioned *)&t;
+    ck_status(blob_to_dlpack_versioned(NULL, BLOB_PART_DATA, BLOB_DLPACK_HOST, 0, NULL, &t),
+              BLOB_EINVAL);
+    ck_assert_ptr_null(t);
+#endif
+}
+END_TEST
+
+/* A writable export imported again: the same memory, writes seen both ways, the block
+ * released when the importing blob goes. */
+START_TEST(test_versioned_round_trip)
+{
+#ifdef BLOB_DLPACK_VERSIONED
+    double *ref;
+    blob *a = random_blob(BLOB_FLOAT64, 0, &ref);
+    DLManagedTensorVersioned *t;
+    ck_ok(blob_to_dlpack_versioned(a, BLOB_PART_DATA, BLOB_DLPACK_HOST, BLOB_DLPACK_WRITABLE,
+                                   NULL, &t));
+    blob *c;
+    ck_ok(blob_from_dlpack_versioned(&c, t, 0));
+    const void *pc;
+    ck_ok(blob_cpu_data(c, &pc));
+    ck_assert_ptr_eq(pc, t->dl_tensor.data);
+    blob_free(a);
+    void *w;
+    ck_ok(blob_mutable_cpu_data(c, &w));
+    test_put(BLOB_FLOAT64, w, 3, 9.0);
+    ref[3] = 9.0;
+    assert_same(BLOB_FLOAT64, t->dl_tensor.data, ref, 24);
+    blob_free(c); /* the export's deleter drops the last reference: fake_teardown checks */
+    free(ref);
+#endif
+}
+END_TEST
+
+/* An allocation failure at every allocation of a versioned export: BLOB_ENOMEM,
+ * nothing made, the blob as it was. */
+START_TEST(test_versioned_alloc_failure)
+{
+#ifdef BLOB_DLPACK_VERSIONED
+    for (uint64_t k = 1;; k++) {
+        int64_t shape[] = {16};
+        blob *b;
+        void *w;
+        ck_ok(blob_create(&b, BLOB_FLOAT32, 0, 1, shape));
+        ck_ok(blob_mutable_gpu_data(b, &w));
+        blob_head before = head(b);
+        DLManagedTensorVersioned *t = (DLManagedTensorVersioned *)&t;
+        fake_fail_alloc_at(k, false);
+        blob_status st = blob_to_dlpack_versioned(b, BLOB_PART_DATA, BLOB_DLPACK_HOST,
+                                                  BLOB_DLPACK_WRITABLE, NULL, &t);
+        fake_fail_alloc_at(0, false);
+        if (st == BLOB_OK) {
+            ck_assert_msg(k > 1, "succeeded with an allocation failing");
+            blob_free(b);
+            blob_dlpack_versioned_delete(t);
+            break;
+        }
+        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
+                      (unsigned long long)k, blob_status_name(st));
+        ck_assert_ptr_null(t);
+        ck_assert_int_eq(head(b), before);
+        blob_free(b);
+        ck_assert_msg(k < 8, "never succeeded");
+    }
+#endif
+}
+END_TEST
+
 Suite *dlpack_suite(void)
 {
     Suite *s = suite_create("dlpack");
@@ -1069,6 +1230,14 @@ Suite *dlpack_suite(void)
     tcase_add_test(host, test_million_round_trips);
     tcase_add_test(host, test_import_missing_gpu);
     suite_add_tcase(s, host);
+
+    TCase *versioned = req_tcase("versioned", "dlpack1");
+    tcase_add_checked_fixture(versioned, fake_setup, fake_teardown);
+    req_add_loop_test(versioned, test_versioned_export, 0, 2);
+    req_add_test(versioned, test_versioned_import);
+    req_add_test(versioned, test_versioned_round_trip);
+    req_add_test(versioned, test_versioned_alloc_failure);
+    suite_add_tcase(s, versioned);
 
     TCase *gpu = gpu_tcase("gpu");
     req_add_loop_test(gpu, test_gpu_round_trip, 0, 2);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "blob/dlpack.h" /* BLOB_DLPACK_VERSIONED */
 #include "../src/core/core.h"
 #include "fake_backend.h"
 #include "testutil.h"
@@ -27,6 +28,14 @@ static bool have_no_gpu(void) { return found.gpus == 0; }
 static bool cpu_only_build(void) { return !blob_built_with_cuda(); }
 static bool have_numpy(void) { return found.numpy; }
 static bool have_tmpfile(void) { return found.tmpfile; }
+static bool have_dlpack1(void)
+{
+#ifdef BLOB_DLPACK_VERSIONED
+    return true;
+#else
+    return false;
+#endif
+}
 #if defined(__SANITIZE_THREAD__) /* gcc */
 #define UNDER_TSAN 1
 #elif defined(__has_feature) /* clang */
@@ -58,6 +67,8 @@ static struct {
     {"nocuda", "they need a build without CUDA", false, cpu_only_build, 0},
     {"numpy", "they need python3 with numpy", false, have_numpy, 0},
     {"tmpfile", "they need O_TMPFILE in /tmp", false, have_tmpfile, 0},
+    {"dlpack1", "they need a DLPack 1.0 header: make DLPACK_CFLAGS=-I<its include dir>", false,
+     have_dlpack1, 0},
     {"forkthreads", "they start threads in a forked child, which ThreadSanitizer forbids", false,
      threads_after_fork, 0},
 };

@@ -30,6 +30,7 @@
  *   "nocuda"  a build without CUDA
  *   "numpy"   python3 with numpy
  *   "tmpfile" O_TMPFILE on the file system of /tmp
+ *   "dlpack1" a DLPack header of 1.0 or later (the versioned calls of blob/dlpack.h)
  *   "forkthreads" threads started in a forked child of a threaded process (not under
  *             ThreadSanitizer)
  * req_tcase takes the tags a case needs, separated by spaces ("gpu gpumem"); a skipped

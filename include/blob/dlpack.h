@@ -19,8 +19,15 @@
  *
  * The structs come from DLPack's own header <dlpack/dlpack.h> (DLPack 0.6 or later:
  * Debian's libdlpack-dev), which must be in the compiler's system include path (or
- * given with -I): libblob does not install it and its pkg-config file adds no flag for
- * it. Only blob/dlpack.h needs it.
+ * given with -I): libblob does not install it, and its pkg-config file gives the flag
+ * it was built with (DLPACK_CFLAGS), if any. Only blob/dlpack.h needs it.
+ *
+ * DLPack 1.0 (versioned tensors, with a read-only flag). Where the header has them
+ * (DLPACK_MAJOR_VERSION >= 1), BLOB_DLPACK_VERSIONED is defined and the _versioned
+ * calls below are declared; the library has them when it was built with such a header
+ * (build against the header its pkg-config file names). They behave as the unversioned
+ * ones, and a read-only tensor is marked so (exported without BLOB_DLPACK_WRITABLE),
+ * refused on import.
  *
  * Dtypes are float32 and float64 (DLPack kDLFloat, 32 or 64 bits, 1 lane); tensors are
  * C-contiguous (row-major). Host memory is kDLCPU (or kDLCUDAHost, see
@@ -105,6 +112,26 @@ BLOB_API blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int h
 /* Call the tensor's deleter, if it has one: how the owner of a tensor gives it up.
  * NULL is a no-op. */
 BLOB_API void blob_dlpack_delete(DLManagedTensor *tensor);
+
+#if defined(DLPACK_MAJOR_VERSION) && DLPACK_MAJOR_VERSION >= 1
+#define BLOB_DLPACK_VERSIONED 1
+
+/* blob_to_dlpack as a DLPack 1.0 tensor: version DLPACK_MAJOR/MINOR_VERSION of the
+ * header, flags DLPACK_FLAG_BITMASK_READ_ONLY unless BLOB_DLPACK_WRITABLE.
+ * Errors: as blob_to_dlpack. */
+BLOB_API blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side side,
+                                              unsigned flags, void *stream,
+                                              DLManagedTensorVersioned **out);
+
+/* blob_from_dlpack for a DLPack 1.0 tensor.
+ * Errors: as blob_from_dlpack, and BLOB_EINVAL for a major version other than the
+ * header's or a read-only tensor (DLPACK_FLAG_BITMASK_READ_ONLY). */
+BLOB_API blob_status blob_from_dlpack_versioned(blob **out, DLManagedTensorVersioned *tensor,
+                                                int host_device);
+
+/* Call the versioned tensor's deleter, if it has one. NULL is a no-op. */
+BLOB_API void blob_dlpack_versioned_delete(DLManagedTensorVersioned *tensor);
+#endif
 
 #ifdef __cplusplus
 }

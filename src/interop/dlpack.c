@@ -21,6 +21,22 @@ static void exported_delete(DLManagedTensor *t)
     blob__obj_free(e);
 }
 
+#ifdef BLOB_DLPACK_VERSIONED
+/* The same for DLPack 1.0's versioned struct. */
+typedef struct {
+    DLManagedTensorVersioned tensor;
+    blob_syncedmem *mem;
+    int64_t dims[];
+} exported_versioned;
+
+static void exported_versioned_delete(DLManagedTensorVersioned *t)
+{
+    exported_versioned *e = t->manager_ctx;
+    blob_syncedmem_free(e->mem);
+    blob__obj_free(e);
+}
+#endif
+
 /* Make `device` current until restore_device(*prev); *prev < 0 when nothing changed. */
 static blob_status enter_device(int device, int *prev)
 {
@@ -57,12 +73,17 @@ static blob_status access_side(blob_syncedmem *mem, bool gpu, bool writable, voi
     return st;
 }
 
-blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
-                           void *stream, DLManagedTensor **out)
+/* What an export describes: b's side brought up to date, referenced by mem, its pointer;
+ * t is filled but for shape and strides, which point at dims (2 * ndim, filled). */
+typedef struct {
+    blob_syncedmem *mem;
+    DLTensor t;
+} export_parts;
+
+/* The checks of an export's arguments (blob_to_dlpack's contract). */
+static blob_status export_check(const blob *b, blob_part part, blob_dlpack_side side,
+                                unsigned flags)
 {
-    if (!out)
-        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
-    *out = NULL;
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
     if (part != BLOB_PART_DATA && part != BLOB_PART_DIFF)
@@ -71,39 +92,29 @@ blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsig
         return BLOB_FAIL(BLOB_EINVAL, "bad side %d", (int)side);
     if (flags & ~(unsigned)(BLOB_DLPACK_WRITABLE | BLOB_DLPACK_CUDA_HOST | BLOB_DLPACK_UNORDERED))
         return BLOB_FAIL(BLOB_EINVAL, "unknown flags 0x%x", flags);
+    if (side == BLOB_DLPACK_DEVICE && blob_device(b) < 0)
+        return BLOB_FAIL(BLOB_ENODEV, "blob is host-only: it has no device side");
+    return BLOB_OK;
+}
+
+/* The access of a checked export; on success the block is retained in parts->mem. */
+static blob_status export_begin(blob *b, blob_part part, blob_dlpack_side side,
+                                unsigned flags, void *stream, export_parts *parts)
+{
     bool gpu = side == BLOB_DLPACK_DEVICE;
     int device = blob_device(b);
-    if (gpu && device < 0)
-        return BLOB_FAIL(BLOB_ENODEV, "blob is host-only: it has no device side");
     if (flags & BLOB_DLPACK_UNORDERED)
         stream = blob_get_stream();
-
-    int ndim = blob_num_axes(b);
-    exported *e = blob__obj_alloc(sizeof *e + 2 * (size_t)ndim * sizeof(int64_t));
-    if (!e)
-        return BLOB_ENOMEM;
     blob_syncedmem *mem = part == BLOB_PART_DATA ? blob_data_mem(b) : blob_diff_mem(b);
     void *ptr = NULL;
     int prev;
-    blob_status st = enter_device(device, &prev);
-    if (st == BLOB_OK) {
-        st = access_side(mem, gpu, flags & BLOB_DLPACK_WRITABLE, stream, &ptr);
-        restore_device(prev);
-    }
-    if (st != BLOB_OK) {
-        blob__obj_free(e);
-        return st;
-    }
-
+    BLOB_TRY(enter_device(device, &prev));
+    blob_status st = access_side(mem, gpu, flags & BLOB_DLPACK_WRITABLE, stream, &ptr);
+    restore_device(prev);
+    BLOB_TRY(st);
     blob_syncedmem_retain(mem);
-    e->mem = mem;
-    int64_t *shape = e->dims, *strides = e->dims + ndim, stride = 1;
-    memcpy(shape, blob_shape(b), (size_t)ndim * sizeof(int64_t));
-    for (int i = ndim - 1; i >= 0; i--) {
-        strides[i] = stride;
-        stride *= shape[i] ? shape[i] : 1; /* bounded by the count: no overflow */
-    }
-    DLTensor *t = &e->tensor.dl_tensor;
+    parts->mem = mem;
+    DLTensor *t = &parts->t;
     t->data = ptr;
     if (gpu)
         t->device = (DLDevice){kDLCUDA, device};
@@ -111,16 +122,82 @@ blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsig
         t->device = (DLDevice){kDLCUDAHost, 0};
     else
         t->device = (DLDevice){kDLCPU, 0};
-    t->ndim = ndim;
+    t->ndim = blob_num_axes(b);
     t->dtype = (DLDataType){kDLFloat, blob_get_dtype(b) == BLOB_FLOAT32 ? 32 : 64, 1};
+    t->byte_offset = 0;
+    return BLOB_OK;
+}
+
+/* b's shape and its compact row-major strides into dims (2 * ndim), pointed at by t. */
+static void export_dims(const blob *b, DLTensor *t, int64_t *dims)
+{
+    int ndim = t->ndim;
+    int64_t *shape = dims, *strides = dims + ndim, stride = 1;
+    memcpy(shape, blob_shape(b), (size_t)ndim * sizeof(int64_t));
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = stride;
+        stride *= shape[i] ? shape[i] : 1; /* bounded by the count: no overflow */
+    }
     t->shape = shape;
     t->strides = strides;
-    t->byte_offset = 0;
+}
+
+blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
+                           void *stream, DLManagedTensor **out)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    BLOB_TRY(export_check(b, part, side, flags));
+    int ndim = blob_num_axes(b);
+    exported *e = blob__obj_alloc(sizeof *e + 2 * (size_t)ndim * sizeof(int64_t));
+    if (!e)
+        return BLOB_ENOMEM;
+    export_parts parts;
+    blob_status st = export_begin(b, part, side, flags, stream, &parts);
+    if (st != BLOB_OK) {
+        blob__obj_free(e);
+        return st;
+    }
+    e->mem = parts.mem;
+    e->tensor.dl_tensor = parts.t;
+    export_dims(b, &e->tensor.dl_tensor, e->dims);
     e->tensor.manager_ctx = e;
     e->tensor.deleter = exported_delete;
     *out = &e->tensor;
     return BLOB_OK;
 }
+
+#ifdef BLOB_DLPACK_VERSIONED
+blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side side,
+                                     unsigned flags, void *stream,
+                                     DLManagedTensorVersioned **out)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    BLOB_TRY(export_check(b, part, side, flags));
+    int ndim = blob_num_axes(b);
+    exported_versioned *e = blob__obj_alloc(sizeof *e + 2 * (size_t)ndim * sizeof(int64_t));
+    if (!e)
+        return BLOB_ENOMEM;
+    export_parts parts;
+    blob_status st = export_begin(b, part, side, flags, stream, &parts);
+    if (st != BLOB_OK) {
+        blob__obj_free(e);
+        return st;
+    }
+    e->mem = parts.mem;
+    e->tensor.version = (DLPackVersion){DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+    e->tensor.dl_tensor = parts.t;
+    export_dims(b, &e->tensor.dl_tensor, e->dims);
+    e->tensor.flags = flags & BLOB_DLPACK_WRITABLE ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
+    e->tensor.manager_ctx = e;
+    e->tensor.deleter = exported_versioned_delete;
+    *out = &e->tensor;
+    return BLOB_OK;
+}
+#endif
 
 static void release_tensor(void *ctx)
 {
@@ -133,10 +210,10 @@ void blob_dlpack_delete(DLManagedTensor *t)
         t->deleter(t);
 }
 
-/* The import's helpers report their failures under its name. */
-#define IMPORT_FAIL(status, ...) blob__fail((status), "blob_from_dlpack", __VA_ARGS__)
+/* The import's helpers report their failures under its name, func. */
+#define IMPORT_FAIL(status, ...) blob__fail((status), func, __VA_ARGS__)
 
-static blob_status dtype_of(DLDataType d, blob_dtype *out)
+static blob_status dtype_of(const char *func, DLDataType d, blob_dtype *out)
 {
     if (d.code == kDLFloat && d.lanes == 1 && (d.bits == 32 || d.bits == 64)) {
         *out = d.bits == 32 ? BLOB_FLOAT32 : BLOB_FLOAT64;
@@ -148,7 +225,7 @@ static blob_status dtype_of(DLDataType d, blob_dtype *out)
 
 /* The dims are >= 0 and the strides (if given) describe a C-contiguous tensor; *empty
  * says whether a dim is 0. */
-static blob_status check_layout(const DLTensor *t, bool *empty)
+static blob_status check_layout(const char *func, const DLTensor *t, bool *empty)
 {
     *empty = false;
     for (int i = 0; i < t->ndim; i++) {
@@ -172,7 +249,7 @@ static blob_status check_layout(const DLTensor *t, bool *empty)
 }
 
 /* Where the tensor lives: *gpu for kDLCUDA (on *device), else host memory. */
-static blob_status place_of(DLDevice d, bool *gpu, int *device)
+static blob_status place_of(const char *func, DLDevice d, bool *gpu, int *device)
 {
     switch ((int)d.device_type) {
     case kDLCPU:
@@ -199,38 +276,35 @@ static blob_status place_of(DLDevice d, bool *gpu, int *device)
                      (int)d.device_type);
 }
 
-blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_device)
+/* A blob borrowing t's memory, release(ctx) called when the last reference goes
+ * (blob_from_dlpack's contract, for either struct). */
+static blob_status import_tensor(const char *func, blob **out, const DLTensor *t,
+                                 int host_device, blob_release_fn release, void *ctx)
 {
-    if (!out)
-        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
-    *out = NULL;
-    if (!tensor)
-        return BLOB_FAIL(BLOB_EINVAL, "tensor is NULL");
-    const DLTensor *t = &tensor->dl_tensor;
     blob_dtype dtype = BLOB_FLOAT32;
-    BLOB_TRY(dtype_of(t->dtype, &dtype));
+    BLOB_TRY(dtype_of(func, t->dtype, &dtype));
     size_t elem = blob_dtype_size(dtype);
     if (t->ndim < 0 || t->ndim > BLOB_MAX_AXES)
-        return BLOB_FAIL(BLOB_EINVAL, "ndim %d, at most %d allowed", t->ndim, BLOB_MAX_AXES);
+        return IMPORT_FAIL(BLOB_EINVAL, "ndim %d, at most %d allowed", t->ndim, BLOB_MAX_AXES);
     if (t->ndim > 0 && !t->shape)
-        return BLOB_FAIL(BLOB_EINVAL, "shape is NULL");
+        return IMPORT_FAIL(BLOB_EINVAL, "shape is NULL");
     bool gpu = false;
     int device = host_device;
-    BLOB_TRY(place_of(t->device, &gpu, &device));
+    BLOB_TRY(place_of(func, t->device, &gpu, &device));
     if (t->byte_offset % elem)
-        return BLOB_FAIL(BLOB_EINVAL, "byte_offset %llu is not a multiple of the element "
-                         "size %zu", (unsigned long long)t->byte_offset, elem);
+        return IMPORT_FAIL(BLOB_EINVAL, "byte_offset %llu is not a multiple of the element "
+                           "size %zu", (unsigned long long)t->byte_offset, elem);
     uintptr_t addr = (uintptr_t)t->data;
     if (t->byte_offset > UINTPTR_MAX - addr)
-        return BLOB_FAIL(BLOB_EINVAL, "byte_offset %llu overflows the address",
-                         (unsigned long long)t->byte_offset);
+        return IMPORT_FAIL(BLOB_EINVAL, "byte_offset %llu overflows the address",
+                           (unsigned long long)t->byte_offset);
     addr += (uintptr_t)t->byte_offset;
     if (addr % elem)
-        return BLOB_FAIL(BLOB_EINVAL, "data + byte_offset is not aligned to %zu bytes", elem);
+        return IMPORT_FAIL(BLOB_EINVAL, "data + byte_offset is not aligned to %zu bytes", elem);
     bool empty;
-    BLOB_TRY(check_layout(t, &empty));
+    BLOB_TRY(check_layout(func, t, &empty));
     if (!t->data && !empty)
-        return BLOB_FAIL(BLOB_EINVAL, "data is NULL");
+        return IMPORT_FAIL(BLOB_EINVAL, "data is NULL");
 
     blob *b;
     BLOB_TRY(blob_create(&b, dtype, device, t->ndim, t->shape));
@@ -241,13 +315,12 @@ blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_devic
         int prev;
         st = enter_device(device, &prev);
         if (st == BLOB_OK) {
-            st = blob_syncedmem_set_gpu_data_release(blob_data_mem(b), data, bytes,
-                                                     release_tensor, tensor);
+            st = blob_syncedmem_set_gpu_data_release(blob_data_mem(b), data, bytes, release,
+                                                     ctx);
             restore_device(prev);
         }
     } else {
-        st = blob_syncedmem_set_cpu_data_release(blob_data_mem(b), data, bytes, release_tensor,
-                                                 tensor);
+        st = blob_syncedmem_set_cpu_data_release(blob_data_mem(b), data, bytes, release, ctx);
     }
     if (st != BLOB_OK) {
         blob_free(b);
@@ -256,3 +329,43 @@ blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_devic
     *out = b;
     return BLOB_OK;
 }
+
+blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_device)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!tensor)
+        return BLOB_FAIL(BLOB_EINVAL, "tensor is NULL");
+    return import_tensor(__func__, out, &tensor->dl_tensor, host_device, release_tensor, tensor);
+}
+
+#ifdef BLOB_DLPACK_VERSIONED
+static void release_versioned(void *ctx)
+{
+    blob_dlpack_versioned_delete(ctx);
+}
+
+void blob_dlpack_versioned_delete(DLManagedTensorVersioned *t)
+{
+    if (t && t->deleter)
+        t->deleter(t);
+}
+
+blob_status blob_from_dlpack_versioned(blob **out, DLManagedTensorVersioned *tensor,
+                                       int host_device)
+{
+    if (!out)
+        return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!tensor)
+        return BLOB_FAIL(BLOB_EINVAL, "tensor is NULL");
+    if (tensor->version.major != DLPACK_MAJOR_VERSION)
+        return BLOB_FAIL(BLOB_EINVAL, "DLPack version %u.%u: this library reads %d.x",
+                         tensor->version.major, tensor->version.minor, DLPACK_MAJOR_VERSION);
+    if (tensor->flags & DLPACK_FLAG_BITMASK_READ_ONLY)
+        return BLOB_FAIL(BLOB_EINVAL, "the tensor is read-only, and a blob's data is writable");
+    return import_tensor(__func__, out, &tensor->dl_tensor, host_device, release_versioned,
+                         tensor);
+}
+#endif

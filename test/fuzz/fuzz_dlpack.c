@@ -57,6 +57,41 @@ static void count_delete(DLManagedTensor *t)
     deleted++;
 }
 
+#ifdef BLOB_DLPACK_VERSIONED
+static void count_delete_versioned(DLManagedTensorVersioned *t)
+{
+    (void)t;
+    deleted++;
+}
+#endif
+
+/* Import t's DLTensor as it is, or (built with a DLPack 1.0 header, as the input's next
+ * byte says) wrapped in a versioned tensor of either major version, read-only or not;
+ * *refusable: whether the versioned wrapping alone must be refused. */
+static blob_status import(blob **b, DLManagedTensor *t, int host_device, input *in,
+                          bool *refusable)
+{
+    *refusable = false;
+#ifdef BLOB_DLPACK_VERSIONED
+    unsigned v = (unsigned)take(in, 1);
+    if (v & 1) {
+        static DLManagedTensorVersioned vt;
+        vt = (DLManagedTensorVersioned){
+            .version = {DLPACK_MAJOR_VERSION + (v & 2 ? 1 : 0), DLPACK_MINOR_VERSION},
+            .manager_ctx = NULL,
+            .deleter = count_delete_versioned,
+            .flags = v & 4 ? DLPACK_FLAG_BITMASK_READ_ONLY : 0,
+            .dl_tensor = t->dl_tensor,
+        };
+        *refusable = (v & 2) || (v & 4);
+        return blob_from_dlpack_versioned(b, &vt, host_device);
+    }
+#else
+    (void)in;
+#endif
+    return blob_from_dlpack(b, t, host_device);
+}
+
 /* dims[i] * ... * elem + offset, or SIZE_MAX past 1 MiB (or on overflow). */
 static size_t needed_bytes(int ndim, const int64_t *shape, size_t elem, uint64_t offset,
                            int64_t *count)
@@ -218,11 +253,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     };
     deleted = 0;
     blob *b = (blob *)&t;
-    blob_status st = blob_from_dlpack(&b, &t, host_device);
+    bool refusable;
+    blob_status st = import(&b, &t, host_device, &in, &refusable);
     if (st != BLOB_OK) {
         CHECK(b == NULL);
         CHECK(deleted == 0);
     } else {
+        CHECK(!refusable);
         CHECK(deleted == 0);
         CHECK(device_type == kDLCPU || device_type == kDLCUDAHost); /* no GPU here */
         CHECK(dtype.code == kDLFloat && dtype.lanes == 1 && (dtype.bits == 32 || dtype.bits == 64));
