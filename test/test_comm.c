@@ -21,6 +21,7 @@
 
 #include "../src/comm/comm_impl.h"
 #include "../src/comm/record.h"
+#include "../src/core/clock.h"
 #include "../src/core/file.h"
 #include "../src/core/core.h"
 #include "fake_backend.h"
@@ -304,7 +305,7 @@ typedef struct {
 static void report(team *t, int r, blob_status st, double since)
 {
     t->st[r] = st;
-    t->seconds[r] = blob__comm_now() - since;
+    t->seconds[r] = blob__now() - since;
     snprintf(t->msg[r], sizeof t->msg[r], "%s", st == BLOB_OK ? "" : blob_last_error());
 }
 
@@ -318,7 +319,7 @@ static void *rank_main(void *p)
         blob_set_stream(stream);
         t->fn(t, a->r);
     } else {
-        report(t, a->r, BLOB_ECUDA, blob__comm_now());
+        report(t, a->r, BLOB_ECUDA, blob__now());
     }
     pthread_barrier_wait(&t->barrier); /* no rank leaves while another still needs it */
     blob_comm_free(t->comms[a->r]);
@@ -558,14 +559,14 @@ START_TEST(test_file_missing_deadline)
     snprintf(path, sizeof path, "%s/never", dir);
     blob_comm_id out;
     int world;
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     ck_status(blob_comm_id_read_file(&out, &world, path, 0.3), BLOB_ETIMEDOUT);
-    double took = blob__comm_now() - t0;
+    double took = blob__now() - t0;
     ck_assert_msg(took >= 0.3 && took < 1.3, "took %.3f s", took);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "did not appear within"));
-    t0 = blob__comm_now();
+    t0 = blob__now();
     ck_status(blob_comm_id_read_file(&out, &world, path, 0), BLOB_ETIMEDOUT);
-    ck_assert(blob__comm_now() - t0 < 0.5);
+    ck_assert(blob__now() - t0 < 0.5);
     ck_status(blob_comm_id_read_file(&out, &world, path, -1), BLOB_EINVAL);
     ck_status(blob_comm_id_read_file(&out, &world, path, INFINITY), BLOB_EINVAL);
     remove_dir(dir);
@@ -597,9 +598,9 @@ START_TEST(test_file_bad_at_once)
         if (cases[i].flip >= 0)
             copy[cases[i].flip] ^= 0x40;
         write_bytes(path, copy, cases[i].len);
-        double t0 = blob__comm_now();
+        double t0 = blob__now();
         ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EFORMAT);
-        ck_assert(blob__comm_now() - t0 < 1.0);
+        ck_assert(blob__now() - t0 < 1.0);
         ck_assert_msg(strstr(blob_last_error(), cases[i].says) && strstr(blob_last_error(), path),
                       "case %zu: %s", i, blob_last_error());
     }
@@ -615,9 +616,9 @@ START_TEST(test_file_bad_at_once)
     ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EFORMAT);
     rmdir(path);
     ck_assert_int_eq(mkfifo(path, 0600), 0);
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EFORMAT);
-    ck_assert(blob__comm_now() - t0 < 1.0);
+    ck_assert(blob__now() - t0 < 1.0);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "not a regular file"));
     remove_dir(dir);
 }
@@ -641,9 +642,9 @@ START_TEST(test_file_not_trusted)
                  {0666, "writable by its group (mode 0666)"}};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         ck_assert_int_eq(chmod(path, modes[i].mode), 0);
-        double t0 = blob__comm_now();
+        double t0 = blob__now();
         ck_status(blob_comm_id_read_file(&out, &world, path, 30), BLOB_EIO);
-        ck_assert(blob__comm_now() - t0 < 1.0);
+        ck_assert(blob__now() - t0 < 1.0);
         ck_assert_msg(strstr(blob_last_error(), modes[i].says) &&
                           !strncmp(blob_last_error(), "blob_comm_id_read_file: ", 24),
                       "%s", blob_last_error());
@@ -726,9 +727,9 @@ START_TEST(test_file_writer_paths)
         ck_assert_msg(access(p[i], F_OK) == (stale[i] ? -1 : 0), "%s", names[i]);
     ck_assert_int_eq(dir_entries(dir), 6); /* fifo, id and the four kept */
 
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     ck_status(blob_comm_id_read_file(&out, &world, "", 30), BLOB_EINVAL);
-    ck_assert(blob__comm_now() - t0 < 1.0);
+    ck_assert(blob__now() - t0 < 1.0);
     ck_assert_str_eq(blob_last_error(), "blob_comm_id_read_file: empty path");
     remove_dir(dir);
 }
@@ -743,7 +744,7 @@ typedef struct {
 static void *late_writer(void *p)
 {
     writer_arg *a = p;
-    blob__comm_sleep(a->delay);
+    blob__sleep(a->delay);
     blob_comm_id_write_file(&a->id, 3, a->path);
     return NULL;
 }
@@ -758,9 +759,9 @@ START_TEST(test_file_awaited)
     ck_assert_int_eq(pthread_create(&th, NULL, late_writer, &a), 0);
     blob_comm_id out;
     int world;
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     ck_ok(blob_comm_id_read_file(&out, &world, path, 10));
-    double took = blob__comm_now() - t0;
+    double took = blob__now() - t0;
     pthread_join(th, NULL);
     ck_assert(!memcmp(&out, &a.id, sizeof out) && world == 3);
     ck_assert_msg(took >= 0.15 && took < 2, "took %.3f s", took);
@@ -1081,9 +1082,9 @@ START_TEST(test_several_ranks_need_nccl_and_gpu)
     clear_env();
     blob_comm *c = (blob_comm *)&c;
     blob_comm_options o = {.rank = 1, .world_size = 2, .device = 0, .timeout_s = 30};
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     blob_status st = blob_comm_create(&c, &o);
-    ck_assert(blob__comm_now() - t0 < 5);
+    ck_assert(blob__now() - t0 < 5);
     ck_assert_ptr_null(c);
     if (!blob__ccl_default()->multi_rank) {
         ck_assert_int_eq(st, BLOB_ENOTSUP);
@@ -1455,7 +1456,7 @@ static void reduce_on(team *t, int r, reduce_case *rc)
         st = blob_reshape(b[rc->skew_blob], 1, &more);
     }
     if (st != BLOB_OK) {
-        report(t, r, st, blob__comm_now());
+        report(t, r, st, blob__now());
         goto done;
     }
     if (rc->fail_at) {
@@ -1470,7 +1471,7 @@ static void reduce_on(team *t, int r, reduce_case *rc)
     }
     c->bf16 = rc->bf16[r];
     blob_comm_list *l = NULL;
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     st = blob_comm_list_create(&l, c, b, rc->nblobs);
     report(t, r, st, t0);
     if (st != BLOB_OK)
@@ -1487,7 +1488,7 @@ static void reduce_on(team *t, int r, reduce_case *rc)
             fake_break_worlds();
         pthread_barrier_wait(&t->barrier);
     }
-    t0 = blob__comm_now();
+    t0 = blob__now();
     if (rc->skip && r == 1) {
         st = BLOB_OK;
     } else if (rc->overlapped) {
@@ -1730,7 +1731,7 @@ static void rank_wrong_device(team *t, int r)
     int dev = r == 1 ? 0 : blob_comm_device(t->comms[r]);
     blob_status st = blob_create(&b, BLOB_FLOAT32, dev, 1, &n);
     blob_comm_list *l = NULL;
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     if (st == BLOB_OK)
         st = blob_comm_list_create(&l, t->comms[r], &b, 1);
     report(t, r, st, t0);
@@ -1857,7 +1858,7 @@ static void rank_outlive(team *t, int r)
         st = blob_comm_list_create(&l, t->comms[r], &oc->b[r], 1);
     if (st == BLOB_OK)
         st = blob_comm_all_reduce(l, BLOB_COMM_SUM);
-    report(t, r, st, blob__comm_now());
+    report(t, r, st, blob__now());
     blob_comm_list_free(l);
 }
 
@@ -1907,9 +1908,9 @@ static void *join_rank(void *p)
     blob_comm_options o = {.rank = r, .world_size = jc->world, .device = r, .has_id = true,
                            .id = jc->id, .timeout_s = jc->timeout};
     blob_comm *c = NULL;
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     jc->st[r] = blob_comm_create(&c, &o);
-    jc->seconds[r] = blob__comm_now() - t0;
+    jc->seconds[r] = blob__now() - t0;
     snprintf(jc->msg[r], sizeof jc->msg[r], "%s", blob_last_error());
     blob_comm_free(c);
     blob_thread_release();
@@ -1963,7 +1964,7 @@ static void *file_rank(void *p)
     blob_comm_options o = {.rank = r, .world_size = fc->world, .device = r, .id_file = fc->path,
                            .timeout_s = 2};
     if (r == 1)
-        blob__comm_sleep(0.1); /* the reader may come first or second */
+        blob__sleep(0.1); /* the reader may come first or second */
     blob_comm *c = NULL;
     fc->st[r] = blob_comm_create(&c, &o);
     snprintf(fc->msg[r], sizeof fc->msg[r], "%s", blob_last_error());
@@ -2012,10 +2013,10 @@ START_TEST(test_fake_file_rendezvous)
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "written for 5 ranks"));
     unlink(path);
     /* a file that never comes */
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     o.timeout_s = 0.4;
     ck_status(blob_comm_create(&c, &o), BLOB_ETIMEDOUT);
-    ck_assert(blob__comm_now() - t0 < 1.4);
+    ck_assert(blob__now() - t0 < 1.4);
     /* no way to meet at all */
     o.id_file = NULL;
     ck_status(blob_comm_create(&c, &o), BLOB_EINVAL);
@@ -2037,7 +2038,7 @@ static void rank_broadcast(team *t, int r)
             put_values(rc->dtype, p, rc->values[r] + at, rc->counts[i]);
     }
     blob_comm_list *l = NULL;
-    double t0 = blob__comm_now();
+    double t0 = blob__now();
     if (st == BLOB_OK)
         st = blob_comm_list_create(&l, t->comms[r], b, 3);
     if (st == BLOB_OK)

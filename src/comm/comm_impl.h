@@ -1,6 +1,7 @@
-/* Internal: the communicator and its lists, shared by the files of src/comm, and the
- * pure pieces (bucket plan, contiguity, table comparison) that the tests reach. Never
- * installed. */
+/* Internal: the communicator and its lists, shared by the files of src/comm; the pure
+ * pieces of list.c (bucket plan, contiguity, table comparison) that the tests reach; and
+ * what options.c, rendezvous.c and host.c give the others. The failure and the
+ * operations in flight are watch.h's. Never installed. */
 #ifndef BLOB_COMM_IMPL_H
 #define BLOB_COMM_IMPL_H
 
@@ -14,7 +15,7 @@
 /* An operation queued on the communicator's stream, not yet known to be complete. */
 typedef struct {
     void *event;     /* recorded on the stream behind the operation */
-    double deadline; /* blob__comm_now() by which it must complete */
+    double deadline; /* blob__now() by which it must complete */
     char what[96];   /* "all_reduce #12 (bucket 3 of 5)" */
 } blob__comm_op;
 
@@ -143,51 +144,32 @@ blob_status blob__comm_table_length(const blob__comm_header *headers, int world,
 blob_status blob__comm_compare(const blob__comm_header *headers, const blob__comm_entry *tables,
                                int world, int64_t len);
 
-/* Monotonic seconds, and a sleep of that many. */
-double blob__comm_now(void);
-void blob__comm_sleep(double seconds);
+/* ---- options.c ---- */
 
-/* Bring c down (mu held): the first failure wins and is kept, and NCCL's handle is
- * aborted so that nothing waits for it any more, by a thread of its own that takes no
- * lock and makes no CUDA call before NCCL's abort flags are up:
- *  - Not before the deadlines of the collectives in flight have passed, plus a margin
- *    for the ranks that started them later. An aborted NCCL kernel may pass on what its
- *    buffers held as if it were data (LL protocols), and a peer still waiting for that
- *    collective would take it as complete: by then every peer has given up on it.
- *  - NCCL's abort waits until every CUDA graph that captured a collective of the handle
- *    is destroyed: the watchdog destroys the replay graphs of c's lists meanwhile, and
- *    blob_comm_free at the latest. A CUDA call may wait for NCCL's kernels to end (a
- *    kernel's first launch may load its module and wait for the device), so nothing
- *    that the abort needs is made to wait for CUDA.
- * Returns the failure, its detail recorded. */
-blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
-                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The settings of a communicator: its options', else their environment variables
+ * (BLOB_COMM_TIMEOUT, BLOB_COMM_BUCKET_MB, BLOB_COMM_BF16), else the defaults. */
+typedef struct {
+    double timeout;
+    size_t bucket;
+    bool bf16;
+} blob__comm_settings;
 
-/* blob__comm_fail (mu held) with the detail just recorded on this thread: "what: detail". */
-blob_status blob__comm_fail_last(blob_comm *c, const char *func, blob_status status,
-                                 const char *what);
+/* o's world size (0 means 1) into *world, checked with o's rank. */
+blob_status blob__comm_check_place(const char *func, const blob_comm_options *o, int *world);
 
-/* The failure that brought c down, recorded again for this thread under func. */
-blob_status blob__comm_failed(blob_comm *c, const char *func);
+/* o's settings, resolved as blob__comm_settings says, checked. */
+blob_status blob__comm_resolve(const char *func, const blob_comm_options *o,
+                               blob__comm_settings *out);
 
-/* mu held: wait until the handle has finished its last call, what (within the timeout;
- * hint says why it would not). */
-blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
-                              const char *hint);
-#define BLOB__COMM_PEER_HINT "NCCL is waiting for a rank that did not take part"
+/* ---- rendezvous.c ---- */
 
-/* mu not held: all-reduce count elements of dtype at buf, on c->stream, and wait until
- * the handle has launched it (a failure brings c down). */
-blob_status blob__comm_all_reduce_launch(blob_comm *c, const char *func, const char *what,
-                                         void *buf, size_t count, blob_dtype dtype,
-                                         blob_comm_op op);
+/* The id of o's meeting for its rank and world: o's id, the one in o's rendezvous file
+ * (waited for up to timeout; *wrote: this rank wrote the file), or with NCCL_COMM_ID set
+ * the one ccl makes of it. */
+blob_status blob__comm_meet(const char *func, const blob_comm_options *o, const blob__ccl *ccl,
+                            double timeout, blob_comm_id *id, bool *wrote);
 
-/* mu held: watch the work just queued on c->stream, named what, until it completes. */
-blob_status blob__comm_track(blob_comm *c, const char *func, const char *what);
-
-/* Make `waiter` wait (on the device) for the work queued on `stream` so far, by c's
- * ordering event: the caller's stream and the communicator's, either way. */
-blob_status blob__comm_order(blob_comm *c, void *waiter, void *stream);
+/* ---- host.c ---- */
 
 /* Gather bytes of host memory at in from every rank into out (size * bytes, rank r's
  * at r * bytes) and wait for it. A failure brings c down. */
@@ -201,14 +183,5 @@ blob_status blob__comm_gather_host(blob_comm *c, const char *func, const void *i
  * the one before has run, and a dead peer can make that wait forever. A collective:
  * every rank calls it at the same point. A failure brings c down. */
 blob_status blob__comm_decide_replay(blob_comm *c, const char *func);
-
-/* Bring c down with the failure just recorded on this thread, as the failure of what
- * (mu not held). For failures after which the ranks may no longer make the same calls. */
-blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status,
-                              const char *what);
-
-/* Check that c is a working multi-rank communicator that the calling thread may use:
- * its failure if it failed, BLOB_EDEVICE if its GPU is not current. */
-blob_status blob__comm_usable(blob_comm *c, const char *func);
 
 #endif

@@ -1,6 +1,6 @@
 /* How ranks find their place and meet without MPI: the launcher's variables, the id in
  * hex (an environment variable) or in a record written atomically to a file that every
- * rank can read. */
+ * rank can read, and the choice among them when a communicator is created. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/clock.h"
 #include "../core/core.h"
 #include "../core/env.h"
 #include "../core/file.h"
@@ -309,20 +310,20 @@ blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size, const cha
         return BLOB_FAIL(BLOB_EINVAL, "empty path");
     if (!(timeout_s >= 0) || isinf(timeout_s))
         return BLOB_FAIL(BLOB_EINVAL, "timeout %g s is not a finite number >= 0", timeout_s);
-    double deadline = blob__comm_now() + timeout_s;
+    double deadline = blob__now() + timeout_s;
     int fd;
     struct stat sb;
     blob_status st;
     while ((st = blob__open_regular(__func__, path, BLOB_EFORMAT, &fd, &sb)) != BLOB_OK) {
         if (st != BLOB_EIO || errno != ENOENT)
             return st;
-        double left = deadline - blob__comm_now();
+        double left = deadline - blob__now();
         if (left <= 0)
             return BLOB_FAIL(BLOB_ETIMEDOUT,
                              "rendezvous file %s did not appear within %.1f s (rank 0 writes "
                              "it: is rank 0 running, and given the same path?)",
                              path, timeout_s);
-        blob__comm_sleep(left < 0.02 ? left : 0.02);
+        blob__sleep(left < 0.02 ? left : 0.02);
     }
     unsigned char rec[BLOB_COMM_ID_RECORD_SIZE + 1]; /* one more shows trailing bytes */
     ssize_t n = -1;
@@ -332,6 +333,40 @@ blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size, const cha
     close(fd);
     BLOB_TRY(st);
     return decode(__func__, path, out, world_size, rec, (size_t)n);
+}
+
+/* ---- the meeting ---- */
+
+blob_status blob__comm_meet(const char *func, const blob_comm_options *o, const blob__ccl *ccl,
+                            double timeout, blob_comm_id *id, bool *wrote)
+{
+    *wrote = false;
+    if (o->has_id) {
+        *id = o->id;
+        return BLOB_OK;
+    }
+    if (o->id_file) {
+        if (o->rank == 0) {
+            BLOB_TRY(ccl->new_id(id));
+            BLOB_TRY(blob_comm_id_write_file(id, o->world_size, o->id_file));
+            *wrote = true;
+            return BLOB_OK;
+        }
+        int world = 0;
+        BLOB_TRY(blob_comm_id_read_file(id, &world, o->id_file, timeout));
+        if (world != o->world_size)
+            return blob__fail(BLOB_EINVAL, func,
+                              "%s was written for %d ranks, this rank expects %d (do the ranks "
+                              "agree on WORLD_SIZE? is the file left from another run?)",
+                              o->id_file, world, o->world_size);
+        return BLOB_OK;
+    }
+    if (blob__env_raw("NCCL_COMM_ID"))
+        return ccl->new_id(id);
+    return blob__fail(BLOB_EINVAL, func,
+                      "no way to meet the other %d ranks: pass an id, or set BLOB_COMM_ID_FILE, "
+                      "BLOB_COMM_ID or NCCL_COMM_ID (see docs/distributed.md)",
+                      o->world_size - 1);
 }
 
 void blob__comm_id_remove_file(const char *path)

@@ -5,18 +5,18 @@
  * than OpenMP's: libgomp's keep spinning for milliseconds after every parallel region
  * (its default GOMP_SPINCOUNT, which only the environment at load time can change),
  * taking the cores from OpenBLAS's threads in the GEMMs that follow, which made the
- * host MLP step several times slower. Ours spin for at most SPIN_NS after a loop, in case
+ * host MLP step several times slower. Ours spin for at most SPIN_S after a loop, in case
  * another follows, then sleep on a condition variable. One loop runs at a time; a call
  * that finds the workers busy with another thread's loop runs its loop alone. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 
+#include "clock.h"
 #include "core.h"
 
 enum { MAX_WORKERS = BLOB__MAX_HOST_THREADS - 1 };
-static const int64_t SPIN_NS = 50000;
+static const double SPIN_S = 50e-6;
 
 static pthread_mutex_t dispatch_mu = PTHREAD_MUTEX_INITIALIZER; /* one loop at a time */
 static pthread_mutex_t wake_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -35,13 +35,6 @@ static struct {
 } slot[MAX_WORKERS];
 static int workers; /* started (under dispatch_mu) */
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -55,10 +48,10 @@ static void *worker_main(void *arg)
     uint64_t seen = 0; /* a slot's go starts at 0 and is bumped only after its worker exists */
     for (;;) {
         /* spin a little for the next range, then sleep until it comes */
-        const int64_t until = now_ns() + SPIN_NS;
+        const double until = blob__now() + SPIN_S;
         for (int i = 0; atomic_load_explicit(&slot[w].go, memory_order_acquire) == seen; i++) {
             relax();
-            if (i % 64 == 63 && now_ns() > until) {
+            if (i % 64 == 63 && blob__now() > until) {
                 pthread_mutex_lock(&wake_mu);
                 while (atomic_load(&slot[w].go) == seen)
                     pthread_cond_wait(&wake, &wake_mu);
