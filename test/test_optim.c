@@ -43,7 +43,7 @@ static blob_optim config(int c)
 }
 enum { CONFIGS = 7 };
 
-/* One element by the rules of blob/math.h, in double; t is the step number (from 1). */
+/* One element by the rules of blob/optim.h, in double; t is the step number (from 1). */
 static void ref_update(const blob_optim *o, int64_t t, double *w, double g, double *h, double *v)
 {
     const double lr = o->lr, wd = o->weight_decay;

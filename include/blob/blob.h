@@ -14,6 +14,7 @@
 #define BLOB_BLOB_H
 
 #include "blob/status.h"
+#include "blob/types.h"
 #include "blob/device.h"
 #include "blob/alloc.h"
 #include "blob/syncedmem.h"

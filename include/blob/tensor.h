@@ -27,25 +27,17 @@
 
 #include "blob/status.h"
 #include "blob/syncedmem.h"
+#include "blob/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum {
-    BLOB_DTYPE_NONE = -1, /* not a dtype: blob_get_dtype(NULL); blob_dtype_size gives 0 */
-    BLOB_FLOAT32 = 0,
-    BLOB_FLOAT64 = 1
-} blob_dtype;
 
 #define BLOB_MAX_AXES 32
 /* Enough for any shape string, terminator included. */
 #define BLOB_SHAPE_STRING_MAX (BLOB_MAX_AXES * 21 + 24)
 
 typedef struct blob blob;
-
-/* Bytes per element of dtype; 0 for an invalid dtype. */
-BLOB_API size_t blob_dtype_size(blob_dtype dtype);
 
 /* Create a blob of the given shape (0 <= num_axes <= 32, every dim >= 0) on `device`
  * (a GPU id, BLOB_HOST_ONLY or BLOB_DEVICE_DEFAULT). No data is allocated until first

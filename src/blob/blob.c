@@ -6,19 +6,6 @@
 #include "../syncedmem/syncedmem_internal.h"
 #include "blob_impl.h"
 
-size_t blob_dtype_size(blob_dtype dtype)
-{
-    switch (dtype) {
-    case BLOB_FLOAT32:
-        return sizeof(float);
-    case BLOB_FLOAT64:
-        return sizeof(double);
-    case BLOB_DTYPE_NONE:
-        break;
-    }
-    return 0;
-}
-
 blob_status blob__shape_count(const char *func, blob_dtype dtype, int num_axes,
                               const int64_t *shape, int64_t *count)
 {

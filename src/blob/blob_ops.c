@@ -3,7 +3,7 @@
 
 #include "../core/core.h"
 #include "../syncedmem/syncedmem_internal.h"
-#include "blob/math.h"
+#include "blob/blas.h"
 #include "blob_impl.h"
 
 /* Whether the newest bytes of mem are on the device (computations run there). */

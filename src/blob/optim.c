@@ -1,6 +1,6 @@
 /* Optimizer steps over parameter blobs (blob/optim.h): the state keeps the history blobs
  * and the step count, and a step gathers the pointers of every block on one side and
- * hands them to one multi-tensor step of blob/math.h. */
+ * hands them to one multi-tensor step (blob_cpu_optim_step, blob_gpu_optim_step). */
 #include <string.h>
 
 #include "../core/core.h"

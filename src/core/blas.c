@@ -1,5 +1,5 @@
 /* The host BLAS: which one is linked (OpenBLAS, BLIS, MKL, or another CBLAS), the OpenBLAS
- * core it runs, and the library's host threads (blob/math.h, blob_blas_get_info,
+ * core it runs, and the library's host threads (blob/host_blas.h, blob_blas_get_info,
  * blob_set_host_threads).
  *
  * OpenBLAS builds with DYNAMIC_ARCH pick their kernels at load time from the CPU model.
@@ -28,7 +28,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "blob/math.h"
+#include "blob/host_blas.h"
 #include "core.h"
 #include "env.h"
 

@@ -4,7 +4,7 @@
  * or column sums of an input for BGRADA / BGRADB. */
 #include "lt.cuh"
 
-/* The mask bit of C[i,j], with row_bits bits per row of C (blob/math.h). */
+/* The mask bit of C[i,j], with row_bits bits per row of C (blob/types.h). */
 static __device__ bool mask_bit(const unsigned char *mask, int64_t row_bits, int64_t i,
                                 int64_t j)
 {

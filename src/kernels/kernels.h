@@ -1,15 +1,16 @@
-/* Internal: the plain-C launchers behind blob_gpu_* (blob/math.h). They take device
- * pointers of the current device, validated arguments and the stream to queue on, and
- * return a status with the detail recorded. The CUDA build implements them in
- * src/kernels/ (*.cu), the CPU-only build in none.c (every one returns BLOB_ENODEV).
- * Sizes may be 0 unless stated. Errors: BLOB_ECUDA, BLOB_ECUBLAS, BLOB_ENOMEM. */
+/* Internal: the plain-C launchers behind blob_gpu_* (blob/blas.h, conv.h, fused.h and
+ * optim.h). They take device pointers of the current device, validated arguments and the
+ * stream to queue on, and return a status with the detail recorded. The CUDA build
+ * implements them in src/kernels/ (*.cu), the CPU-only build in none.c (every one returns
+ * BLOB_ENODEV). Sizes may be 0 unless stated. Errors: BLOB_ECUDA, BLOB_ECUBLAS, BLOB_ENOMEM. */
 #ifndef BLOB_KERNELS_H
 #define BLOB_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "blob/math.h"
+#include "blob/status.h"
+#include "blob/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,7 +62,7 @@ blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype
                                                   const void *labels, double scale, void *prob,
                                                   void *loss, void *dlogits);
 
-/* Convolution and pooling (blob/math.h) over num > 0 images of a validated geometry g
+/* Convolution and pooling (blob/conv.h) over num > 0 images of a validated geometry g
  * whose output plane, out_h x out_w, is not empty. */
 blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
                            int64_t out_h, int64_t out_w, int64_t num, const void *im, void *col);
@@ -81,7 +82,7 @@ blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
                                       const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
                                       int64_t num, const void *dy, void *dx);
 
-/* ==== GEMM in a math mode, GEMM with epilogues, optimizer steps (blob/math.h) ==== */
+/* ==== GEMM in a math mode, GEMM with epilogues (fused.h), optimizer steps (optim.h) ==== */
 
 /* Row-major float32 C = alpha * op(A) * op(B) + beta * C on tensor cores with mode
  * BLOB_MATH_TF32 or BLOB_MATH_BF16, as blob__k_gemm otherwise. */

@@ -1,10 +1,10 @@
-/* Internal: the optimizer's update of one element (blob/math.h, blob_optim), shared by the
+/* Internal: the optimizer's update of one element (blob/optim.h, blob_optim), shared by the
  * host loop (src/math/optim.c) and the GPU kernel (optim.cu) so that both sides compute
  * exactly the same arithmetic in the element type. Plain C and C++. */
 #ifndef BLOB_KERNELS_OPTIM_FORMULA_H
 #define BLOB_KERNELS_OPTIM_FORMULA_H
 
-#include "blob/math.h"
+#include "blob/types.h"
 
 /* The fields of the scalars of one step in the element type T, converted from double
  * (a struct of them: struct { BLOB__OPTIM_SCALAR_FIELDS(T) }). */

@@ -1,4 +1,4 @@
-/* blob/math.h, convolution and pooling: the geometry checks shared by both sides, the host
+/* blob/conv.h, convolution and pooling: the geometry checks shared by both sides, the host
  * loops (conv_loops.h, once per element type), and the GPU side handing validated
  * arguments to the launchers of src/kernels/. */
 #include <limits.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "blob/device.h"
-#include "blob/math.h"
+#include "blob/conv.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
 

@@ -1,6 +1,6 @@
 /* The host loops of conv.c for one element type: conv.c includes this file once per type,
  * with T the type, U the unsigned integer of its size and NAME(f) naming f's instance.
- * Shapes are validated; sizes are those of blob/math.h (oh x ow the output plane,
+ * Shapes are validated; sizes are those of blob/conv.h (oh x ow the output plane,
  * planes = num * channels). */
 
 /* col = im2col(im): one row of col per (c, i, j), written in column order. */

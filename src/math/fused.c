@@ -1,24 +1,15 @@
-/* GEMM with fused epilogues (blob/math.h): argument checks shared by both sides, the host
+/* GEMM with fused epilogues (blob/fused.h): argument checks shared by both sides, the host
  * reference (the BLAS product, then one pass over C for the epilogue), and the GPU side
  * handing validated arguments to the launcher. */
 #include <stdint.h>
 #include <string.h>
 
 #include "blob/device.h"
-#include "blob/math.h"
+#include "blob/blas.h"
+#include "blob/fused.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
 #include "math_impl.h"
-
-size_t blob_relu_mask_bytes(int64_t M, int64_t N)
-{
-    if (M < 0 || N < 0 || N > INT64_MAX - 127)
-        return 0;
-    int64_t row = BLOB_RELU_MASK_ROW_BITS(N) / 8;
-    if (row && M > (int64_t)(SIZE_MAX / 2) / row)
-        return 0;
-    return (size_t)(M * row);
-}
 
 static bool reads_bias(blob_epilogue e)
 {

@@ -1,4 +1,4 @@
-/* blob/math.h: argument checks shared by both sides; the host side over CBLAS (split into
+/* blob/blas.h: argument checks shared by both sides; the host side over CBLAS (split into
  * pieces that its 32-bit sizes can take) or plain loops; the GPU side handing validated
  * arguments to the launchers of src/kernels/. */
 #include "host_cblas.h"
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "blob/device.h"
-#include "blob/math.h"
+#include "blob/blas.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
 #include "math_impl.h"

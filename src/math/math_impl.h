@@ -3,9 +3,11 @@
 #ifndef BLOB_MATH_IMPL_H
 #define BLOB_MATH_IMPL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "blob/math.h"
+#include "blob/status.h"
+#include "blob/types.h"
 
 /* The largest size passed to one CBLAS call (OpenBLAS takes 32-bit ints): longer vectors
  * and larger matrix dims are split into pieces of at most this many. INT_MAX by default;

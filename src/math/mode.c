@@ -1,8 +1,8 @@
-/* The process-wide math mode of float32 GPU products and GEMM tuning (blob/math.h). */
+/* The process-wide math mode of float32 GPU products and GEMM tuning (blob/math_mode.h). */
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "blob/math.h"
+#include "blob/math_mode.h"
 #include "../core/core.h"
 #include "../core/env.h"
 #include "math_impl.h"

@@ -1,4 +1,4 @@
-/* Multi-tensor optimizer steps on raw arrays (blob/math.h): the checks shared by both
+/* Multi-tensor optimizer steps on raw arrays (blob/optim.h): the checks shared by both
  * sides, the host loop, and the GPU side handing validated arguments to the launcher.
  * The update of one element is written once, in optim_formula.h, for both sides. */
 #include <math.h>
@@ -6,41 +6,11 @@
 #include <string.h>
 
 #include "blob/device.h"
-#include "blob/math.h"
+#include "blob/optim.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
 #include "../kernels/optim_formula.h"
 #include "math_impl.h"
-
-blob_optim blob_optim_default(blob_optim_kind kind, double lr)
-{
-    blob_optim o = {.kind = kind, .lr = lr};
-    if (kind == BLOB_OPTIM_ADAM || kind == BLOB_OPTIM_ADAMW) {
-        o.beta1 = 0.9;
-        o.beta2 = 0.999;
-        o.eps = 1e-8;
-        o.weight_decay = kind == BLOB_OPTIM_ADAMW ? 0.01 : 0;
-    }
-    return o;
-}
-
-int blob_optim_history_count(const blob_optim *opt)
-{
-    if (!opt) {
-        BLOB_FAIL(BLOB_EINVAL, "opt is NULL");
-        return -1;
-    }
-    switch (opt->kind) {
-    case BLOB_OPTIM_SGD:
-        return opt->momentum != 0;
-    case BLOB_OPTIM_SGD_CAFFE:
-        return 1;
-    case BLOB_OPTIM_ADAM:
-    case BLOB_OPTIM_ADAMW:
-        return 2;
-    }
-    return -1;
-}
 
 /* The fields of opt that its kind uses, as PyTorch checks them. */
 static blob_status check_optim(const char *fn, const blob_optim *opt)
