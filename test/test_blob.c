@@ -543,6 +543,36 @@ START_TEST(test_gpu_update_norms)
 }
 END_TEST
 
+/* A blob larger than any GPU's memory (1 TiB): its first device access fails with a
+ * clear error and leaves the blob as it was; the device keeps working (an update
+ * checked against the host's). */
+START_TEST(test_gpu_beyond_device_memory)
+{
+    int64_t huge = (int64_t)1 << 38;
+    blob *big = make(BLOB_FLOAT32, 1, &huge);
+    void *p = &p;
+    blob_status st = blob_mutable_gpu_data(big, &p);
+    ck_assert_msg(st == BLOB_EDEVMEM || st == BLOB_ENOMEM, "%s (%s)", blob_status_name(st),
+                  blob_last_error());
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(big)), BLOB_UNINITIALIZED);
+    blob_free(big);
+
+    int64_t s[] = {1000};
+    blob *b = make(BLOB_FLOAT32, 1, s);
+    double *x = fill_random(b, false), *d = fill_random(b, true);
+    for (int64_t i = 0; i < s[0]; i++)
+        x[i] -= d[i];
+    const void *g;
+    ck_ok(blob_gpu_data(b, &g));
+    ck_ok(blob_gpu_diff(b, &g));
+    ck_ok(blob_update(b));
+    assert_values(b, false, x, 1e-6);
+    blob_free(b);
+    free(x);
+    free(d);
+}
+END_TEST
+
 Suite *blob_suite(void)
 {
     Suite *s = suite_create("blob");
@@ -572,6 +602,7 @@ Suite *blob_suite(void)
     TCase *gpu = gpu_tcase("gpu");
     req_add_loop_test(gpu, test_gpu_update_norms, 0, 2);
     req_add_loop_test(gpu, test_count_zero, 0, 2);
+    req_add_test(gpu, test_gpu_beyond_device_memory);
     suite_add_tcase(s, gpu);
     return s;
 }
