@@ -9,7 +9,7 @@
 #include "blob/device.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
-#include "comm_impl.h"
+#include "watch.h"
 
 /* ---- the pure pieces ---- */
 
@@ -289,6 +289,46 @@ static blob_status agree(blob_comm *c, const blob_comm_list *l, blob_status loca
     return st;
 }
 
+/* Fill a new list l of c with blobs[0..n), checked, and plan its buckets. */
+static blob_status list_fill(blob_comm_list *l, blob_comm *c, blob *const *blobs, int n)
+{
+    l->c = c;
+    l->n = n;
+    l->dtype = blob_get_dtype(blobs[0]);
+    l->elem = blob_dtype_size(l->dtype);
+    l->bf16 = c->bf16 && c->size > 1 && l->dtype == BLOB_FLOAT32;
+    l->wire_elem = l->bf16 ? sizeof(uint16_t) : l->elem;
+    for (int i = 0; i < n; i++) {
+        l->blobs[i] = blobs[i];
+        l->counts[i] = blob_count(blobs[i]);
+        l->offset[i + 1] = l->offset[i] + l->counts[i];
+    }
+    int64_t bucket_elems = (int64_t)(c->bucket_bytes / l->elem);
+    if (bucket_elems < 1)
+        bucket_elems = 1;
+    l->num_buckets = blob__comm_plan(l->counts, n, bucket_elems, NULL, 0);
+    if (l->num_buckets <= 0)
+        return BLOB_OK;
+    l->buckets = blob__obj_alloc((size_t)l->num_buckets * sizeof *l->buckets);
+    if (!l->buckets)
+        return BLOB_ENOMEM;
+    blob__comm_plan(l->counts, n, bucket_elems, l->buckets, l->num_buckets);
+    return replays_alloc(l);
+}
+
+/* Name l and put it among its communicator's live lists. */
+static void list_link(blob_comm_list *l)
+{
+    blob_comm *c = l->c;
+    pthread_mutex_lock(&c->mu);
+    l->id = ++c->lists;
+    l->next_live = c->live;
+    if (c->live)
+        c->live->prev_live = l;
+    c->live = l;
+    pthread_mutex_unlock(&c->mu);
+}
+
 blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *const *blobs, int n)
 {
     if (!out)
@@ -309,32 +349,8 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
     blob_comm_list *l = local == BLOB_OK ? list_alloc(n) : NULL;
     if (local == BLOB_OK && (!l || !l->blobs || !l->counts || !l->offset || !l->ready || !l->dev))
         local = BLOB_ENOMEM; /* detail recorded by the allocation */
-    if (local == BLOB_OK) {
-        l->c = c;
-        l->n = n;
-        l->dtype = blob_get_dtype(blobs[0]);
-        l->elem = blob_dtype_size(l->dtype);
-        l->bf16 = c->bf16 && c->size > 1 && l->dtype == BLOB_FLOAT32;
-        l->wire_elem = l->bf16 ? sizeof(uint16_t) : l->elem;
-        for (int i = 0; i < n; i++) {
-            l->blobs[i] = blobs[i];
-            l->counts[i] = blob_count(blobs[i]);
-            l->offset[i + 1] = l->offset[i] + l->counts[i];
-        }
-        int64_t bucket_elems = (int64_t)(c->bucket_bytes / l->elem);
-        if (bucket_elems < 1)
-            bucket_elems = 1;
-        l->num_buckets = blob__comm_plan(l->counts, n, bucket_elems, NULL, 0);
-        if (l->num_buckets > 0) {
-            l->buckets = blob__obj_alloc((size_t)l->num_buckets * sizeof *l->buckets);
-            if (l->buckets)
-                blob__comm_plan(l->counts, n, bucket_elems, l->buckets, l->num_buckets);
-            else
-                local = BLOB_ENOMEM;
-        }
-    }
-    if (local == BLOB_OK && l->num_buckets > 0)
-        local = replays_alloc(l);
+    if (local == BLOB_OK)
+        local = list_fill(l, c, blobs, n);
     blob_status st = local;
     if (c->size > 1) {
         char detail[256];
@@ -350,13 +366,7 @@ blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *cons
             list_release(l);
         return st;
     }
-    pthread_mutex_lock(&c->mu);
-    l->id = ++c->lists;
-    l->next_live = c->live;
-    if (c->live)
-        c->live->prev_live = l;
-    c->live = l;
-    pthread_mutex_unlock(&c->mu);
+    list_link(l);
     *out = l;
     return BLOB_OK;
 }
@@ -385,6 +395,17 @@ void blob_comm_list_free(blob_comm_list *l)
 }
 
 /* ---- collectives on lists ---- */
+
+/* Make `waiter` wait (on the device) for the work queued on `stream` so far, by c's
+ * ordering event: the caller's stream and the communicator's, either way. */
+static blob_status order(blob_comm *c, void *waiter, void *stream)
+{
+    if (!c->order_event)
+        BLOB_TRY(blob__be->event_create(&c->order_event));
+    /* a wait takes the event as recorded at the call: it may be recorded again at once */
+    BLOB_TRY(blob__be->event_record(c->order_event, stream));
+    return blob__be->stream_wait_event(waiter, c->order_event);
+}
 
 /* A failed collective call: on several ranks the communicator goes down with it, since
  * the others may already have started the collective. */
@@ -441,7 +462,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
         return BLOB_OK;
     BLOB_TRY(blob__comm_usable(c, __func__));
     void *caller = blob_get_stream();
-    st = blob__comm_order(c, c->stream, caller);
+    st = order(c, c->stream, caller);
     blob_set_stream(c->stream);
     for (int i = 0; i < l->n && st == BLOB_OK; i++)
         st = device_side(l, i, false, c->rank != root, &l->dev[i]);
@@ -475,7 +496,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     if (st == BLOB_OK)
         st = blob__comm_track(c, __func__, what);
     pthread_mutex_unlock(&c->mu);
-    if (st == BLOB_OK && blob__comm_order(c, caller, c->stream) != BLOB_OK)
+    if (st == BLOB_OK && order(c, caller, c->stream) != BLOB_OK)
         st = blob__comm_poison(c, __func__, BLOB_ECUDA, what);
     return st;
 }
@@ -671,7 +692,7 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
         fresh |= !l->ready[i];
     void *caller = blob_get_stream();
     if (st == BLOB_OK && fresh) /* after what the caller queued so far */
-        st = blob__comm_order(c, c->stream, caller);
+        st = order(c, c->stream, caller);
     blob_set_stream(c->stream);
     for (int i = first; i < first + n && st == BLOB_OK; i++)
         if (!l->ready[i]) {
@@ -753,7 +774,7 @@ blob_status blob_comm_reduce_end(blob_comm_list *l)
     if (mark(l, 1, blob_get_stream()) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "timing");
     BLOB_TRY(hand_over(l, 0, l->n, __func__));
-    if (blob__comm_order(c, blob_get_stream(), c->stream) != BLOB_OK)
+    if (order(c, blob_get_stream(), c->stream) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");
     l->timed = l->timing != NULL;
     return blob_comm_status(c);
