@@ -20,13 +20,6 @@ blob_status blob__cuda_fail(int err, const char *call, const char *func)
                       cudaGetErrorString(e));
 }
 
-#define CUDA_TRY(expr)                                            \
-    do {                                                          \
-        cudaError_t cuda_err_ = (expr);                           \
-        if (cuda_err_ != cudaSuccess)                             \
-            return blob__cuda_fail(cuda_err_, #expr, __func__);     \
-    } while (0)
-
 static int device_count_value;
 static pthread_once_t device_count_once = PTHREAD_ONCE_INIT;
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "blob/status.h"
+#include "checks.h"
 
 /* D2H_PINNED: device to page-locked host memory from the pinned place, which the device
  * can address. */
@@ -80,25 +81,6 @@ void blob__backend_install(const blob__backend *be);
 /* Pageable host memory from malloc, shared by the real tables. */
 blob_status blob__system_host_alloc(size_t bytes, void **out);
 void blob__system_host_free(void *p);
-
-/* CUDA builds: record a failed CUDA runtime call (err is its cudaError_t) under func,
- * clear the sticky error, and map it: out of memory is BLOB_EDEVMEM, no device or driver
- * BLOB_ENODEV, anything else BLOB_ECUDA. */
-blob_status blob__cuda_fail(int err, const char *call, const char *func);
-
-/* Record the calling thread's failure detail, "func: " and the message (the message
- * alone with func NULL), and return status. */
-blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-#define BLOB_FAIL(status, ...) blob__fail((status), __func__, __VA_ARGS__)
-
-/* Propagate a failed status (its detail is already recorded). */
-#define BLOB_TRY(expr)                      \
-    do {                                    \
-        blob_status try_st_ = (expr);       \
-        if (try_st_ != BLOB_OK)             \
-            return try_st_;                 \
-    } while (0)
 
 /* Small host allocations for library objects, through the backend so that tests can
  * make any of them fail. blob__obj_alloc zero-fills; NULL means out of memory (the

@@ -13,13 +13,6 @@ extern "C" {
 }
 #include "kernels.h"
 
-#define CUDA_TRY(func, call)                              \
-    do {                                                  \
-        cudaError_t cuda_err_ = (call);                   \
-        if (cuda_err_ != cudaSuccess)                     \
-            return blob__cuda_fail(cuda_err_, #call, (func)); \
-    } while (0)
-
 /* Check the kernel launch just made (and clear its error). */
 static inline blob_status launch_check(const char *kernel, const char *func)
 {

@@ -87,7 +87,7 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
     handle_table *t = (handle_table *)pthread_getspecific(table_key);
     if (!t) {
         int count;
-        CUDA_TRY(func, cudaGetDeviceCount(&count));
+        CUDA_TRY_AT(func, cudaGetDeviceCount(&count));
         t = (handle_table *)calloc(1, sizeof *t + (size_t)count * (sizeof(cublasHandle_t) +
                                                                    2 * sizeof(void *)));
         if (!t)
@@ -272,7 +272,7 @@ extern "C" blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, c
                                     void *y)
 {
     if (n > 0 && x != y)
-        CUDA_TRY(__func__, cudaMemcpyAsync(y, x, (size_t)n * blob_dtype_size(dtype),
-                                           cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+        CUDA_TRY(cudaMemcpyAsync(y, x, (size_t)n * blob_dtype_size(dtype),
+                                 cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
     return BLOB_OK;
 }

@@ -185,7 +185,7 @@ static blob_status state_for(const char *func, LtState **out, int *device,
     LtState *st = (LtState *)pthread_getspecific(state_key);
     if (!st) {
         int count;
-        CUDA_TRY(func, cudaGetDeviceCount(&count));
+        CUDA_TRY_AT(func, cudaGetDeviceCount(&count));
         st = (LtState *)calloc(1, sizeof *st);
         cublasLtHandle_t *h = (cublasLtHandle_t *)calloc((size_t)count, sizeof *h);
         cudaStream_t *cap = (cudaStream_t *)calloc((size_t)count, sizeof *cap);
@@ -650,8 +650,8 @@ static blob_status unfused(const char *func, void *stream, blob_dtype dtype,
 {
     if (M > 0 && N > 0) {
         if (K == 0)
-            CUDA_TRY(func, cudaMemsetAsync(C, 0, (size_t)(M * N) * blob_dtype_size(dtype),
-                                           (cudaStream_t)stream));
+            CUDA_TRY_AT(func, cudaMemsetAsync(C, 0, (size_t)(M * N) * blob_dtype_size(dtype),
+                                              (cudaStream_t)stream));
         else if (dtype == BLOB_FLOAT32 && mode != BLOB_MATH_FP32)
             BLOB_TRY(blob__k_gemm_mode(stream, mode, trans_a, trans_b, M, N, K, 1.0, A, B,
                                        0.0, C));

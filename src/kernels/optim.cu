@@ -178,7 +178,7 @@ static blob_status resident_blocks(const char *func, int64_t *out)
     BLOB_TRY(blob__current_device(&dev));
     int sms = dev >= 0 && dev < 64 ? sm_count[dev].load(std::memory_order_relaxed) : 0;
     if (!sms) {
-        CUDA_TRY(func, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_TRY_AT(func, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         if (dev >= 0 && dev < 64)
             sm_count[dev].store(sms, std::memory_order_relaxed);
     }

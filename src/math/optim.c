@@ -19,27 +19,24 @@ static blob_status check_optim(const char *fn, const blob_optim *opt)
         return blob__fail(BLOB_EINVAL, fn, "opt is NULL");
     if (blob_optim_history_count(opt) < 0)
         return blob__fail(BLOB_EINVAL, fn, "bad optimizer kind %d", (int)opt->kind);
-#define NEED(cond, ...)                                    \
-    do {                                                   \
-        if (!(cond))                                       \
-            return blob__fail(BLOB_EINVAL, fn, __VA_ARGS__); \
-    } while (0)
-    NEED(opt->lr >= 0 && isfinite(opt->lr), "bad learning rate %g", opt->lr);
-    NEED(opt->weight_decay >= 0 && isfinite(opt->weight_decay), "bad weight decay %g",
-         opt->weight_decay);
+    BLOB_NEED(opt->lr >= 0 && isfinite(opt->lr), fn, "bad learning rate %g", opt->lr);
+    BLOB_NEED(opt->weight_decay >= 0 && isfinite(opt->weight_decay), fn,
+              "bad weight decay %g", opt->weight_decay);
     if (opt->kind == BLOB_OPTIM_SGD || opt->kind == BLOB_OPTIM_SGD_CAFFE) {
-        NEED(opt->momentum >= 0 && isfinite(opt->momentum), "bad momentum %g", opt->momentum);
-        NEED(isfinite(opt->dampening), "bad dampening %g", opt->dampening);
-        NEED(!opt->nesterov || (opt->kind == BLOB_OPTIM_SGD && opt->momentum > 0 &&
-                                opt->dampening == 0),
-             "Nesterov momentum needs SGD with momentum > 0 and dampening 0");
+        BLOB_NEED(opt->momentum >= 0 && isfinite(opt->momentum), fn, "bad momentum %g",
+                  opt->momentum);
+        BLOB_NEED(isfinite(opt->dampening), fn, "bad dampening %g", opt->dampening);
+        BLOB_NEED(!opt->nesterov || (opt->kind == BLOB_OPTIM_SGD && opt->momentum > 0 &&
+                                     opt->dampening == 0),
+                  fn, "Nesterov momentum needs SGD with momentum > 0 and dampening 0");
     } else {
-        NEED(opt->beta1 >= 0 && opt->beta1 < 1, "bad beta1 %g (not in [0, 1))", opt->beta1);
-        NEED(opt->beta2 >= 0 && opt->beta2 < 1, "bad beta2 %g (not in [0, 1))", opt->beta2);
-        NEED(opt->eps >= 0 && isfinite(opt->eps), "bad eps %g", opt->eps);
-        NEED(!opt->nesterov, "Nesterov momentum needs SGD");
+        BLOB_NEED(opt->beta1 >= 0 && opt->beta1 < 1, fn, "bad beta1 %g (not in [0, 1))",
+                  opt->beta1);
+        BLOB_NEED(opt->beta2 >= 0 && opt->beta2 < 1, fn, "bad beta2 %g (not in [0, 1))",
+                  opt->beta2);
+        BLOB_NEED(opt->eps >= 0 && isfinite(opt->eps), fn, "bad eps %g", opt->eps);
+        BLOB_NEED(!opt->nesterov, fn, "Nesterov momentum needs SGD");
     }
-#undef NEED
     return BLOB_OK;
 }
 
