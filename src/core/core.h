@@ -96,6 +96,12 @@ blob_status blob__require_gpu(const char *func);
  * plain load on the hot path, where asking the driver costs ~50 ns. */
 blob_status blob__current_device(int *device);
 
+/* Run a stretch of work on `stream`: blob__stream_enter makes it the calling thread's
+ * current stream (blob_set_stream) and returns the one it replaces, which
+ * blob__stream_leave makes current again. */
+void *blob__stream_enter(void *stream);
+void blob__stream_leave(void *prev);
+
 /* Destroy the pooled streams of the current table that no caller holds (see
  * blob_stream_create), and the idle pooled events of blob_stream_wait_stream. For tests,
  * before switching tables. */

@@ -323,6 +323,18 @@ void *blob_get_stream(void)
     return current_stream;
 }
 
+void *blob__stream_enter(void *stream)
+{
+    void *prev = current_stream;
+    current_stream = stream;
+    return prev;
+}
+
+void blob__stream_leave(void *prev)
+{
+    current_stream = prev;
+}
+
 blob_status blob__check_device(const char *func, int device)
 {
     int cur;

@@ -65,11 +65,10 @@ static blob_status access_side(blob_syncedmem *mem, bool gpu, bool writable, voi
     if (!gpu)
         return writable ? blob_syncedmem_mutable_cpu_data(mem, ptr)
                         : blob_syncedmem_cpu_data(mem, (const void **)ptr);
-    void *thread_stream = blob_get_stream();
-    blob_set_stream(stream);
+    void *prev = blob__stream_enter(stream);
     blob_status st = writable ? blob_syncedmem_mutable_gpu_data(mem, ptr)
                               : blob_syncedmem_gpu_data(mem, (const void **)ptr);
-    blob_set_stream(thread_stream);
+    blob__stream_leave(prev);
     return st;
 }
 
