@@ -231,7 +231,7 @@ static blob_status to_cpu(const char *func, blob_syncedmem *m)
                 BLOB_TRY(alloc_host(m));
             memset(m->host, 0, m->size);
         }
-        m->head = BLOB_HEAD_AT_CPU;
+        blob__syncedmem_claim(m, false);
         return BLOB_OK;
     case BLOB_HEAD_AT_GPU: {
         if (m->size) {
@@ -303,7 +303,7 @@ blob_status blob_syncedmem_mutable_cpu_data(blob_syncedmem *m, void **out)
     if (!m || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     BLOB_TRY(to_cpu(__func__, m));
-    m->head = BLOB_HEAD_AT_CPU;
+    blob__syncedmem_claim(m, false);
     *out = m->host;
     return BLOB_OK;
 }
@@ -322,7 +322,7 @@ blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *m, void **out)
     if (!m || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     BLOB_TRY(to_gpu(__func__, m));
-    m->head = BLOB_HEAD_AT_GPU;
+    blob__syncedmem_claim(m, true);
     *out = m->dev;
     return BLOB_OK;
 }
@@ -373,7 +373,7 @@ blob_status blob_syncedmem_set_cpu_data_release(blob_syncedmem *m, void *data, s
     m->host = data;
     m->host_release = release;
     m->host_release_ctx = ctx;
-    m->head = BLOB_HEAD_AT_CPU;
+    blob__syncedmem_claim(m, false);
     return BLOB_OK;
 }
 
@@ -387,7 +387,7 @@ blob_status blob_syncedmem_set_gpu_data_release(blob_syncedmem *m, void *data, s
     m->dev = data;
     m->dev_release = release;
     m->dev_release_ctx = ctx;
-    m->head = BLOB_HEAD_AT_GPU;
+    blob__syncedmem_claim(m, true);
     return BLOB_OK;
 }
 
