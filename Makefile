@@ -200,8 +200,9 @@ LAUNCH_BIN := $(BUILD)/tools/blob-launch
 .PHONY: launcher
 launcher: $(LAUNCH_BIN)
 
-LAUNCH_SRC := tools/launch.c tools/launch_options.c src/core/number.c
-$(LAUNCH_BIN): $(LAUNCH_SRC) tools/launch_options.h src/core/number.h src/comm/record.h
+LAUNCH_SRC := tools/launch.c tools/launch_options.c src/core/number.c src/core/clock.c
+$(LAUNCH_BIN): $(LAUNCH_SRC) tools/launch_options.h src/core/number.h src/core/clock.h \
+               src/comm/record.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ \
@@ -251,8 +252,9 @@ $(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/
 # the examples' nets with a thread and with a process per GPU, beside PyTorch DDP
 # (bench/dp_step.c, bench/ddp_torch.py). Arguments in BENCH_DP_ARGS.
 .PHONY: bench-dp
-bench-dp: examples $(LAUNCH_BIN)
-	$(Q)$(EXAMPLES_BIN)/dp_step --launcher $(CURDIR)/$(LAUNCH_BIN) $(BENCH_DP_ARGS)
+DP_STEP := $(BUILD)/bench/dp_step
+bench-dp: $(DP_STEP) $(LAUNCH_BIN)
+	$(Q)$(DP_STEP) --launcher $(CURDIR)/$(LAUNCH_BIN) $(BENCH_DP_ARGS)
 
 # make bench: blob_bench, the training step (net_step: a line per row on stderr as it
 # goes, the tables at the end) and bench/dlpack.py. On a GPU net_step runs mlp and lenet
@@ -260,8 +262,8 @@ bench-dp: examples $(LAUNCH_BIN)
 # every mode computes float32, each configuration once, with fewer steps: mlp at 64 and
 # 256 and lenet at 64 (under a minute on a 2-core CPU, 2 the first time torch.compile
 # runs), and with BENCH_FULL=1 lenet at 256 and mlp4096 at 512 too (about 5 in all).
-NET_STEP = $(EXAMPLES_BIN)/net_step
-bench: $(BENCH_BIN) examples
+NET_STEP := $(BUILD)/bench/net_step
+bench: $(BENCH_BIN) $(NET_STEP)
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
 	$(Q)$(NET_STEP) --if gpu --net mlp --net lenet --batch 64 --batch 256 --tune 1
 	$(Q)$(NET_STEP) --if gpu --net mlp4096 --batch 512 --math fp32 --math tf32 --math bf16 \
@@ -347,6 +349,19 @@ examples: lib
 	$(Q)$(MAKE) --no-print-directory -s $(EXAMPLES_DIRS) install >/dev/null
 	$(Q)PKG_CONFIG_PATH=$(EXAMPLES_PREFIX)/lib/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} \
 	    $(MAKE) --no-print-directory $(if $(Q),-s) -C examples O=$(EXAMPLES_BIN)
+
+# net_step and dp_step, the benchmarks on the examples' nets: bench/ links the layers
+# and nets as examples/Makefile archives them (libnn.a), the whole archive since the nets
+# register themselves at start-up; examples/ reads nothing of bench/.
+NN_LIB := $(EXAMPLES_BIN)/libnn.a
+$(NN_LIB): examples ;
+$(BUILD)/bench/net_step.o $(BUILD)/bench/dp_step.o: ALL_CFLAGS += -Iexamples/layers -Iexamples/nets
+$(NET_STEP): $(BUILD)/bench/net_step.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o
+$(DP_STEP): $(BUILD)/bench/dp_step.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o
+$(NET_STEP) $(DP_STEP): $(NN_LIB) $(STATIC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--whole-archive $(NN_LIB) \
+	    -Wl,--no-whole-archive $(STATIC) $(LIB_LIBS)
 
 # The README's first command: train a net (NET, default the MLP) on Fashion-MNIST, on the
 # GPU when there is one. Options go in DEMO_ARGS, e.g. make demo NET=lenet DEMO_ARGS="--graph".

@@ -92,9 +92,16 @@ int report_close(void);
 /* Size as "512 B", "64 KiB", "1 GiB". */
 const char *fmt_bytes(size_t bytes, char buf[32]);
 
-/* Run the PyTorch reference script with `args` and keep its figures; says in the meta
- * why there are none when torch cannot be imported. */
+/* The Python of the PyTorch peers: $BLOB_BENCH_PYTHON, or python3. */
+const char *bench_python(void);
+/* Run the PyTorch reference script ($BLOB_BENCH_TORCH, default bench/torch_ref.py) under
+ * bench_python() with `args` and keep its figures; says in the meta why there are none
+ * when torch cannot be imported. */
 void torch_load(const char *args);
+/* torch_load of `script` (unless $BLOB_BENCH_TORCH names another), nproc processes of
+ * it under the launcher. */
+void torch_load_launched(const char *launcher, int nproc, const char *script,
+                         const char *args);
 /* A figure of the script (key, size), or NAN if it has none. */
 double torch_ref(const char *key, double size);
 

@@ -250,17 +250,11 @@ int main(int argc, char **argv)
 
     /* PyTorch first, before this process takes the GPUs' memory */
     if (with_torch && launcher) {
-        char arg[256] = "", py[512];
+        char arg[256] = "";
         for (size_t i = 0; i < NUM_SIZES; i++)
             snprintf(arg + strlen(arg), sizeof arg - strlen(arg), "%s%zu", i ? "," : "",
                      sizes[i]);
-        const char *python = getenv("BLOB_BENCH_PYTHON");
-        snprintf(py, sizeof py, "%s --nproc %d %s", launcher, team.n,
-                 python && *python ? python : "python3");
-        setenv("BLOB_BENCH_PYTHON", py, 1);
-        if (!getenv("BLOB_BENCH_TORCH"))
-            setenv("BLOB_BENCH_TORCH", "bench/comm_torch.py", 1);
-        torch_load(arg);
+        torch_load_launched(launcher, team.n, "bench/comm_torch.py", arg);
     } else {
         report_meta("torch", "not run (%s)", with_torch ? "no --launcher" : "--no-torch");
     }

@@ -99,20 +99,9 @@ static int rank_open(rank_ctx *r)
     if (!cfg.def)
         return bench_fail("no net %s", r->c->net);
     BTRY(net_create(&r->n, &cfg));
-    int64_t batch = r->c->batch, xshape[2] = {batch, 784};
     uint64_t rng = 5 + (uint64_t)(r->comm ? blob_comm_rank(r->comm) : 0);
-    for (int k = 0; k < 2; k++) {
-        void *labels;
-        const void *p;
-        BTRY(nn_blob_create(&r->x[k], NN_GPU, BLOB_FLOAT32, 2, xshape));
-        BTRY(nn_blob_create(&r->y[k], NN_GPU, BLOB_FLOAT32, 1, &batch));
-        BTRY(nn_fill_uniform(r->x[k], 0, 1, &rng));
-        BTRY(blob_mutable_cpu_data(r->y[k], &labels));
-        for (int64_t i = 0; i < batch; i++)
-            nn_store(labels, BLOB_FLOAT32, i, (double)((i * 7 + k) % 10));
-        BTRY(blob_gpu_data(r->x[k], &p));
-        BTRY(blob_gpu_data(r->y[k], &p));
-    }
+    for (int k = 0; k < 2; k++)
+        BTRY(net_fake_batch(cfg.def, NN_GPU, r->c->batch, 10, 7, k, &rng, &r->x[k], &r->y[k]));
     return 0;
 }
 
@@ -323,94 +312,82 @@ static void usage(void)
     exit(2);
 }
 
-int main(int argc, char **argv)
+/* What to measure, from the command line. */
+typedef struct {
+    int gpus, steps, repeats;
+    const char *launcher;
+    bool with_torch, timeline;
+} options;
+
+static options parse_options(int argc, char **argv)
 {
-    if (argc == 6 && !strcmp(argv[1], "--rank"))
-        return rank_process(argv[2], atoll(argv[3]), atoi(argv[4]), atoi(argv[5]));
-    int gpus = 0, steps = 100, repeats = 5;
-    const char *launcher = NULL;
-    bool with_torch = true, timeline = false;
+    options o = {.steps = 100, .repeats = 5, .with_torch = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-torch")) {
-            with_torch = false;
+            o.with_torch = false;
             continue;
         }
         if (!strcmp(a, "--timeline")) {
-            timeline = true;
+            o.timeline = true;
             continue;
         }
         if (!v)
             usage();
         i++;
         if (!strcmp(a, "--gpus") && atoi(v) >= 2 && atoi(v) <= MAX_GPUS)
-            gpus = atoi(v);
+            o.gpus = atoi(v);
         else if (!strcmp(a, "--steps") && atoi(v) > 0)
-            steps = atoi(v);
+            o.steps = atoi(v);
         else if (!strcmp(a, "--repeats") && atoi(v) > 0 && atoi(v) <= BENCH_MAX_REPS)
-            repeats = atoi(v);
+            o.repeats = atoi(v);
         else if (!strcmp(a, "--launcher"))
-            launcher = v;
+            o.launcher = v;
         else
             usage();
     }
-    int found = blob_device_count();
-    if (!gpus)
-        gpus = found < MAX_GPUS ? found : MAX_GPUS;
-    if (gpus < 2 || gpus > found) {
-        printf("dp_step: skipped: data-parallel training needs two GPUs; %d found\n", found);
-        return 0;
-    }
-    if (timeline) {
-        char why[512] = "";
-        double ms = time_threads(&cases[0], gpus, 20, 1, true, false, why, sizeof why);
-        if (isnan(ms))
-            printf("dp_step: the timeline could not be taken: %s\n", why);
-        return isnan(ms) ? 1 : 0;
-    }
-    printf("dp_step: data-parallel SGD steps, %d GPUs against 1 at the same batch per GPU\n",
-           gpus);
-    report_meta("gpus", "%d of %d (GPU 0 alone for the 1-GPU figures)", gpus, found);
-    const char *vars[] = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
-                          "NCCL_NVLS_ENABLE", "BLOB_COMM_BUCKET_MB"};
-    report_env(vars, (int)(sizeof vars / sizeof vars[0]), "(none of the NCCL and bucket variables set)");
-    report_meta("timing", "median of %d runs of %d steps after one untimed run", repeats,
-                steps);
+    return o;
+}
 
-    /* PyTorch first, before this process takes the GPUs' memory */
-    if (with_torch && launcher) {
-        char args[256], py[512];
-        const char *python = getenv("BLOB_BENCH_PYTHON");
-        snprintf(py, sizeof py, "%s --nproc %d %s", launcher, gpus,
-                 python && *python ? python : "python3");
-        setenv("BLOB_BENCH_PYTHON", py, 1);
-        if (!getenv("BLOB_BENCH_TORCH"))
-            setenv("BLOB_BENCH_TORCH", "bench/ddp_torch.py", 1);
-        snprintf(args, sizeof args, "--steps %d --repeats %d", steps, repeats);
-        torch_load(args);
+/* The figures of one case, ms per step (NAN: not measured, why_* say why). */
+typedef struct {
+    double one, threads, procs, bf16;
+    char why_one[512], why_threads[512], why_procs[512], why_bf16[512];
+} dp_figures;
+
+/* PyTorch first, before this process takes the GPUs' memory; then libblob's runs. */
+static void run(const options *o, dp_figures *fig)
+{
+    if (o->with_torch && o->launcher) {
+        char args[256];
+        snprintf(args, sizeof args, "--steps %d --repeats %d", o->steps, o->repeats);
+        torch_load_launched(o->launcher, o->gpus, "bench/ddp_torch.py", args);
     } else {
-        report_meta("torch", "not run (%s)", with_torch ? "no --launcher" : "--no-torch");
+        report_meta("torch", "not run (%s)", o->with_torch ? "no --launcher" : "--no-torch");
     }
-
-    double one[NUM_CASES], threads[NUM_CASES], procs[NUM_CASES], bf16[NUM_CASES];
-    char why_one[NUM_CASES][512], why_threads[NUM_CASES][512], why_procs[NUM_CASES][512];
-    char why_bf16[NUM_CASES][512];
     for (int k = 0; k < NUM_CASES; k++) {
         const dp_case *c = &cases[k];
-        why_procs[k][0] = why_one[k][0] = why_threads[k][0] = why_bf16[k][0] = '\0';
-        procs[k] = launcher ? time_processes(launcher, c, gpus, steps, repeats, why_procs[k],
-                                             sizeof why_procs[k])
-                            : NAN;
-        if (!launcher)
-            snprintf(why_procs[k], sizeof why_procs[k], "no --launcher");
-        one[k] = time_one(c, steps, repeats, why_one[k], sizeof why_one[k]);
-        threads[k] = time_threads(c, gpus, steps, repeats, false, false, why_threads[k],
-                                  sizeof why_threads[k]);
-        bf16[k] = time_threads(c, gpus, steps, repeats, false, true, why_bf16[k],
-                               sizeof why_bf16[k]);
+        dp_figures *g = &fig[k];
+        g->why_procs[0] = g->why_one[0] = g->why_threads[0] = g->why_bf16[0] = '\0';
+        g->procs = o->launcher ? time_processes(o->launcher, c, o->gpus, o->steps, o->repeats,
+                                                g->why_procs, sizeof g->why_procs)
+                               : NAN;
+        if (!o->launcher)
+            snprintf(g->why_procs, sizeof g->why_procs, "no --launcher");
+        g->one = time_one(c, o->steps, o->repeats, g->why_one, sizeof g->why_one);
+        g->threads = time_threads(c, o->gpus, o->steps, o->repeats, false, false,
+                                  g->why_threads, sizeof g->why_threads);
+        g->bf16 = time_threads(c, o->gpus, o->steps, o->repeats, false, true, g->why_bf16,
+                               sizeof g->why_bf16);
     }
     blob_thread_release();
+}
 
+/* The table; returns the count of libblob's figures missing. */
+static int report(const options *o, const dp_figures *fig)
+{
+    const int gpus = o->gpus;
+    const bool torch = o->with_torch && o->launcher; /* a missing torch is said above */
     char many_ms[32], many_sps[32];
     snprintf(many_ms, sizeof many_ms, "%d GPUs ms", gpus);
     snprintf(many_sps, sizeof many_sps, "%d GPUs sam/s", gpus);
@@ -419,26 +396,60 @@ int main(int argc, char **argv)
     int missing = 0;
     for (int k = 0; k < NUM_CASES; k++) {
         const dp_case *c = &cases[k];
+        const dp_figures *g = &fig[k];
         double goal = gpus == 2 ? c->goal2 : gpus == 4 ? c->goal4 : 0;
-        const char *why = *why_one[k] ? why_one[k] : why_threads[k];
-        missing += row(c, "libblob, a thread each", gpus, one[k], threads[k], goal, why);
-        why = *why_one[k] ? why_one[k] : why_procs[k];
-        missing += row(c, "libblob, a process each", gpus, one[k], procs[k], goal, why);
+        const char *why = *g->why_one ? g->why_one : g->why_threads;
+        missing += row(c, "libblob, a thread each", gpus, g->one, g->threads, goal, why);
+        why = *g->why_one ? g->why_one : g->why_procs;
+        missing += row(c, "libblob, a process each", gpus, g->one, g->procs, goal, why);
         char key[32];
         snprintf(key, sizeof key, "one_%s", c->net);
         double t1 = torch_ref(key, (double)c->batch);
         snprintf(key, sizeof key, "ddp_%s", c->net);
         double tn = torch_ref(key, (double)c->batch);
-        if (with_torch && launcher) /* a missing torch is said in its line above */
+        if (torch)
             row(c, "torch DDP", gpus, t1, tn, 0, "see the torch line above");
-        why = *why_one[k] ? why_one[k] : why_bf16[k];
-        missing += row(c, "libblob, bf16 all-reduce", gpus, one[k], bf16[k], 0, why);
+        why = *g->why_one ? g->why_one : g->why_bf16;
+        missing += row(c, "libblob, bf16 all-reduce", gpus, g->one, g->bf16, 0, why);
         snprintf(key, sizeof key, "ddp_bf16_%s", c->net);
         tn = torch_ref(key, (double)c->batch);
-        if (with_torch && launcher)
+        if (torch)
             row(c, "torch DDP, bf16 hook", gpus, t1, tn, 0, "see the torch line above");
     }
     if (missing)
         printf("%d libblob figure(s) could not be measured\n", missing);
-    return missing ? 1 : 0;
+    return missing;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 6 && !strcmp(argv[1], "--rank"))
+        return rank_process(argv[2], atoll(argv[3]), atoi(argv[4]), atoi(argv[5]));
+    options o = parse_options(argc, argv);
+    int found = blob_device_count();
+    if (!o.gpus)
+        o.gpus = found < MAX_GPUS ? found : MAX_GPUS;
+    if (o.gpus < 2 || o.gpus > found) {
+        printf("dp_step: skipped: data-parallel training needs two GPUs; %d found\n", found);
+        return 0;
+    }
+    if (o.timeline) {
+        char why[512] = "";
+        double ms = time_threads(&cases[0], o.gpus, 20, 1, true, false, why, sizeof why);
+        if (isnan(ms))
+            printf("dp_step: the timeline could not be taken: %s\n", why);
+        return isnan(ms) ? 1 : 0;
+    }
+    printf("dp_step: data-parallel SGD steps, %d GPUs against 1 at the same batch per GPU\n",
+           o.gpus);
+    report_meta("gpus", "%d of %d (GPU 0 alone for the 1-GPU figures)", o.gpus, found);
+    const char *vars[] = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
+                          "NCCL_NVLS_ENABLE", "BLOB_COMM_BUCKET_MB"};
+    report_env(vars, (int)(sizeof vars / sizeof vars[0]),
+               "(none of the NCCL and bucket variables set)");
+    report_meta("timing", "median of %d runs of %d steps after one untimed run", o.repeats,
+                o.steps);
+    static dp_figures fig[NUM_CASES];
+    run(&o, fig);
+    return report(&o, fig) ? 1 : 0;
 }

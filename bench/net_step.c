@@ -34,8 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench.h"
 #include "net.h"
 
 #define WARMUP 20
@@ -63,13 +63,6 @@ typedef struct {
     char compile_error[160];
 } figures;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -93,7 +86,7 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
     }
     for (int r = 0; r < repeats; r++) {
         NN_TRY(sync_device(mode));
-        double t0 = now();
+        double t0 = nn_now();
         for (int s = 0; s < steps; s++) {
             NN_TRY(net_train_step(n, x[s % 2], y[s % 2]));
             if (wait)
@@ -101,7 +94,7 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
         }
         NN_TRY(net_loss(n, &loss));
         NN_TRY(sync_device(mode));
-        samples[r] = 1e6 * (now() - t0) / steps;
+        samples[r] = 1e6 * (nn_now() - t0) / steps;
     }
     qsort(samples, (size_t)repeats, sizeof *samples, by_value);
     *us = (samples[(repeats - 1) / 2] + samples[repeats / 2]) / 2;
@@ -127,28 +120,12 @@ static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind 
                       .graph = run != EAGER, .plain = plain, .loss_only = true,
                       .one_stream = one_stream};
     blob_figures *k = &f->kind[plain];
-    int64_t xshape[4] = {batch};
-    for (int i = 0; i < def->input_axes; i++)
-        xshape[i + 1] = def->input_shape[i];
     uint64_t rng = 5;
     blob *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
     net *n = NULL;
     blob_status st = net_create(&n, &cfg);
-    for (int b = 0; st == BLOB_OK && b < 2; b++) {
-        float *labels;
-        const void *p;
-        if ((st = nn_blob_create(&x[b], mode, BLOB_FLOAT32, def->input_axes + 1, xshape)) !=
-                BLOB_OK ||
-            (st = nn_blob_create(&y[b], mode, BLOB_FLOAT32, 1, &batch)) != BLOB_OK ||
-            (st = nn_fill_uniform(x[b], 0, 1, &rng)) != BLOB_OK ||
-            (st = blob_mutable_cpu_data(y[b], (void **)&labels)) != BLOB_OK)
-            break;
-        for (int64_t i = 0; i < batch; i++)
-            labels[i] = (float)((i + b) % CLASSES);
-        if (mode == NN_GPU && ((st = blob_gpu_data(x[b], &p)) != BLOB_OK ||
-                               (st = blob_gpu_data(y[b], &p)) != BLOB_OK))
-            break;
-    }
+    for (int b = 0; st == BLOB_OK && b < 2; b++)
+        st = net_fake_batch(def, mode, batch, CLASSES, 1, b, &rng, &x[b], &y[b]);
     if (st == BLOB_OK)
         st = time_steps(n, mode, x, y, steps, repeats, run != GRAPH_ASYNC, run_figure(k, run));
     if (st == BLOB_OK && run == GRAPH && net_graph(n))
@@ -319,15 +296,6 @@ static void usage(void)
     exit(2);
 }
 
-/* The math mode called name, or BLOB_MATH_DEFAULT for none. */
-static blob_math_mode math_mode(const char *name)
-{
-    for (blob_math_mode m = BLOB_MATH_FP32; m <= BLOB_MATH_BF16; m++)
-        if (!strcmp(name, blob_math_mode_name(m)))
-            return m;
-    return BLOB_MATH_DEFAULT;
-}
-
 /* libblob's figures of every net and batch in math mode (already set), a line on stderr
  * for each. */
 static blob_status bench_all(const net_def *const *defs, int num_nets, const int64_t *batches,
@@ -343,148 +311,178 @@ static blob_status bench_all(const net_def *const *defs, int num_nets, const int
         for (int i = 0; i < num_batches; i++)
             for (int plain = 0; plain < 2; plain++)
                 for (int r = 0; r < num_runs; r++) {
-                    const double t0 = now();
+                    const double t0 = nn_now();
                     NN_TRY(bench(defs[k], mode, plain, runs[r], batches[i], steps, repeats,
                                  &f[k][i]));
                     fprintf(stderr, "net_step: %d/%d %s batch %lld %s, %s %s: %.1f us per step "
                                     "(%.1f s)\n",
                             ++row, rows, defs[k]->name, (long long)batches[i],
                             blob_math_mode_name(math), plain ? "plain" : "fused", run_names[r],
-                            *run_figure(&f[k][i].kind[plain], runs[r]), now() - t0);
+                            *run_figure(&f[k][i].kind[plain], runs[r]), nn_now() - t0);
                 }
     return BLOB_OK;
 }
 
-int main(int argc, char **argv)
-{
-    const char *device = NULL, *only = NULL, *script = "bench/net_torch.py";
+/* What to measure, from the command line. */
+typedef struct {
+    const char *device, *only, *script;
     const net_def *defs[MAX_NETS];
     int64_t batches[MAX_BATCHES];
     blob_math_mode maths[MAX_MATHS];
-    int num_nets = 0, num_batches = 0, num_maths = 0, steps = 200, repeats = 5;
+    int num_nets, num_batches, num_maths, steps, repeats;
+} options;
+
+static options parse_options(int argc, char **argv)
+{
+    options o = {.script = "bench/net_torch.py", .steps = 200, .repeats = 5};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (v && !strcmp(a, "--net") && net_def_find(v) && num_nets < MAX_NETS)
-            defs[num_nets++] = net_def_find(v);
-        else if (v && !strcmp(a, "--batch") && atoi(v) > 0 && num_batches < MAX_BATCHES)
-            batches[num_batches++] = atoi(v);
-        else if (v && !strcmp(a, "--math") && math_mode(v) && num_maths < MAX_MATHS)
-            maths[num_maths++] = math_mode(v);
+        if (v && !strcmp(a, "--net") && net_def_find(v) && o.num_nets < MAX_NETS)
+            o.defs[o.num_nets++] = net_def_find(v);
+        else if (v && !strcmp(a, "--batch") && atoi(v) > 0 && o.num_batches < MAX_BATCHES)
+            o.batches[o.num_batches++] = atoi(v);
+        else if (v && !strcmp(a, "--math") && nn_math_mode_find(v) && o.num_maths < MAX_MATHS)
+            o.maths[o.num_maths++] = nn_math_mode_find(v);
         else if (v && !strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
-            device = v;
+            o.device = v;
         else if (v && !strcmp(a, "--if") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
-            only = v;
+            o.only = v;
         else if (v && !strcmp(a, "--streams") && (!strcmp(v, "1") || !strcmp(v, "2")))
             one_stream = !strcmp(v, "1");
         else if (v && !strcmp(a, "--tune") && (!strcmp(v, "0") || !strcmp(v, "1")))
             blob_set_gemm_tuning(!strcmp(v, "1"));
         else if (v && !strcmp(a, "--steps") && atoi(v) > 0)
-            steps = atoi(v);
+            o.steps = atoi(v);
         else if (v && !strcmp(a, "--repeats") && atoi(v) > 0 && atoi(v) <= MAX_REPEATS)
-            repeats = atoi(v);
+            o.repeats = atoi(v);
         else if (v && !strcmp(a, "--torch"))
-            script = v;
+            o.script = v;
         else
             usage();
     }
-    if (!num_nets)
-        defs[num_nets++] = net_def_find("mlp");
-    if (!num_batches) {
-        batches[num_batches++] = 64;
-        batches[num_batches++] = 256;
+    if (!o.num_nets)
+        o.defs[o.num_nets++] = net_def_find("mlp");
+    if (!o.num_batches) {
+        o.batches[o.num_batches++] = 64;
+        o.batches[o.num_batches++] = 256;
     }
-    if (!num_maths)
-        maths[num_maths++] = blob_get_math_mode();
-    bool have_gpu = blob_device_count() > 0;
-    if (device && !strcmp(device, "gpu") && !have_gpu) {
-        fprintf(stderr, "net_step: no GPU found\n");
-        return 1;
-    }
-    nn_mode mode = have_gpu && !(device && !strcmp(device, "cpu")) ? NN_GPU : NN_CPU;
-    if (only && strcmp(only, mode == NN_GPU ? "gpu" : "cpu")) {
-        printf("net_step: skipped (--if %s): the steps would run on the %s\n", only,
-               mode == NN_GPU ? "GPU" : "host");
-        return 0;
-    }
-    if (mode == NN_CPU && (num_maths > 1 || maths[0] != BLOB_MATH_FP32)) {
-        fprintf(stderr, "net_step: the host computes in float32 whatever the math mode: one "
-                        "run, as fp32\n");
-        num_maths = 1;
-        maths[0] = BLOB_MATH_FP32;
-    }
-    if (steps < warmup)
-        warmup = steps;
+    if (!o.num_maths)
+        o.maths[o.num_maths++] = blob_get_math_mode();
+    if (o.steps < warmup)
+        warmup = o.steps;
+    return o;
+}
 
-    static figures f[MAX_MATHS][MAX_NETS][MAX_BATCHES];
+static figures f[MAX_MATHS][MAX_NETS][MAX_BATCHES];
+
+/* libblob's figures of every math mode, net and batch. */
+static blob_status run_libblob(const options *o, nn_mode mode)
+{
     void *stream = NULL;
     /* above the nets' side streams, as the trainer's (net.h, one_stream) */
     blob_status st = mode == NN_GPU ? blob_stream_create_with_priority(&stream, 1) : BLOB_OK;
     blob_set_stream(stream);
-    for (int m = 0; st == BLOB_OK && m < num_maths; m++)
-        if ((st = blob_set_math_mode(maths[m])) == BLOB_OK)
-            st = bench_all(defs, num_nets, batches, num_batches, mode, maths[m], steps,
-                           repeats, f[m]);
+    for (int m = 0; st == BLOB_OK && m < o->num_maths; m++)
+        if ((st = blob_set_math_mode(o->maths[m])) == BLOB_OK)
+            st = bench_all(o->defs, o->num_nets, o->batches, o->num_batches, mode, o->maths[m],
+                           o->steps, o->repeats, f[m]);
     blob_set_stream(NULL);
     blob_stream_destroy(stream);
     blob_thread_release();
-    if (st != BLOB_OK) {
-        fprintf(stderr, "net_step: %s: %s\n", blob_strerror(st), blob_last_error());
-        return 1;
-    }
+    return st;
+}
 
-    /* PyTorch after all of libblob's figures, never beside them */
-    blob_blas_info blas = {.threads = 1};
-    blob_blas_get_info(&blas);
-    const char *python = getenv("BLOB_BENCH_PYTHON");
-    if (!python || !*python)
-        python = "python3";
-    char cmd[512], torch_device[256] = "", why[MAX_MATHS][MAX_NETS][256];
-    const char *no_torch[MAX_MATHS][MAX_NETS] = {{NULL}};
+/* PyTorch's figures of every math mode and net, after all of libblob's, never beside
+ * them; no_torch[m][k] says why there are none (NULL: there are), in why. */
+static void run_torch(const options *o, nn_mode mode, int threads, char *torch_device,
+                      size_t device_size, const char *no_torch[][MAX_NETS],
+                      char why[][MAX_NETS][256])
+{
+    const char *python = bench_python();
+    char cmd[512];
     snprintf(cmd, sizeof cmd, "timeout 120 %s -c 'import torch' >/dev/null 2>&1", python);
     bool have_torch = system(cmd) == 0;
-    for (int m = 0; m < num_maths; m++)
-        for (int k = 0; k < num_nets; k++) {
+    for (int m = 0; m < o->num_maths; m++)
+        for (int k = 0; k < o->num_nets; k++) {
             int64_t torch_params = 0;
             char *w = why[m][k];
+            const char *name = o->defs[k]->name, *math = blob_math_mode_name(o->maths[m]);
             if (!have_torch) {
                 snprintf(w, sizeof why[m][k], "%.100s cannot import torch", python);
                 no_torch[m][k] = w;
                 continue;
             }
-            const double t0 = now();
-            no_torch[m][k] = torch_figures(script, python, mode, defs[k]->name,
-                                           blob_math_mode_name(maths[m]), blas.threads, steps,
-                                           repeats, batches, num_batches, f[m][k],
-                                           &torch_params, torch_device, sizeof torch_device,
+            const double t0 = nn_now();
+            no_torch[m][k] = torch_figures(o->script, python, mode, name, math, threads,
+                                           o->steps, o->repeats, o->batches, o->num_batches,
+                                           f[m][k], &torch_params, torch_device, device_size,
                                            w, sizeof why[m][k]);
-            fprintf(stderr, "net_step: torch %s %s, every batch: %s (%.1f s)\n", defs[k]->name,
-                    blob_math_mode_name(maths[m]), no_torch[m][k] ? no_torch[m][k] : "done",
-                    now() - t0);
+            fprintf(stderr, "net_step: torch %s %s, every batch: %s (%.1f s)\n", name, math,
+                    no_torch[m][k] ? no_torch[m][k] : "done", nn_now() - t0);
             if (!no_torch[m][k] && torch_params != f[m][k][0].params) {
                 snprintf(w, sizeof why[m][k],
                          "its net has %lld parameters, libblob's %lld: not the same net",
                          (long long)torch_params, (long long)f[m][k][0].params);
                 no_torch[m][k] = w;
-                for (int i = 0; i < num_batches; i++) {
+                for (int i = 0; i < o->num_batches; i++) {
                     f[m][k][i].torch_eager = f[m][k][i].torch_fused = 0;
                     f[m][k][i].torch_graph = f[m][k][i].torch_compile = 0;
                     f[m][k][i].torch_kernels = 0;
                 }
             }
         }
+}
 
+/* The header and a table per math mode and net on stdout. */
+static void report(const options *o, nn_mode mode, const blob_blas_info *blas,
+                   const char *torch_device, const char *no_torch[][MAX_NETS])
+{
     char where[32] = "the CPU";
     int gpu;
     if (mode == NN_GPU && blob_device_get(&gpu) == BLOB_OK)
         snprintf(where, sizeof where, "GPU %d", gpu);
     printf("net_step: libblob on %s%s%s%s; median of %d runs of %d steps after %d warm-up "
            "steps\n", where, mode == NN_GPU ? (one_stream ? " (one stream)" : " (two streams)")
-           : "", *torch_device ? ", PyTorch on " : "", torch_device, repeats, steps, warmup);
+           : "", *torch_device ? ", PyTorch on " : "", torch_device, o->repeats, o->steps,
+           warmup);
     if (mode == NN_CPU)
-        printf("host BLAS: %s (torch: as many threads)\n", blas.summary);
-    for (int m = 0; m < num_maths; m++)
-        for (int k = 0; k < num_nets; k++)
-            print_table(defs[k], blob_math_mode_name(maths[m]), mode, batches, num_batches,
-                        f[m][k], no_torch[m][k]);
+        printf("host BLAS: %s (torch: as many threads)\n", blas->summary);
+    for (int m = 0; m < o->num_maths; m++)
+        for (int k = 0; k < o->num_nets; k++)
+            print_table(o->defs[k], blob_math_mode_name(o->maths[m]), mode, o->batches,
+                        o->num_batches, f[m][k], no_torch[m][k]);
+}
+
+int main(int argc, char **argv)
+{
+    options o = parse_options(argc, argv);
+    bool have_gpu = blob_device_count() > 0;
+    if (o.device && !strcmp(o.device, "gpu") && !have_gpu) {
+        fprintf(stderr, "net_step: no GPU found\n");
+        return 1;
+    }
+    nn_mode mode = have_gpu && !(o.device && !strcmp(o.device, "cpu")) ? NN_GPU : NN_CPU;
+    if (o.only && strcmp(o.only, mode == NN_GPU ? "gpu" : "cpu")) {
+        printf("net_step: skipped (--if %s): the steps would run on the %s\n", o.only,
+               mode == NN_GPU ? "GPU" : "host");
+        return 0;
+    }
+    if (mode == NN_CPU && (o.num_maths > 1 || o.maths[0] != BLOB_MATH_FP32)) {
+        fprintf(stderr, "net_step: the host computes in float32 whatever the math mode: one "
+                        "run, as fp32\n");
+        o.num_maths = 1;
+        o.maths[0] = BLOB_MATH_FP32;
+    }
+    blob_status st = run_libblob(&o, mode);
+    if (st != BLOB_OK) {
+        fprintf(stderr, "net_step: %s: %s\n", blob_strerror(st), blob_last_error());
+        return 1;
+    }
+    blob_blas_info blas = {.threads = 1};
+    blob_blas_get_info(&blas);
+    char torch_device[256] = "", why[MAX_MATHS][MAX_NETS][256];
+    const char *no_torch[MAX_MATHS][MAX_NETS] = {{NULL}};
+    run_torch(&o, mode, blas.threads, torch_device, sizeof torch_device, no_torch, why);
+    report(&o, mode, &blas, torch_device, no_torch);
     return 0;
 }

@@ -264,12 +264,27 @@ static struct {
 } refs[MAX_REFS];
 static int n_refs;
 
-void torch_load(const char *args)
+const char *bench_python(void)
 {
     const char *python = getenv("BLOB_BENCH_PYTHON");
+    return python && *python ? python : "python3";
+}
+
+void torch_load_launched(const char *launcher, int nproc, const char *script,
+                         const char *args)
+{
+    char py[512];
+    snprintf(py, sizeof py, "%s --nproc %d %s", launcher, nproc, bench_python());
+    setenv("BLOB_BENCH_PYTHON", py, 1);
+    if (!getenv("BLOB_BENCH_TORCH"))
+        setenv("BLOB_BENCH_TORCH", script, 1);
+    torch_load(args);
+}
+
+void torch_load(const char *args)
+{
+    const char *python = bench_python();
     const char *script = getenv("BLOB_BENCH_TORCH");
-    if (!python || !*python)
-        python = "python3";
     if (!script)
         script = "bench/torch_ref.py";
     if (!*script) {

@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "../src/comm/record.h"
+#include "../src/core/clock.h"
 #include "launch_options.h"
 
 typedef struct {
@@ -61,13 +62,6 @@ static const char *prog = "blob-launch";
 
 /* The signals forwarded to the ranks, and SIGCHLD: blocked, taken by sigtimedwait. */
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A TCP port nobody listens on now (for torch.distributed's store). */
 static int free_port(void)
@@ -303,7 +297,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: fork failed: %s\n", prog, strerror(errno));
             status = 1;
             stopping = true;
-            kill_at = now() + o.grace;
+            kill_at = blob__now() + o.grace;
             signal_all(ranks, r, SIGTERM);
             nproc = r;
             break;
@@ -316,7 +310,7 @@ int main(int argc, char **argv)
     while (alive > 0) {
         struct timespec wait = {1, 0};
         if (stopping) {
-            double left = kill_at - now();
+            double left = kill_at - blob__now();
             if (left <= 0) {
                 signal_all(ranks, nproc, SIGKILL);
                 left = 1;
@@ -335,7 +329,7 @@ int main(int argc, char **argv)
                 stop_signal = sig;
             if (!stopping) {
                 stopping = true;
-                kill_at = now() + o.grace;
+                kill_at = blob__now() + o.grace;
             }
             continue;
         }
@@ -371,7 +365,7 @@ int main(int argc, char **argv)
                 status = WEXITSTATUS(ws);
             }
             stopping = true;
-            kill_at = now() + o.grace;
+            kill_at = blob__now() + o.grace;
             signal_all(ranks, nproc, SIGTERM);
         }
     }

@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "net.h"
 
@@ -81,13 +80,6 @@ static void say(bool ok, const char *fmt, ...)
             return check_st_;                                                                \
         }                                                                                    \
     } while (0)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char *dtype_name(blob_dtype dt) { return dt == BLOB_FLOAT64 ? "float64" : "float32"; }
 
@@ -376,9 +368,9 @@ static void *rank_main(void *arg)
         net_config cfg = {.def = net_def_find(j->net), .mode = NN_GPU, .dtype = BLOB_FLOAT32,
                           .batch = BATCH, .seed = 3, .lr = 0.05, .comm = j->comm};
         net *n = NULL;
-        double t0 = now();
+        double t0 = nn_now();
         j->st = net_create(&n, &cfg);
-        j->seconds = now() - t0;
+        j->seconds = nn_now() - t0;
         snprintf(j->err, sizeof j->err, "%s", blob_last_error());
         net_free(n);
         double one = 1; /* the communicator still works */

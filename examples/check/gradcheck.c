@@ -518,9 +518,6 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
     void *stream = NULL;
     net *n = NULL;
     blob *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
-    int64_t xshape[4] = {BATCH}, batch = BATCH;
-    for (int i = 0; i < def->input_axes; i++)
-        xshape[i + 1] = def->input_shape[i];
     uint64_t rng = 9;
     net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32,
                       .batch = BATCH, .seed = 3, .lr = 0.05, .momentum = 0.9,
@@ -530,17 +527,8 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
     blob_set_stream(stream);
     if (st == BLOB_OK)
         st = net_create(&n, &cfg);
-    for (int k = 0; st == BLOB_OK && k < 2; k++) {
-        float *labels;
-        if ((st = nn_blob_create(&x[k], mode, BLOB_FLOAT32, def->input_axes + 1, xshape)) !=
-                BLOB_OK ||
-            (st = nn_blob_create(&y[k], mode, BLOB_FLOAT32, 1, &batch)) != BLOB_OK ||
-            (st = nn_fill_uniform(x[k], 0, 1, &rng)) != BLOB_OK ||
-            (st = blob_mutable_cpu_data(y[k], (void **)&labels)) != BLOB_OK)
-            break;
-        for (int i = 0; i < BATCH; i++)
-            labels[i] = (float)(int)(nn_uniform(&rng) * CLASSES);
-    }
+    for (int k = 0; st == BLOB_OK && k < 2; k++)
+        st = net_fake_batch(def, mode, BATCH, CLASSES, 0, 0, &rng, &x[k], &y[k]);
     for (int s = 0; st == BLOB_OK && s < STEPS; s++) {
         double late_loss = 0;
         int64_t late_correct = 0;

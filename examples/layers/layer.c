@@ -1,7 +1,11 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include "layer_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 /* One table per side, from one macro so the two cannot drift. */
 #define NN_MATH(side)                                                                        \
@@ -57,6 +61,21 @@ double nn_uniform(uint64_t *state)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
     z ^= z >> 31;
     return (double)(z >> 11) * 0x1.0p-53;
+}
+
+double nn_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+blob_math_mode nn_math_mode_find(const char *name)
+{
+    for (blob_math_mode m = BLOB_MATH_FP32; m <= BLOB_MATH_BF16; m++)
+        if (!strcmp(name, blob_math_mode_name(m)))
+            return m;
+    return BLOB_MATH_DEFAULT;
 }
 
 blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state)

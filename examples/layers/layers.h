@@ -95,6 +95,12 @@ void nn_store(void *p, blob_dtype dtype, int64_t i, double v);
 /* A uniform double in [0, 1) from a splitmix64 state. */
 double nn_uniform(uint64_t *state);
 
+/* Seconds on the monotonic clock: the one clock of the examples and their benchmarks. */
+double nn_now(void);
+
+/* The math mode called name (fp32, tf32, bf16), or BLOB_MATH_DEFAULT (0) for none. */
+blob_math_mode nn_math_mode_find(const char *name);
+
 /* Fill b's data with uniform values in [lo, hi) on the host. */
 blob_status nn_fill_uniform(blob *b, double lo, double hi, uint64_t *state);
 

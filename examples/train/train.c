@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fmnist.h"
@@ -107,15 +106,6 @@ static void usage(FILE *f)
             defaults.weight_decay, (unsigned long long)defaults.seed);
 }
 
-/* The math mode called name (fp32, tf32, bf16), or BLOB_MATH_DEFAULT (0) for none. */
-static blob_math_mode math_mode(const char *name)
-{
-    for (blob_math_mode m = BLOB_MATH_FP32; m <= BLOB_MATH_BF16; m++)
-        if (!strcmp(name, blob_math_mode_name(m)))
-            return m;
-    return BLOB_MATH_DEFAULT;
-}
-
 /* v as a number in [lo, hi]: a decimal, with an exponent ("5e-4") unless whole (digits
  * alone); no space, '+', hex, inf or nan. */
 static bool number(const char *v, double lo, double hi, bool whole, double *out)
@@ -158,8 +148,8 @@ static options parse_options(int argc, char **argv)
             o.out_dir = v;
         else if (!strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
             o.device = v;
-        else if (!strcmp(a, "--math") && math_mode(v))
-            o.math = math_mode(v);
+        else if (!strcmp(a, "--math") && nn_math_mode_find(v))
+            o.math = nn_math_mode_find(v);
         else if (!strcmp(a, "--epochs") && number(v, 1, 10000, true, &num))
             o.epochs = (int)num;
         else if (!strcmp(a, "--gpus") && number(v, 1, MAX_GPUS, true, &num))
@@ -204,13 +194,6 @@ static options parse_options(int argc, char **argv)
     if (!o.batch)
         o.batch = o.net->batch ? o.net->batch : DEFAULT_BATCH;
     return o;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Double-buffered input: x (rows x the net's input shape, 1 x 28 x 28 floats in [0, 1])
@@ -354,7 +337,7 @@ static blob_status run_pass(net *n, feeder *f, const world *w, const fmnist_set 
                             const int32_t *order, int64_t count, int64_t batch, bool train,
                             const char *bar, tally *t)
 {
-    double t0 = now();
+    double t0 = nn_now();
     int64_t global = batch * w->size;
     int64_t steps = (count + global - 1) / global, every = steps / 100 + 1;
     int64_t start, rows, unread = 0; /* unread: rows of the last call, not yet counted */
@@ -388,7 +371,7 @@ static blob_status run_pass(net *n, feeder *f, const world *w, const fmnist_set 
     if (unread)
         NN_TRY(count_output(n, 0, unread, t));
     t->steps = steps;
-    t->seconds = now() - t0;
+    t->seconds = nn_now() - t0;
     return tally_sum(w, t);
 }
 
@@ -432,7 +415,7 @@ static blob_status train(trainer *t, double *test_accuracy)
     int64_t per_epoch = used / global * global; /* whole global batches only */
     uint64_t rng = o->seed; /* the same order on every rank */
     double *loss = t->curves, *train_acc = loss + o->epochs, *test_acc = train_acc + o->epochs;
-    double t0 = now(), train_seconds = 0;
+    double t0 = nn_now(), train_seconds = 0;
     int64_t steps = 0;
     bool tty;
     NN_TRY(rank0_tty(w, &tty));
@@ -442,7 +425,7 @@ static blob_status train(trainer *t, double *test_accuracy)
         char bar[32];
         snprintf(bar, sizeof bar, "epoch %*d/%d", o->epochs > 9 ? 2 : 1, e + 1, o->epochs);
         tally tr, te;
-        double e0 = now();
+        double e0 = nn_now();
         shuffle(t->order, used, &rng);
         if (o->lr_step)
             net_set_lr(t->net, o->lr * pow(o->lr_gamma, e / o->lr_step));
@@ -458,13 +441,13 @@ static blob_status train(trainer *t, double *test_accuracy)
         if (w->rank)
             continue;
         printf("%s%s  loss %.4f  train %.2f%%  test %.2f%%  %.1f s\n", tty ? "\r\033[K" : "",
-               bar, loss[e], 100 * train_acc[e], 100 * test_acc[e], now() - e0);
+               bar, loss[e], 100 * train_acc[e], 100 * test_acc[e], nn_now() - e0);
         fflush(stdout);
     }
     *test_accuracy = test_acc[o->epochs - 1];
     if (w->rank == 0)
         printf("test accuracy %.2f%% after %d epochs in %.1f s (%.1f us per training step)\n",
-               100 * *test_accuracy, o->epochs, now() - t0, 1e6 * train_seconds / (double)steps);
+               100 * *test_accuracy, o->epochs, nn_now() - t0, 1e6 * train_seconds / (double)steps);
     return BLOB_OK;
 }
 
