@@ -463,10 +463,10 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     BLOB_TRY(blob__comm_usable(c, __func__));
     void *caller = blob_get_stream();
     st = order(c, c->stream, caller);
-    blob_set_stream(c->stream);
+    blob__stream_enter(c->stream);
     for (int i = 0; i < l->n && st == BLOB_OK; i++)
         st = device_side(l, i, false, c->rank != root, &l->dev[i]);
-    blob_set_stream(caller);
+    blob__stream_leave(caller);
     if (st != BLOB_OK)
         return blob__comm_poison(c, __func__, st, "broadcast");
     char what[96];
@@ -693,13 +693,13 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
     void *caller = blob_get_stream();
     if (st == BLOB_OK && fresh) /* after what the caller queued so far */
         st = order(c, c->stream, caller);
-    blob_set_stream(c->stream);
+    blob__stream_enter(c->stream);
     for (int i = first; i < first + n && st == BLOB_OK; i++)
         if (!l->ready[i]) {
             st = device_side(l, i, true, true, &l->dev[i]);
             l->ready[i] = st == BLOB_OK;
         }
-    blob_set_stream(caller);
+    blob__stream_leave(caller);
     if (st != BLOB_OK)
         return blob__comm_poison(c, func, st, "handing over diffs");
     for (; l->next >= 0; l->next--) {
