@@ -230,6 +230,175 @@ _Noreturn static void keeper(const launch_options *o, char **cmd, int r, pid_t l
     }
 }
 
+/* The launcher's run: its ranks, the signals it takes, and how the run is ending. */
+typedef struct {
+    const launch_options *o;
+    char dir[PATH_MAX];       /* the fresh temporary directory, or "" */
+    char file[PATH_MAX + 16]; /* the rendezvous file */
+    sigset_t set, old;        /* the signals taken by sigtimedwait; the mask before */
+    rank_proc ranks[LAUNCH_MAX_NPROC];
+    int nproc, alive;         /* the ranks started; those not reaped yet */
+    int status, stop_signal;  /* the first failed rank's status; the first forwarded signal */
+    bool stopping;
+    double kill_at;           /* when the ranks still running get SIGKILL, once stopping */
+} launcher;
+
+/* The rendezvous file: the given one (a stale record removed by node 0, before any rank
+ * starts), or one in a fresh directory. 0, or 1 with a message. */
+static int make_rendezvous(launcher *l)
+{
+    if (l->o->rendezvous) {
+        snprintf(l->file, sizeof l->file, "%s", l->o->rendezvous);
+        return l->o->node_rank == 0 && remove_record(l->file) != 0 ? 1 : 0;
+    }
+    const char *tmp = getenv("TMPDIR");
+    if (snprintf(l->dir, sizeof l->dir, "%s/blob-launch.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+            (int)sizeof l->dir ||
+        !mkdtemp(l->dir)) {
+        fprintf(stderr, "%s: cannot make a temporary directory in %s: %s\n", prog,
+                tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        return 1;
+    }
+    snprintf(l->file, sizeof l->file, "%s/comm-id", l->dir);
+    return 0;
+}
+
+/* The environment every rank shares. */
+static void export_world(const launch_options *o, const char *file)
+{
+    set_env_int("WORLD_SIZE", (long)o->nproc * o->nnodes);
+    set_env_int("LOCAL_WORLD_SIZE", o->nproc);
+    set_env_int("GROUP_RANK", o->node_rank);
+    setenv("BLOB_COMM_ID_FILE", file, 1);
+    if (o->nnodes == 1 && !getenv("MASTER_ADDR"))
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+    if (o->nnodes == 1 && !getenv("MASTER_PORT")) {
+        int port = free_port();
+        if (port > 0)
+            set_env_int("MASTER_PORT", port);
+    }
+}
+
+/* Signals arrive through sigtimedwait only. */
+static void block_signals(launcher *l)
+{
+    sigemptyset(&l->set);
+    for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++)
+        sigaddset(&l->set, forwarded[k]);
+    sigaddset(&l->set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &l->set, &l->old);
+}
+
+/* The run begins to stop: the ranks still running get SIGKILL after the grace period. */
+static void begin_stopping(launcher *l)
+{
+    l->stopping = true;
+    l->kill_at = blob__now() + l->o->grace;
+}
+
+/* A keeper for each rank; if a fork fails, the run stops with the ranks started. */
+static void start_ranks(launcher *l, char **cmd)
+{
+    pid_t self = getpid();
+    for (int r = 0; r < l->o->nproc; r++) {
+        pid_t pid = fork();
+        if (pid == 0)
+            keeper(l->o, cmd, r, self, &l->set, &l->old);
+        if (pid < 0) {
+            fprintf(stderr, "%s: fork failed: %s\n", prog, strerror(errno));
+            l->status = 1;
+            begin_stopping(l);
+            signal_all(l->ranks, r, SIGTERM);
+            return;
+        }
+        setpgid(pid, pid); /* as the keeper does: whichever runs first */
+        l->ranks[r] = (rank_proc){pid, true};
+        l->nproc++;
+        l->alive++;
+    }
+}
+
+/* Rank r's keeper (pid) ended with ws: a failure, the first, stops the others. */
+static void rank_ended(launcher *l, int r, pid_t pid, int ws)
+{
+    l->ranks[r].alive = false;
+    l->alive--;
+    bool failed = !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    if (!failed || l->stopping)
+        return;
+    int global = l->o->node_rank * l->o->nproc + r;
+    if (WIFSIGNALED(ws)) {
+        fprintf(stderr, "%s: rank %d (process group %d) was killed by %s; stopping the "
+                "others\n",
+                prog, global, (int)pid, signal_name(WTERMSIG(ws)));
+        l->status = 128 + WTERMSIG(ws);
+    } else {
+        fprintf(stderr, "%s: rank %d (process group %d) exited with status %d; "
+                "stopping the others\n", prog, global, (int)pid, WEXITSTATUS(ws));
+        l->status = WEXITSTATUS(ws);
+    }
+    begin_stopping(l);
+    signal_all(l->ranks, l->nproc, SIGTERM);
+}
+
+/* Each keeper that ended: its group is killed while the unreaped keeper still holds the
+ * group's id, then it is reaped. */
+static void reap_keepers(launcher *l)
+{
+    for (;;) {
+        siginfo_t ended = {0};
+        if (waitid(P_ALL, 0, &ended, WEXITED | WNOHANG | WNOWAIT) != 0 || !ended.si_pid)
+            break;
+        pid_t pid = ended.si_pid;
+        int r = 0;
+        while (r < l->nproc && l->ranks[r].pid != pid)
+            r++;
+        if (r < l->nproc)
+            kill(-pid, SIGKILL); /* what the rank left running in its group */
+        int ws;
+        if (waitpid(pid, &ws, 0) == pid && r < l->nproc)
+            rank_ended(l, r, pid, ws);
+    }
+}
+
+/* The next signal, or a negative value at the timeout: a second while running, the time
+ * left to the SIGKILL once stopping (sent when it has come). */
+static int next_signal(launcher *l)
+{
+    struct timespec wait = {1, 0};
+    if (l->stopping) {
+        double left = l->kill_at - blob__now();
+        if (left <= 0) {
+            signal_all(l->ranks, l->nproc, SIGKILL);
+            left = 1;
+        }
+        wait.tv_sec = (time_t)left; /* below LAUNCH_MAX_GRACE_S + 1 */
+        wait.tv_nsec = (long)((left - floor(left)) * 1e9);
+    }
+    siginfo_t info;
+    return sigtimedwait(&l->set, &info, &wait);
+}
+
+/* Wait for every rank, passing on the signals the launcher gets. */
+static void supervise(launcher *l)
+{
+    while (l->alive > 0) {
+        int sig = next_signal(l);
+        if (sig < 0)
+            continue; /* the timeout, or EINTR */
+        if (sig == SIGCHLD) {
+            reap_keepers(l);
+            continue;
+        }
+        fprintf(stderr, "%s: got %s, passing it to the ranks\n", prog, signal_name(sig));
+        signal_all(l->ranks, l->nproc, sig);
+        if (!l->stop_signal)
+            l->stop_signal = sig;
+        if (!l->stopping)
+            begin_stopping(l);
+    }
+}
+
 int main(int argc, char **argv)
 {
     launch_options o;
@@ -243,138 +412,19 @@ int main(int argc, char **argv)
         launch_usage(stdout);
         return 0;
     }
-    char **cmd = argv + o.program;
-
-    /* the rendezvous file: the given one (a stale record removed by node 0, before any
-     * rank starts), or one in a fresh directory */
-    char dir[PATH_MAX] = "", file[PATH_MAX + 16];
-    if (o.rendezvous) {
-        snprintf(file, sizeof file, "%s", o.rendezvous);
-        if (o.node_rank == 0 && remove_record(file) != 0)
-            return 1;
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        if (snprintf(dir, sizeof dir, "%s/blob-launch.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
-                (int)sizeof dir ||
-            !mkdtemp(dir)) {
-            fprintf(stderr, "%s: cannot make a temporary directory in %s: %s\n", prog,
-                    tmp && *tmp ? tmp : "/tmp", strerror(errno));
-            return 1;
-        }
-        snprintf(file, sizeof file, "%s/comm-id", dir);
-    }
-
-    set_env_int("WORLD_SIZE", (long)o.nproc * o.nnodes);
-    set_env_int("LOCAL_WORLD_SIZE", o.nproc);
-    set_env_int("GROUP_RANK", o.node_rank);
-    setenv("BLOB_COMM_ID_FILE", file, 1);
-    if (o.nnodes == 1 && !getenv("MASTER_ADDR"))
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-    if (o.nnodes == 1 && !getenv("MASTER_PORT")) {
-        int port = free_port();
-        if (port > 0)
-            set_env_int("MASTER_PORT", port);
-    }
-
-    /* signals arrive through sigtimedwait only */
-    sigset_t set, old;
-    sigemptyset(&set);
-    for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++)
-        sigaddset(&set, forwarded[k]);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, &old);
-
-    rank_proc ranks[LAUNCH_MAX_NPROC];
-    int nproc = o.nproc, alive = 0, status = 0, stop_signal = 0;
-    bool stopping = false;
-    double kill_at = 0;
-    pid_t launcher = getpid();
-    for (int r = 0; r < nproc; r++) {
-        pid_t pid = fork();
-        if (pid == 0)
-            keeper(&o, cmd, r, launcher, &set, &old);
-        if (pid < 0) {
-            fprintf(stderr, "%s: fork failed: %s\n", prog, strerror(errno));
-            status = 1;
-            stopping = true;
-            kill_at = blob__now() + o.grace;
-            signal_all(ranks, r, SIGTERM);
-            nproc = r;
-            break;
-        }
-        setpgid(pid, pid); /* as the keeper does: whichever runs first */
-        ranks[r] = (rank_proc){pid, true};
-        alive++;
-    }
-
-    while (alive > 0) {
-        struct timespec wait = {1, 0};
-        if (stopping) {
-            double left = kill_at - blob__now();
-            if (left <= 0) {
-                signal_all(ranks, nproc, SIGKILL);
-                left = 1;
-            }
-            wait.tv_sec = (time_t)left; /* below LAUNCH_MAX_GRACE_S + 1 */
-            wait.tv_nsec = (long)((left - floor(left)) * 1e9);
-        }
-        siginfo_t info;
-        int sig = sigtimedwait(&set, &info, &wait);
-        if (sig < 0)
-            continue; /* the timeout, or EINTR */
-        if (sig != SIGCHLD) {
-            fprintf(stderr, "%s: got %s, passing it to the ranks\n", prog, signal_name(sig));
-            signal_all(ranks, nproc, sig);
-            if (!stop_signal)
-                stop_signal = sig;
-            if (!stopping) {
-                stopping = true;
-                kill_at = blob__now() + o.grace;
-            }
-            continue;
-        }
-        /* each keeper that ended: its group is killed while the unreaped keeper still
-         * holds the group's id, then it is reaped */
-        for (;;) {
-            siginfo_t ended = {0};
-            if (waitid(P_ALL, 0, &ended, WEXITED | WNOHANG | WNOWAIT) != 0 || !ended.si_pid)
-                break;
-            pid_t pid = ended.si_pid;
-            int r = 0;
-            while (r < nproc && ranks[r].pid != pid)
-                r++;
-            if (r < nproc)
-                kill(-pid, SIGKILL); /* what the rank left running in its group */
-            int ws;
-            if (waitpid(pid, &ws, 0) != pid || r == nproc)
-                continue;
-            ranks[r].alive = false;
-            alive--;
-            bool failed = !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
-            if (!failed || stopping)
-                continue;
-            int global = o.node_rank * o.nproc + r;
-            if (WIFSIGNALED(ws)) {
-                fprintf(stderr, "%s: rank %d (process group %d) was killed by %s; stopping the "
-                        "others\n",
-                        prog, global, (int)pid, signal_name(WTERMSIG(ws)));
-                status = 128 + WTERMSIG(ws);
-            } else {
-                fprintf(stderr, "%s: rank %d (process group %d) exited with status %d; "
-                        "stopping the others\n", prog, global, (int)pid, WEXITSTATUS(ws));
-                status = WEXITSTATUS(ws);
-            }
-            stopping = true;
-            kill_at = blob__now() + o.grace;
-            signal_all(ranks, nproc, SIGTERM);
-        }
-    }
+    launcher l = {.o = &o};
+    if (make_rendezvous(&l) != 0)
+        return 1;
+    export_world(&o, l.file);
+    block_signals(&l);
+    start_ranks(&l, argv + o.program);
+    supervise(&l);
 
     if (o.node_rank == 0)
-        remove_record(file); /* rank 0 removes its record; one left by a crash goes here */
-    if (*dir)
-        rmdir(dir);
-    if (stop_signal && !status)
-        return 128 + stop_signal;
-    return status;
+        remove_record(l.file); /* rank 0 removes its record; one left by a crash goes here */
+    if (*l.dir)
+        rmdir(l.dir);
+    if (l.stop_signal && !l.status)
+        return 128 + l.stop_signal;
+    return l.status;
 }

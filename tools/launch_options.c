@@ -46,6 +46,53 @@ static int int_value(const char *option, const char *v, int lo, int hi, int *out
     return 0;
 }
 
+/* Whether option a takes a value (the next argument). */
+static bool valued(const char *a)
+{
+    return !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
+           !strcmp(a, "--rendezvous") || !strcmp(a, "--grace");
+}
+
+/* The valued option a's value v into *o: 0, or -1 with what is wrong in err. */
+static int set_value(const char *a, const char *v, launch_options *o, char *err, size_t size)
+{
+    if (!strcmp(a, "--nproc"))
+        return int_value(a, v, 1, LAUNCH_MAX_NPROC, &o->nproc, err, size);
+    if (!strcmp(a, "--nnodes"))
+        return int_value(a, v, 1, LAUNCH_MAX_NNODES, &o->nnodes, err, size);
+    if (!strcmp(a, "--node-rank"))
+        return int_value(a, v, 0, LAUNCH_MAX_NNODES - 1, &o->node_rank, err, size);
+    if (!strcmp(a, "--grace") && !blob__parse_decimal(v, 0, LAUNCH_MAX_GRACE_S, &o->grace))
+        return refuse(err, size, "--grace must be a number of seconds in [0, %d], got \"%.40s\"",
+                      LAUNCH_MAX_GRACE_S, v);
+    if (!strcmp(a, "--rendezvous") && (!*v || strlen(v) >= PATH_MAX))
+        return refuse(err, size, "--rendezvous needs a path of 1 to %d characters",
+                      PATH_MAX - 1);
+    if (!strcmp(a, "--rendezvous"))
+        o->rendezvous = v;
+    return 0;
+}
+
+/* The options as a whole, the program at argv[program] (argc: none): 0, or -1 with what
+ * is wrong in err. */
+static int check_options(const launch_options *o, int program, int argc, char *err, size_t size)
+{
+    if (!o->nproc)
+        return refuse(err, size, "--nproc N is required");
+    if (program >= argc)
+        return refuse(err, size, "no program to run");
+    if (o->node_rank >= o->nnodes)
+        return refuse(err, size, "--node-rank %d must be below --nnodes %d", o->node_rank,
+                      o->nnodes);
+    if (o->nnodes > 1 && !o->rendezvous)
+        return refuse(err, size, "several hosts meet through a --rendezvous file that every "
+                                 "host can read (see docs/distributed.md)");
+    if ((int64_t)o->nproc * o->nnodes > LAUNCH_MAX_RANKS)
+        return refuse(err, size, "%d x %d ranks: more than %d", o->nnodes, o->nproc,
+                      LAUNCH_MAX_RANKS);
+    return 0;
+}
+
 int launch_parse(int argc, char *const *argv, launch_options *o, char *err, size_t size)
 {
     *o = (launch_options){.nnodes = 1, .grace = 5};
@@ -66,47 +113,18 @@ int launch_parse(int argc, char *const *argv, launch_options *o, char *err, size
             o->one_gpu = true;
             continue;
         }
-        bool valued = !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") ||
-                      !strcmp(a, "--node-rank") || !strcmp(a, "--rendezvous") ||
-                      !strcmp(a, "--grace");
-        if (!valued && a[0] == '-')
+        if (!valued(a) && a[0] == '-')
             return refuse(err, size, "unknown option %.40s", a);
-        if (!valued)
+        if (!valued(a))
             break;
         if (i + 1 == argc)
             return refuse(err, size, "%s needs a value", a);
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "--nproc"))
-            rc = int_value(a, v, 1, LAUNCH_MAX_NPROC, &o->nproc, err, size);
-        else if (!strcmp(a, "--nnodes"))
-            rc = int_value(a, v, 1, LAUNCH_MAX_NNODES, &o->nnodes, err, size);
-        else if (!strcmp(a, "--node-rank"))
-            rc = int_value(a, v, 0, LAUNCH_MAX_NNODES - 1, &o->node_rank, err, size);
-        else if (!strcmp(a, "--grace") && !blob__parse_decimal(v, 0, LAUNCH_MAX_GRACE_S, &o->grace))
-            rc = refuse(err, size, "--grace must be a number of seconds in [0, %d], got \"%.40s\"",
-                        LAUNCH_MAX_GRACE_S, v);
-        else if (!strcmp(a, "--rendezvous") && (!*v || strlen(v) >= PATH_MAX))
-            rc = refuse(err, size, "--rendezvous needs a path of 1 to %d characters",
-                        PATH_MAX - 1);
-        else if (!strcmp(a, "--rendezvous"))
-            o->rendezvous = v;
-        if (rc)
-            return rc;
+        if (set_value(a, argv[i + 1], o, err, size) != 0)
+            return -1;
+        i++;
     }
-    if (!o->nproc)
-        return refuse(err, size, "--nproc N is required");
-    if (i >= argc)
-        return refuse(err, size, "no program to run");
-    if (o->node_rank >= o->nnodes)
-        return refuse(err, size, "--node-rank %d must be below --nnodes %d", o->node_rank,
-                      o->nnodes);
-    if (o->nnodes > 1 && !o->rendezvous)
-        return refuse(err, size, "several hosts meet through a --rendezvous file that every "
-                                 "host can read (see docs/distributed.md)");
-    if ((int64_t)o->nproc * o->nnodes > LAUNCH_MAX_RANKS)
-        return refuse(err, size, "%d x %d ranks: more than %d", o->nnodes, o->nproc,
-                      LAUNCH_MAX_RANKS);
+    if (check_options(o, i, argc, err, size) != 0)
+        return -1;
     o->program = i;
     return 0;
 }
