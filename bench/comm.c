@@ -213,31 +213,35 @@ static void cell(int w, double v)
         printf(" %*.1f", w, v);
 }
 
-int main(int argc, char **argv)
+/* blob_bench_comm's command line (the ranks go to team.n; 0: one per GPU). */
+typedef struct {
+    const char *launcher; /* blob-launch, which starts the torch peers; NULL: none */
+    bool with_torch;
+} comm_options;
+
+/* argv into *o: 0, or 2 after the usage. */
+static int parse_options(int argc, char **argv, comm_options *o)
 {
-    const char *launcher = NULL;
-    bool with_torch = true;
+    *o = (comm_options){NULL, true};
     team.n = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--launcher") && i + 1 < argc) {
-            launcher = argv[++i];
+            o->launcher = argv[++i];
         } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
             team.n = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--no-torch")) {
-            with_torch = false;
+            o->with_torch = false;
         } else {
             fprintf(stderr, "usage: %s [--ranks N] [--launcher PATH] [--no-torch]\n", argv[0]);
             return 2;
         }
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    int gpus = blob_device_count();
-    if (!team.n)
-        team.n = gpus < MAX_RANKS ? gpus : MAX_RANKS;
-    if (team.n < 2 || team.n > gpus || team.n > MAX_RANKS) {
-        printf("bench-comm: skipped: it needs 2 to %d GPUs, %d found\n", MAX_RANKS, gpus);
-        return 0;
-    }
+    return 0;
+}
+
+/* The GPUs, NCCL's version and NCCL's variables, in the report's head. */
+static void report_setup(void)
+{
     int version = 0;
     ncclGetVersion(&version);
     struct cudaDeviceProp prop;
@@ -247,90 +251,112 @@ int main(int argc, char **argv)
     const char *vars[] = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
                           "NCCL_NVLS_ENABLE", "NCCL_SOCKET_IFNAME"};
     report_env(vars, (int)(sizeof vars / sizeof vars[0]), "(no NCCL variables set)");
+}
 
-    /* PyTorch first, before this process takes the GPUs' memory */
-    if (with_torch && launcher) {
+/* PyTorch's times for every size, or why there are none. */
+static void torch_peers(const comm_options *o)
+{
+    if (o->with_torch && o->launcher) {
         char arg[256] = "";
         for (size_t i = 0; i < NUM_SIZES; i++)
             snprintf(arg + strlen(arg), sizeof arg - strlen(arg), "%s%zu", i ? "," : "",
                      sizes[i]);
-        torch_load_launched(launcher, team.n, "bench/comm_torch.py", arg);
+        torch_load_launched(o->launcher, team.n, "bench/comm_torch.py", arg);
     } else {
-        report_meta("torch", "not run (%s)", with_torch ? "no --launcher" : "--no-torch");
+        report_meta("torch", "not run (%s)", o->with_torch ? "no --launcher" : "--no-torch");
     }
+}
 
-    if (open_team() != 0) {
-        printf("ERROR: %s\n", bench_error());
-        return 1;
-    }
+/* The threads of ranks 1..n-1, in th. */
+static void start_ranks(pthread_t *th)
+{
     pthread_barrier_init(&team.start, NULL, (unsigned)team.n);
     pthread_barrier_init(&team.done, NULL, (unsigned)team.n);
-    pthread_t th[MAX_RANKS];
     for (int r = 1; r < team.n; r++)
         pthread_create(&th[r], NULL, rank_main, (void *)(intptr_t)r);
+}
 
+static void stop_ranks(pthread_t *th)
+{
+    team.job = JOB_QUIT;
+    pthread_barrier_wait(&team.start);
+    for (int r = 1; r < team.n; r++)
+        pthread_join(th[r], NULL);
+}
+
+static void print_header(void)
+{
     printf("\nAll-reduce (sum, float32, in place) on %d GPUs, one buffer; us per call and bus "
            "bandwidth busbw = bytes / time * 2(n-1)/n in GB/s\n", team.n);
     printf("%10s %10s %9s %11s %9s %10s %9s %10s %9s %9s  %s\n", "bytes", "blob us", "busbw",
            "25MiB-bkt us", "busbw", "nccl us", "busbw", "torch us", "busbw", "blob/nccl",
            "goal");
-    int missed = 0, errors = 0;
-    for (size_t k = 0; k < NUM_SIZES; k++) {
-        size_t bytes = sizes[k];
-        char label[32];
-        fmt_bytes(bytes, label);
-        blob_set_stream(team.stream[0]);
-        if (make_buffers(bytes / sizeof(float)) != 0 || make_all_lists() != 0) {
-            printf("%10s  ERROR: %s\n", label, bench_error());
-            errors++;
-            continue;
+}
+
+/* ns per all-reduce of the buffers now: raw NCCL, blob_comm whole and in 25 MiB buckets
+ * (t_raw NaN on an error). Raw and ours interleaved, twice, the better of each: drift
+ * hits both alike. */
+static void time_all_reduces(size_t bytes, double *t_raw, double *t_ours, double *t_bkt)
+{
+    int batch = (int)(2 * GIB / bytes);
+    batch = batch < 5 ? 5 : batch > 200 ? 200 : batch;
+    int reps = 5;
+    bench_op ours = {blob_run, NULL, (void *)(intptr_t)JOB_BLOB};
+    bench_op bucketed = {blob_run, NULL, (void *)(intptr_t)JOB_BLOB_BUCKETS};
+    bench_op raw = {raw_run, NULL, NULL};
+    *t_raw = *t_ours = *t_bkt = NAN;
+    for (int round = 0; round < 2; round++) {
+        double a = bench_time(&raw, batch, reps, &bench_wall);
+        double b = bench_time(&ours, batch, reps, &bench_wall);
+        double c = bench_time(&bucketed, batch, reps, &bench_wall);
+        if (isnan(a) || isnan(b) || isnan(c)) {
+            *t_raw = NAN;
+            return;
         }
-        BTRY(blob_device_set(0));
-        blob_set_stream(team.stream[0]);
-        int batch = (int)(2 * GIB / bytes);
-        batch = batch < 5 ? 5 : batch > 200 ? 200 : batch;
-        int reps = 5;
-        bench_op ours = {blob_run, NULL, (void *)(intptr_t)JOB_BLOB};
-        bench_op bucketed = {blob_run, NULL, (void *)(intptr_t)JOB_BLOB_BUCKETS};
-        bench_op raw = {raw_run, NULL, NULL};
-        /* raw and ours interleaved, twice, the better of each: drift hits both alike */
-        double t_raw = NAN, t_ours = NAN, t_bkt = NAN;
-        for (int round = 0; round < 2; round++) {
-            double a = bench_time(&raw, batch, reps, &bench_wall);
-            double b = bench_time(&ours, batch, reps, &bench_wall);
-            double c = bench_time(&bucketed, batch, reps, &bench_wall);
-            if (isnan(a) || isnan(b) || isnan(c)) {
-                t_raw = NAN;
-                break;
-            }
-            t_raw = round ? fmin(t_raw, a) : a;
-            t_ours = round ? fmin(t_ours, b) : b;
-            t_bkt = round ? fmin(t_bkt, c) : c;
-        }
-        if (isnan(t_raw)) {
-            printf("%10s  ERROR: %s\n", label, bench_error());
-            errors++;
-            continue;
-        }
-        double t_torch = torch_ref("allreduce", (double)bytes) * 1e3; /* us -> ns */
-        double ratio = t_raw / t_ours;
-        bool goal = bytes >= GOAL_FROM;
-        bool pass = ratio >= GOAL_RATIO;
-        missed += goal && !pass;
-        printf("%10s", label);
-        double v[] = {t_ours / 1e3, busbw(bytes, t_ours), t_bkt / 1e3, busbw(bytes, t_bkt),
-                      t_raw / 1e3, busbw(bytes, t_raw), t_torch / 1e3, busbw(bytes, t_torch)};
-        const int w[] = {10, 9, 11, 9, 10, 9, 10, 9};
-        for (int i = 0; i < 8; i++)
-            cell(w[i], v[i]);
-        printf(" %9.3f  %s\n", ratio, goal ? (pass ? "PASS" : "MISS") : "");
+        *t_raw = round ? fmin(*t_raw, a) : a;
+        *t_ours = round ? fmin(*t_ours, b) : b;
+        *t_bkt = round ? fmin(*t_bkt, c) : c;
     }
-    team.job = JOB_QUIT;
-    pthread_barrier_wait(&team.start);
-    for (int r = 1; r < team.n; r++)
-        pthread_join(th[r], NULL);
-    printf("\nGoal: blob_comm busbw >= %.0f%% of raw ncclAllReduce from 16 MiB up: %s\n",
-           GOAL_RATIO * 100, errors ? "NOT MEASURED (errors above)" : missed ? "MISS" : "PASS");
+}
+
+/* The row of one buffer size, counting a missed goal or an error: 0, or what
+ * bench_fail gives when rank 0's device cannot be set back (the run ends). */
+static int size_row(size_t bytes, int *missed, int *errors)
+{
+    char label[32];
+    fmt_bytes(bytes, label);
+    blob_set_stream(team.stream[0]);
+    if (make_buffers(bytes / sizeof(float)) != 0 || make_all_lists() != 0) {
+        printf("%10s  ERROR: %s\n", label, bench_error());
+        (*errors)++;
+        return 0;
+    }
+    BTRY(blob_device_set(0));
+    blob_set_stream(team.stream[0]);
+    double t_raw, t_ours, t_bkt;
+    time_all_reduces(bytes, &t_raw, &t_ours, &t_bkt);
+    if (isnan(t_raw)) {
+        printf("%10s  ERROR: %s\n", label, bench_error());
+        (*errors)++;
+        return 0;
+    }
+    double t_torch = torch_ref("allreduce", (double)bytes) * 1e3; /* us -> ns */
+    double ratio = t_raw / t_ours;
+    bool goal = bytes >= GOAL_FROM;
+    bool pass = ratio >= GOAL_RATIO;
+    *missed += goal && !pass;
+    printf("%10s", label);
+    double v[] = {t_ours / 1e3, busbw(bytes, t_ours), t_bkt / 1e3, busbw(bytes, t_bkt),
+                  t_raw / 1e3, busbw(bytes, t_raw), t_torch / 1e3, busbw(bytes, t_torch)};
+    const int w[] = {10, 9, 11, 9, 10, 9, 10, 9};
+    for (int i = 0; i < 8; i++)
+        cell(w[i], v[i]);
+    printf(" %9.3f  %s\n", ratio, goal ? (pass ? "PASS" : "MISS") : "");
+    return 0;
+}
+
+static void close_team(void)
+{
     for (int r = 0; r < team.n; r++) {
         blob_comm_list_free(team.list_whole[r]);
         blob_comm_list_free(team.list_buckets[r]);
@@ -341,6 +367,39 @@ int main(int argc, char **argv)
         cudaSetDevice(r);
         cudaFree(team.raw_buf[r]);
     }
+}
+
+int main(int argc, char **argv)
+{
+    comm_options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc)
+        return rc;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int gpus = blob_device_count();
+    if (!team.n)
+        team.n = gpus < MAX_RANKS ? gpus : MAX_RANKS;
+    if (team.n < 2 || team.n > gpus || team.n > MAX_RANKS) {
+        printf("bench-comm: skipped: it needs 2 to %d GPUs, %d found\n", MAX_RANKS, gpus);
+        return 0;
+    }
+    report_setup();
+    torch_peers(&o); /* PyTorch first, before this process takes the GPUs' memory */
+    if (open_team() != 0) {
+        printf("ERROR: %s\n", bench_error());
+        return 1;
+    }
+    pthread_t th[MAX_RANKS];
+    start_ranks(th);
+    print_header();
+    int missed = 0, errors = 0;
+    for (size_t k = 0; k < NUM_SIZES; k++)
+        if ((rc = size_row(sizes[k], &missed, &errors)) != 0)
+            return rc;
+    stop_ranks(th);
+    printf("\nGoal: blob_comm busbw >= %.0f%% of raw ncclAllReduce from 16 MiB up: %s\n",
+           GOAL_RATIO * 100, errors ? "NOT MEASURED (errors above)" : missed ? "MISS" : "PASS");
+    close_team();
     blob_thread_release();
     return errors || missed ? 1 : 0;
 }

@@ -284,63 +284,95 @@ static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, doubl
     return rc;
 }
 
+/* The gradients of layer_kernels' layer, on the GPU. */
+typedef struct {
+    float *dy, *dx, *dw, *db, *db_in;
+    void *mask_in; /* the ReLU mask of the layer below, B x I */
+} layer_grads;
+
+/* y = relu(x W^T + b); dx = dy W through the ReLU below, and its bias gradient;
+ * dW = dy^T x; db = colsum(dy): with the fused epilogues (3 calls). */
+static blob_status layer_fused(const linear_ctx *l, const layer_grads *d)
+{
+    const blob_trans N = BLOB_NO_TRANS, T = BLOB_TRANS;
+    const int64_t B = l->B, I = l->I, O = l->O;
+    blob_status st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, T, B, O, I, l->x, l->w, l->y,
+                                            BLOB_EPILOGUE_BIAS_RELU, l->b, l->mask, 0);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, N, B, I, O, d->dy, l->w, d->dx,
+                                    BLOB_EPILOGUE_DRELU_BGRAD, d->db_in, d->mask_in, 0);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, T, N, O, I, B, d->dy, l->x, d->dw,
+                                    BLOB_EPILOGUE_BGRADA, d->db, NULL, 0);
+    return st;
+}
+
+/* The same with plain GEMMs and separate bias, ReLU and bias-gradient kernels as Caffe
+ * runs them (8 calls). */
+static blob_status layer_plain(const linear_ctx *l, const layer_grads *d)
+{
+    const blob_trans N = BLOB_NO_TRANS, T = BLOB_TRANS;
+    const int64_t B = l->B, I = l->I, O = l->O;
+    blob_status st = blob_gpu_gemm(BLOB_FLOAT32, N, T, B, O, I, 1, l->x, l->w, 0, l->y);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, O, 1, 1, l->ones, l->b, 1, l->y);
+    if (st == BLOB_OK)
+        st = blob_gpu_relu_forward(BLOB_FLOAT32, B * O, l->y, l->y);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, I, O, 1, d->dy, l->w, 0, d->dx);
+    if (st == BLOB_OK) /* the input stands in for the layer below's output */
+        st = blob_gpu_relu_backward(BLOB_FLOAT32, B * I, l->x, d->dx, d->dx);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemv(BLOB_FLOAT32, T, B, I, 1, d->dx, l->ones, 0, d->db_in);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemm(BLOB_FLOAT32, T, N, O, I, B, 1, d->dy, l->x, 0, d->dw);
+    if (st == BLOB_OK)
+        st = blob_gpu_gemv(BLOB_FLOAT32, T, B, O, 1, d->dy, l->ones, 0, d->db);
+    return st;
+}
+
+/* d's buffers for a layer of l's shape, dy and the mask filled: 0, or bench_fail's -1. */
+static int grads_alloc(const linear_ctx *l, layer_grads *d)
+{
+    const int64_t B = l->B, I = l->I, O = l->O;
+    const size_t f = sizeof(float);
+    if (cudaMalloc((void **)&d->dy, f * (size_t)(B * O)) != cudaSuccess ||
+        cudaMalloc((void **)&d->dx, f * (size_t)(B * I)) != cudaSuccess ||
+        cudaMalloc((void **)&d->dw, f * (size_t)(O * I)) != cudaSuccess ||
+        cudaMalloc((void **)&d->db, f * (size_t)O) != cudaSuccess ||
+        cudaMalloc((void **)&d->db_in, f * (size_t)I) != cudaSuccess ||
+        cudaMalloc(&d->mask_in, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
+        cudaMemset(d->mask_in, 0x5a, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
+        cudaMemset(d->dy, 0x3c, f * (size_t)(B * O)) != cudaSuccess)
+        return bench_fail("cudaMalloc failed");
+    return 0;
+}
+
+static void grads_free(layer_grads *d)
+{
+    cudaFree(d->dy), cudaFree(d->dx), cudaFree(d->dw), cudaFree(d->db), cudaFree(d->db_in);
+    cudaFree(d->mask_in);
+}
+
 /* Kernels of one layer's forward and backward captured in a graph, the backward through
  * the ReLU of the layer below included: with the fused epilogues (3 calls), or with plain
  * GEMMs and separate bias, ReLU and bias-gradient kernels as Caffe runs them (8 calls).
  * Shape: the MLP's first layer at batch 64. */
 static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
 {
-    const int64_t B = 64, I = 784, O = 256;
-    linear_ctx l = {NULL, BLOB_MATH_FP32, B, I, O, NULL, NULL, NULL, NULL, NULL, NULL};
-    float *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL, *db_in = NULL;
-    void *mask_in = NULL; /* the ReLU mask of the layer below, B x I */
+    linear_ctx l = {NULL, BLOB_MATH_FP32, 64, 784, 256, NULL, NULL, NULL, NULL, NULL, NULL};
+    layer_grads d = {NULL, NULL, NULL, NULL, NULL, NULL};
     void *s = NULL;
     blob_graph *g = NULL;
     int rc = linear_setup(&l);
-    const size_t f = sizeof(float);
-    if (rc == 0 && (cudaMalloc((void **)&dy, f * (size_t)(B * O)) != cudaSuccess ||
-                    cudaMalloc((void **)&dx, f * (size_t)(B * I)) != cudaSuccess ||
-                    cudaMalloc((void **)&dw, f * (size_t)(O * I)) != cudaSuccess ||
-                    cudaMalloc((void **)&db, f * (size_t)O) != cudaSuccess ||
-                    cudaMalloc((void **)&db_in, f * (size_t)I) != cudaSuccess ||
-                    cudaMalloc(&mask_in, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
-                    cudaMemset(mask_in, 0x5a, blob_relu_mask_bytes(B, I)) != cudaSuccess ||
-                    cudaMemset(dy, 0x3c, f * (size_t)(B * O)) != cudaSuccess))
-        rc = bench_fail("cudaMalloc failed");
+    if (rc == 0)
+        rc = grads_alloc(&l, &d);
     blob_status st = rc == 0 ? blob_stream_create(&s) : BLOB_OK;
     blob_set_stream(s);
-    const blob_trans N = BLOB_NO_TRANS, T = BLOB_TRANS;
-    /* y = relu(x W^T + b); dx = dy W through the ReLU below, and its bias gradient;
-     * dW = dy^T x; db = colsum(dy) */
     for (int pass = 0; rc == 0 && st == BLOB_OK && pass < 2; pass++) { /* warm-up, capture */
         if (pass == 1 && (st = blob_graph_begin(s)) != BLOB_OK)
             break;
-        if (fused) {
-            st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, T, B, O, I, l.x, l.w, l.y,
-                                        BLOB_EPILOGUE_BIAS_RELU, l.b, l.mask, 0);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, N, N, B, I, O, dy, l.w, dx,
-                                            BLOB_EPILOGUE_DRELU_BGRAD, db_in, mask_in, 0);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemm_epilogue(BLOB_FLOAT32, T, N, O, I, B, dy, l.x, dw,
-                                            BLOB_EPILOGUE_BGRADA, db, NULL, 0);
-        } else {
-            st = blob_gpu_gemm(BLOB_FLOAT32, N, T, B, O, I, 1, l.x, l.w, 0, l.y);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, O, 1, 1, l.ones, l.b, 1, l.y);
-            if (st == BLOB_OK)
-                st = blob_gpu_relu_forward(BLOB_FLOAT32, B * O, l.y, l.y);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemm(BLOB_FLOAT32, N, N, B, I, O, 1, dy, l.w, 0, dx);
-            if (st == BLOB_OK) /* the input stands in for the layer below's output */
-                st = blob_gpu_relu_backward(BLOB_FLOAT32, B * I, l.x, dx, dx);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemv(BLOB_FLOAT32, T, B, I, 1, dx, l.ones, 0, db_in);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemm(BLOB_FLOAT32, T, N, O, I, B, 1, dy, l.x, 0, dw);
-            if (st == BLOB_OK)
-                st = blob_gpu_gemv(BLOB_FLOAT32, T, B, O, 1, dy, l.ones, 0, db);
-        }
+        st = fused ? layer_fused(&l, &d) : layer_plain(&l, &d);
         if (pass == 1) {
             blob_status end = blob_graph_end(s, &g);
             st = st != BLOB_OK ? st : end;
@@ -354,7 +386,7 @@ static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
     blob_set_stream(NULL);
     blob_stream_destroy(s);
     linear_free(&l);
-    cudaFree(dy), cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(db_in), cudaFree(mask_in);
+    grads_free(&d);
     (void)cudaGetLastError();
     return rc;
 }

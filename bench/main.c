@@ -44,29 +44,33 @@ static bool want(const char *section)
     return false;
 }
 
-int main(int argc, char **argv)
+/* argv into *out (-o), only (--only) and *with_torch: 0, or 2 after the usage. */
+static int parse_options(int argc, char **argv, const char **out, bool *with_torch)
 {
-    const char *out = getenv("BLOB_BENCH_OUT");
-    bool with_torch = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-            out = argv[++i];
+            *out = argv[++i];
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else if (!strcmp(argv[i], "--no-torch")) {
-            with_torch = false;
+            *with_torch = false;
         } else {
             fprintf(stderr, "usage: %s [-o results.json] [--no-torch] [--only 1,2,...,9,C,D]\n",
                     argv[0]);
             return 2;
         }
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    return 0;
+}
 
-    char date[32], host[64] = "unknown";
+/* The report's head: the date, this host (its name into host, size bytes), the library,
+ * the BLAS and the math mode. */
+static void report_head(char *host, size_t size)
+{
+    char date[32];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    gethostname(host, sizeof host - 1);
+    gethostname(host, size - 1);
     report_meta("date", "%s", date);
     report_meta("host", "%s", host);
     report_meta("libblob", "%d.%d.%d, %s build", BLOB_VERSION_MAJOR, BLOB_VERSION_MINOR,
@@ -76,11 +80,11 @@ int main(int argc, char **argv)
         report_meta("blas", "%s", blas.summary);
     report_meta("math", "%s (the float32 GPU GEMMs; BLOB_MATH_MODE=tf32 or bf16 changes it)",
                 blob_math_mode_name(blob_get_math_mode()));
-    bool gpu = bench_gpu_open(with_torch);
+}
 
-    char path[256];
-    report_open(out && *out ? out : default_path(gpu, host, path, sizeof path));
-
+/* The sections wanted, the GPU's with a GPU. */
+static void run_sections(bool gpu)
+{
     if (!gpu)
         printf("\nSections 1-3, 8, 9, C and the GPU rows of 4 and 6 skipped: no GPU found.\n");
     if (gpu && want("1"))
@@ -107,6 +111,24 @@ int main(int argc, char **argv)
         bench_dlpack(gpu);
     if (gpu && want("C"))
         bench_gpu_conv();
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = getenv("BLOB_BENCH_OUT");
+    bool with_torch = true;
+    int rc = parse_options(argc, argv, &out, &with_torch);
+    if (rc)
+        return rc;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    char host[64] = "unknown";
+    report_head(host, sizeof host);
+    bool gpu = bench_gpu_open(with_torch);
+
+    char path[256];
+    report_open(out && *out ? out : default_path(gpu, host, path, sizeof path));
+    run_sections(gpu);
     bench_gpu_close();
     blob_thread_release();
     return report_close();
