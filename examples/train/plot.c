@@ -72,6 +72,67 @@ static void legend_entry(FILE *f, double x, const char *color, const char *dash,
     text(f, x + 30, y, "start", "#333", label);
 }
 
+/* The canvas and the title. */
+static void head(FILE *f, const char *title)
+{
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"13\">\n",
+            WIDTH, HEIGHT, WIDTH, HEIGHT);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", WIDTH, HEIGHT);
+    fputs("<g font-size=\"16\">\n", f);
+    text(f, WIDTH / 2.0, 28, "middle", "#000", title);
+    fputs("</g>\n", f);
+}
+
+/* The grid with the left (loss) ticks, and the right (accuracy) ticks. */
+static void y_ticks(FILE *f, axis la, axis aa)
+{
+    char label[32];
+    for (int i = 0; i <= ticks(la); i++) {
+        double v = la.lo + i * la.step;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n",
+                LEFT, py(v, la), RIGHT, py(v, la));
+        snprintf(label, sizeof label, "%g", v);
+        text(f, LEFT - 8, py(v, la) + 4, "end", "#333", label);
+    }
+    for (int i = 0; i <= ticks(aa); i++) {
+        double v = aa.lo + i * aa.step;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#333\"/>\n",
+                RIGHT, py(v, aa), RIGHT + 5, py(v, aa));
+        snprintf(label, sizeof label, "%g%%", v);
+        text(f, RIGHT + 8, py(v, aa) + 4, "start", "#333", label);
+    }
+}
+
+/* The x ticks: every epoch, or about ten of them. */
+static void x_ticks(FILE *f, int epochs)
+{
+    char label[32];
+    int every = (epochs + 9) / 10;
+    for (int e = 1; e <= epochs; e++) {
+        if (e % every && e != 1)
+            continue;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n",
+                px(e, epochs), BOTTOM, px(e, epochs), BOTTOM + 5);
+        snprintf(label, sizeof label, "%d", e);
+        text(f, px(e, epochs), BOTTOM + 20, "middle", "#333", label);
+    }
+}
+
+/* The plot area's frame and the axes' titles. */
+static void frame(FILE *f)
+{
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+               "stroke=\"#333\"/>\n", LEFT, TOP, RIGHT - LEFT, BOTTOM - TOP);
+    text(f, (LEFT + RIGHT) / 2.0, BOTTOM + 42, "middle", "#333", "epoch");
+    fprintf(f, "<g transform=\"translate(%d %d) rotate(-90)\">\n", LEFT - 52, (TOP + BOTTOM) / 2);
+    text(f, 0, 0, "middle", COLOR_LOSS, "training loss");
+    fprintf(f, "</g>\n<g transform=\"translate(%d %d) rotate(90)\">\n", RIGHT + 60,
+            (TOP + BOTTOM) / 2);
+    text(f, 0, 0, "middle", "#333", "accuracy");
+    fputs("</g>\n", f);
+}
+
 int plot_curves_svg(const char *path, const char *title, int epochs, const double *loss,
                     const double *train_acc, const double *test_acc)
 {
@@ -87,50 +148,10 @@ int plot_curves_svg(const char *path, const char *title, int epochs, const doubl
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"13\">\n",
-            WIDTH, HEIGHT, WIDTH, HEIGHT);
-    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", WIDTH, HEIGHT);
-    fputs("<g font-size=\"16\">\n", f);
-    text(f, WIDTH / 2.0, 28, "middle", "#000", title);
-    fputs("</g>\n", f);
-
-    /* grid and left (loss) ticks */
-    char label[32];
-    for (int i = 0; i <= ticks(la); i++) {
-        double v = la.lo + i * la.step;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n",
-                LEFT, py(v, la), RIGHT, py(v, la));
-        snprintf(label, sizeof label, "%g", v);
-        text(f, LEFT - 8, py(v, la) + 4, "end", "#333", label);
-    }
-    /* right (accuracy) ticks */
-    for (int i = 0; i <= ticks(aa); i++) {
-        double v = aa.lo + i * aa.step;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#333\"/>\n",
-                RIGHT, py(v, aa), RIGHT + 5, py(v, aa));
-        snprintf(label, sizeof label, "%g%%", v);
-        text(f, RIGHT + 8, py(v, aa) + 4, "start", "#333", label);
-    }
-    /* x ticks: every epoch, or about ten of them */
-    int every = (epochs + 9) / 10;
-    for (int e = 1; e <= epochs; e++) {
-        if (e % every && e != 1)
-            continue;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>\n",
-                px(e, epochs), BOTTOM, px(e, epochs), BOTTOM + 5);
-        snprintf(label, sizeof label, "%d", e);
-        text(f, px(e, epochs), BOTTOM + 20, "middle", "#333", label);
-    }
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
-               "stroke=\"#333\"/>\n", LEFT, TOP, RIGHT - LEFT, BOTTOM - TOP);
-    text(f, (LEFT + RIGHT) / 2.0, BOTTOM + 42, "middle", "#333", "epoch");
-    fprintf(f, "<g transform=\"translate(%d %d) rotate(-90)\">\n", LEFT - 52, (TOP + BOTTOM) / 2);
-    text(f, 0, 0, "middle", COLOR_LOSS, "training loss");
-    fprintf(f, "</g>\n<g transform=\"translate(%d %d) rotate(90)\">\n", RIGHT + 60,
-            (TOP + BOTTOM) / 2);
-    text(f, 0, 0, "middle", "#333", "accuracy");
-    fputs("</g>\n", f);
+    head(f, title);
+    y_ticks(f, la, aa);
+    x_ticks(f, epochs);
+    frame(f);
 
     const char *solid = "", *dashed = " stroke-dasharray=\"6 4\"";
     series(f, epochs, loss, 1, la, COLOR_LOSS, solid);

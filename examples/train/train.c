@@ -29,6 +29,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,48 +63,136 @@ static const options defaults = {
 #define MAX_GPUS 64
 #define DEFAULT_BATCH 64
 
-static void usage(FILE *f)
+/* How an option's value is taken. */
+typedef enum {
+    OPT_FLAG,   /* no value: the bool field becomes true */
+    OPT_TEXT,   /* the value itself, into a const char * field */
+    OPT_INT,    /* decimal digits in [lo, hi], into an int field */
+    OPT_INT64,  /* ... into an int64_t field */
+    OPT_UINT64, /* ... into a uint64_t field */
+    OPT_REAL,   /* a decimal number in [lo, hi], into a double field */
+    OPT_CALL,   /* the handler's: false if it refuses the value */
+} opt_kind;
+
+/* One option of the command line, and its lines of the usage. */
+typedef struct {
+    const char *name, *arg; /* "--net", "NAME"; arg NULL for a flag */
+    opt_kind kind;
+    size_t field;           /* offsetof(options, ...) (not OPT_CALL) */
+    double lo, hi;          /* the bounds of a number */
+    bool (*take)(options *o, const char *v);           /* OPT_CALL */
+    const char *help;       /* a printf format given the field's default, if it is text,
+                             * a number with a fraction or the seed */
+    void (*more_help)(FILE *f);                        /* printed after help, or NULL */
+} option_spec;
+
+static bool take_net(options *o, const char *v)
 {
-    fprintf(f,
-            "usage: train [options]\n"
-            "  --net NAME          the net to train (default " DEFAULT_NET "):\n");
+    o->net = net_def_find(v);
+    return o->net != NULL;
+}
+
+static bool take_device(options *o, const char *v)
+{
+    if (strcmp(v, "cpu") && strcmp(v, "gpu"))
+        return false;
+    o->device = v;
+    return true;
+}
+
+static bool take_math(options *o, const char *v)
+{
+    blob_math_mode m = nn_math_mode_find(v);
+    if (m)
+        o->math = m;
+    return m != 0;
+}
+
+static void net_list(FILE *f)
+{
     for (int i = 0; net_def_at(i); i++) {
         const net_def *d = net_def_at(i);
         long long batch = d->batch ? d->batch : DEFAULT_BATCH;
         fprintf(f, "      %-8s %s: %d epochs, batch %lld, lr %g (x0.1 every %d)\n", d->name,
                 d->title, d->epochs, batch, d->lr, d->lr_step);
     }
-    fprintf(f,
-            "  --data DIR          Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR,\n"
-            "                      else " FMNIST_DEFAULT_DIR ")\n"
-            "  --out DIR           where the weights (.npy) and curve.svg go (default %s)\n"
-            "  --device cpu|gpu    default: gpu when one is present\n"
-            "  --graph             run training steps as CUDA graphs (one gpu only)\n"
-            "  --math MODE         GPU GEMMs in fp32 (exact), tf32 or bf16 (tensor cores,\n"
-            "                      float32 storage and accumulation); default: $BLOB_MATH_MODE,\n"
-            "                      else fp32\n"
-            "  --plain             Caffe's layers and update (gemm, bias by a ones-gemm, ReLU\n"
-            "                      layers, a four-kernel SGD) instead of the fused ones\n"
-            "  --gpus N            data parallel on GPUs 0..N-1, a thread each, with --batch\n"
-            "                      images per GPU (blob-launch --nproc N train ... runs a\n"
-            "                      process per GPU instead)\n"
-            "  --epochs N          at most 10000, default: the net's\n"
-            "  --batch N           at most 2^20, default: the net's\n"
-            "  --lr X              learning rate, > 0 and at most 1000, default: the net's\n"
-            "  --lr-step N         multiply it by --lr-gamma every N epochs (0: never, at\n"
-            "                      most 10000), default: the net's\n"
-            "  --lr-gamma X        > 0 and at most 1000, default %g\n"
-            "  --momentum X        in [0, 1), default %g\n"
-            "  --weight-decay X    in [0, 1000], default %g\n"
-            "  --seed N            weight initialisation and shuffling, at most 10^15,\n"
-            "                      default %llu\n"
-            "  --limit N           train on the first N training images only (at most 2^30)\n"
-            "  --min-accuracy X    in [0, 1]: exit with status 1 if the final test accuracy\n"
-            "                      is below X\n"
-            "X is a decimal number (5e-4 too), N decimal digits, >= 1 (--lr-step and --seed:\n"
-            ">= 0); no sign, space, hex, inf or nan.\n",
-            defaults.out_dir, defaults.lr_gamma, defaults.momentum,
-            defaults.weight_decay, (unsigned long long)defaults.seed);
+}
+
+#define FIELD(f) offsetof(options, f)
+#define WRAP "\n                      " /* a help line's continuation */
+
+static const option_spec option_specs[] = {
+    {"--net", "NAME", OPT_CALL, 0, 0, 0, take_net,
+     "the net to train (default " DEFAULT_NET "):\n", net_list},
+    {"--data", "DIR", OPT_TEXT, FIELD(data_dir), 0, 0, NULL,
+     "Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR," WRAP
+     "else " FMNIST_DEFAULT_DIR ")\n", NULL},
+    {"--out", "DIR", OPT_TEXT, FIELD(out_dir), 0, 0, NULL,
+     "where the weights (.npy) and curve.svg go (default %s)\n", NULL},
+    {"--device", "cpu|gpu", OPT_CALL, 0, 0, 0, take_device,
+     "default: gpu when one is present\n", NULL},
+    {"--graph", NULL, OPT_FLAG, FIELD(graph), 0, 0, NULL,
+     "run training steps as CUDA graphs (one gpu only)\n", NULL},
+    {"--math", "MODE", OPT_CALL, 0, 0, 0, take_math,
+     "GPU GEMMs in fp32 (exact), tf32 or bf16 (tensor cores," WRAP
+     "float32 storage and accumulation); default: $BLOB_MATH_MODE," WRAP "else fp32\n", NULL},
+    {"--plain", NULL, OPT_FLAG, FIELD(plain), 0, 0, NULL,
+     "Caffe's layers and update (gemm, bias by a ones-gemm, ReLU" WRAP
+     "layers, a four-kernel SGD) instead of the fused ones\n", NULL},
+    {"--gpus", "N", OPT_INT, FIELD(gpus), 1, MAX_GPUS, NULL,
+     "data parallel on GPUs 0..N-1, a thread each, with --batch" WRAP
+     "images per GPU (blob-launch --nproc N train ... runs a" WRAP
+     "process per GPU instead)\n", NULL},
+    {"--epochs", "N", OPT_INT, FIELD(epochs), 1, 10000, NULL,
+     "at most 10000, default: the net's\n", NULL},
+    {"--batch", "N", OPT_INT64, FIELD(batch), 1, 1 << 20, NULL,
+     "at most 2^20, default: the net's\n", NULL},
+    {"--lr", "X", OPT_REAL, FIELD(lr), DBL_MIN, 1000, NULL,
+     "learning rate, > 0 and at most 1000, default: the net's\n", NULL},
+    {"--lr-step", "N", OPT_INT, FIELD(lr_step), 0, 10000, NULL,
+     "multiply it by --lr-gamma every N epochs (0: never, at" WRAP
+     "most 10000), default: the net's\n", NULL},
+    {"--lr-gamma", "X", OPT_REAL, FIELD(lr_gamma), DBL_MIN, 1000, NULL,
+     "> 0 and at most 1000, default %g\n", NULL},
+    {"--momentum", "X", OPT_REAL, FIELD(momentum), 0, 0x1.fffffffffffffp-1 /* below 1 */, NULL,
+     "in [0, 1), default %g\n", NULL},
+    {"--weight-decay", "X", OPT_REAL, FIELD(weight_decay), 0, 1000, NULL,
+     "in [0, 1000], default %g\n", NULL},
+    {"--seed", "N", OPT_UINT64, FIELD(seed), 0, 1e15, NULL,
+     "weight initialisation and shuffling, at most 10^15," WRAP "default %llu\n", NULL},
+    {"--limit", "N", OPT_INT64, FIELD(limit), 1, 1 << 30, NULL,
+     "train on the first N training images only (at most 2^30)\n", NULL},
+    {"--min-accuracy", "X", OPT_REAL, FIELD(min_accuracy), 0, 1, NULL,
+     "in [0, 1]: exit with status 1 if the final test accuracy" WRAP "is below X\n", NULL},
+};
+#define NUM_OPTIONS (sizeof option_specs / sizeof option_specs[0])
+
+/* s's lines of the usage, its default (in `defaults`) filled in. */
+static void option_help(FILE *f, const option_spec *s)
+{
+    char head[32];
+    snprintf(head, sizeof head, "%s%s%s", s->name, s->arg ? " " : "", s->arg ? s->arg : "");
+    fprintf(f, "  %-20s", head);
+    const char *d = (const char *)&defaults + s->field;
+    if (s->kind == OPT_TEXT)
+        fprintf(f, s->help, *(const char *const *)d);
+    else if (s->kind == OPT_REAL)
+        fprintf(f, s->help, *(const double *)d);
+    else if (s->kind == OPT_UINT64)
+        fprintf(f, s->help, (unsigned long long)*(const uint64_t *)d);
+    else
+        fputs(s->help, f);
+    if (s->more_help)
+        s->more_help(f);
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: train [options]\n", f);
+    for (size_t k = 0; k < NUM_OPTIONS; k++)
+        option_help(f, &option_specs[k]);
+    fputs("X is a decimal number (5e-4 too), N decimal digits, >= 1 (--lr-step and --seed:\n"
+          ">= 0); no sign, space, hex, inf or nan.\n", f);
 }
 
 /* v as a number in [lo, hi]: a decimal, with an exponent ("5e-4") unless whole (digits
@@ -122,7 +211,57 @@ static bool number(const char *v, double lo, double hi, bool whole, double *out)
     return true;
 }
 
-/* Parse "--name value" pairs; exits with status 2 on a bad command line. */
+static const option_spec *find_option(const char *name)
+{
+    for (size_t k = 0; k < NUM_OPTIONS; k++)
+        if (!strcmp(option_specs[k].name, name))
+            return &option_specs[k];
+    return NULL;
+}
+
+/* s's value v into *o: false if v is not one it takes. */
+static bool take_value(options *o, const option_spec *s, const char *v)
+{
+    char *field = (char *)o + s->field;
+    double num;
+    if (s->kind == OPT_CALL)
+        return s->take(o, v);
+    if (s->kind == OPT_TEXT) {
+        *(const char **)field = v;
+        return true;
+    }
+    if (!number(v, s->lo, s->hi, s->kind != OPT_REAL, &num))
+        return false;
+    if (s->kind == OPT_INT)
+        *(int *)field = (int)num;
+    else if (s->kind == OPT_INT64)
+        *(int64_t *)field = (int64_t)num;
+    else if (s->kind == OPT_UINT64)
+        *(uint64_t *)field = (uint64_t)num;
+    else
+        *(double *)field = num;
+    return true;
+}
+
+/* What was not given: the data from the environment, the rest from the net's definition. */
+static void fill_defaults(options *o)
+{
+    if (!o->data_dir)
+        o->data_dir = getenv("FASHION_MNIST_DIR") ? getenv("FASHION_MNIST_DIR")
+                                                  : FMNIST_DEFAULT_DIR;
+    if (!o->net)
+        o->net = net_def_find(DEFAULT_NET);
+    if (!o->epochs)
+        o->epochs = o->net->epochs;
+    if (o->lr == 0)
+        o->lr = o->net->lr;
+    if (o->lr_step < 0)
+        o->lr_step = o->net->lr_step;
+    if (!o->batch)
+        o->batch = o->net->batch ? o->net->batch : DEFAULT_BATCH;
+}
+
+/* Parse "--name value" pairs and flags; exits with status 2 on a bad command line. */
 static options parse_options(int argc, char **argv)
 {
     options o = defaults;
@@ -132,67 +271,18 @@ static options parse_options(int argc, char **argv)
             usage(stdout);
             exit(0);
         }
-        if (!strcmp(a, "--graph") || !strcmp(a, "--plain")) {
-            *(a[2] == 'g' ? &o.graph : &o.plain) = true;
+        const option_spec *s = find_option(a);
+        if (s && s->kind == OPT_FLAG) {
+            *(bool *)((char *)&o + s->field) = true;
             continue;
         }
-        if (i + 1 == argc)
-            goto bad;
-        const char *v = argv[++i];
-        double num;
-        if (!strcmp(a, "--net") && net_def_find(v))
-            o.net = net_def_find(v);
-        else if (!strcmp(a, "--data"))
-            o.data_dir = v;
-        else if (!strcmp(a, "--out"))
-            o.out_dir = v;
-        else if (!strcmp(a, "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
-            o.device = v;
-        else if (!strcmp(a, "--math") && nn_math_mode_find(v))
-            o.math = nn_math_mode_find(v);
-        else if (!strcmp(a, "--epochs") && number(v, 1, 10000, true, &num))
-            o.epochs = (int)num;
-        else if (!strcmp(a, "--gpus") && number(v, 1, MAX_GPUS, true, &num))
-            o.gpus = (int)num;
-        else if (!strcmp(a, "--batch") && number(v, 1, 1 << 20, true, &num))
-            o.batch = (int64_t)num;
-        else if (!strcmp(a, "--limit") && number(v, 1, 1 << 30, true, &num))
-            o.limit = (int64_t)num;
-        else if (!strcmp(a, "--seed") && number(v, 0, 1e15, true, &num))
-            o.seed = (uint64_t)num;
-        else if (!strcmp(a, "--lr") && number(v, DBL_MIN, 1000, false, &num))
-            o.lr = num;
-        else if (!strcmp(a, "--lr-step") && number(v, 0, 10000, true, &num))
-            o.lr_step = (int)num;
-        else if (!strcmp(a, "--lr-gamma") && number(v, DBL_MIN, 1000, false, &num))
-            o.lr_gamma = num;
-        else if (!strcmp(a, "--momentum") && number(v, 0, nextafter(1, 0), false, &num))
-            o.momentum = num;
-        else if (!strcmp(a, "--weight-decay") && number(v, 0, 1000, false, &num))
-            o.weight_decay = num;
-        else if (!strcmp(a, "--min-accuracy") && number(v, 0, 1, false, &num))
-            o.min_accuracy = num;
-        else
-            goto bad;
-        continue;
-    bad:
-        fprintf(stderr, "train: bad or incomplete option '%s'\n", a);
-        usage(stderr);
-        exit(2);
+        if (!s || i + 1 == argc || !take_value(&o, s, argv[++i])) {
+            fprintf(stderr, "train: bad or incomplete option '%s'\n", a);
+            usage(stderr);
+            exit(2);
+        }
     }
-    if (!o.data_dir)
-        o.data_dir = getenv("FASHION_MNIST_DIR") ? getenv("FASHION_MNIST_DIR")
-                                                 : FMNIST_DEFAULT_DIR;
-    if (!o.net)
-        o.net = net_def_find(DEFAULT_NET);
-    if (!o.epochs)
-        o.epochs = o.net->epochs;
-    if (o.lr == 0)
-        o.lr = o.net->lr;
-    if (o.lr_step < 0)
-        o.lr_step = o.net->lr_step;
-    if (!o.batch)
-        o.batch = o.net->batch ? o.net->batch : DEFAULT_BATCH;
+    fill_defaults(&o);
     return o;
 }
 
