@@ -64,7 +64,13 @@ BLAS_LIBS := $(if $(BLAS_PC),$(call blas_pkg_config,--libs $(BLAS_PC)),-l$(BLAS)
 # path, or from DLPACK_CFLAGS, e.g. make DLPACK_CFLAGS=-I/opt/dlpack/include.
 DLPACK_CFLAGS ?=
 
-WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+# Warnings are errors with WERROR=1 (CI sets it), so that a newer compiler's new warning
+# does not break a user's build.
+WERROR ?= 0
+export WERROR
+werror = $(if $(filter 1,$(WERROR)),$(1))
+comma := ,
+WARN := -Wall -Wextra $(call werror,-Werror) -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -fvisibility=hidden -DBLOB_BUILDING \
               -Iinclude $(BLAS_CFLAGS) $(DLPACK_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
@@ -81,7 +87,8 @@ KERNEL_SRC := $(wildcard src/kernels/*.cu)
 KERNEL_C_SRC := $(filter-out src/kernels/none.c,$(wildcard src/kernels/*.c))
 NVCCFLAGS ?= -O3
 ALL_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) -Iinclude -DBLOB_BUILDING \
-                 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror $(NVCCFLAGS)
+                 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra$(call werror,$(comma)-Werror) \
+                 $(NVCCFLAGS)
 else
 BUILD := build/cpu$(BUILD_TAG)
 CUDA_CFLAGS :=
@@ -119,7 +126,18 @@ NCCL_CFLAGS :=
 NCCL_LIBS :=
 CCL_SRC := src/comm/ccl_none.c
 endif
-comma := ,
+
+# What this build chose, said once by a make run from the shell (not by those it starts).
+ifeq ($(MAKELEVEL)$(filter clean,$(MAKECMDGOALS)),0)
+CUDA_VERSION := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) --version 2>/dev/null | \
+                sed -n 's/.*release \([0-9.]*\),.*/\1/p'))
+NCCL_VERSION := $(if $(filter 1,$(NCCL)),$(shell sed -n \
+                's/^\#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' $(NCCL_HEADER) | \
+                paste -sd.))
+$(info blob: $(if $(filter 1,$(CUDA)),CUDA $(CUDA_VERSION) ($(CUDA_HOME)),no CUDA); \
+  $(if $(filter 1,$(NCCL)),NCCL $(NCCL_VERSION) ($(NCCL_LIBFILE)),no NCCL); BLAS $(BLAS); \
+  into $(BUILD)$(if $(filter 1,$(WERROR)),; warnings are errors))
+endif
 
 LIB_C_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_none.c,$(wildcard src/core/*.c)) \
              $(BACKEND_SRC) $(wildcard src/alloc/*.c) $(wildcard src/syncedmem/*.c) \

@@ -24,19 +24,22 @@ make_tmp DESTDIR="$tmp/stage" install
 deps_pc_path=${PKG_CONFIG_PATH:-}
 export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig${deps_pc_path:+:$deps_pc_path}"
 cc=${CC:-cc}
+# warnings are errors with WERROR=1, as in the library's own build
+werror=
+[ "${WERROR:-0}" = 1 ] && werror=-Werror
 
 # shellcheck disable=SC2046
-$cc -std=c11 -Wall -Werror -o "$tmp/app" test/install/app.c $(pkg-config --cflags --libs blob)
+$cc -std=c11 -Wall $werror -o "$tmp/app" test/install/app.c $(pkg-config --cflags --libs blob)
 LD_LIBRARY_PATH="$tmp/usr/lib" "$tmp/app"
 
 # blob/dlpack.h builds with the same flags: DLPack's header is found in the system path
 # shellcheck disable=SC2046
-$cc -std=c11 -Wall -Werror -o "$tmp/dlpack-app" test/install/dlpack_app.c $(pkg-config --cflags --libs blob)
+$cc -std=c11 -Wall $werror -o "$tmp/dlpack-app" test/install/dlpack_app.c $(pkg-config --cflags --libs blob)
 LD_LIBRARY_PATH="$tmp/usr/lib" "$tmp/dlpack-app"
 
 static_libs=$(pkg-config --static --libs blob | sed 's/-lblob/-l:libblob.a/')
 # shellcheck disable=SC2046,SC2086
-$cc -std=c11 -Wall -Werror -o "$tmp/app-static" test/install/app.c $(pkg-config --cflags blob) $static_libs
+$cc -std=c11 -Wall $werror -o "$tmp/app-static" test/install/app.c $(pkg-config --cflags blob) $static_libs
 if ldd "$tmp/app-static" | grep -q libblob; then
     echo "install-check: static consumer still links libblob.so"
     exit 1
@@ -55,14 +58,15 @@ if [ "$moved_includedir" != "$tmp/moved/include" ]; then
     exit 1
 fi
 # shellcheck disable=SC2046
-$cc -std=c11 -Wall -Werror -o "$tmp/app-moved" test/install/app.c \
+$cc -std=c11 -Wall $werror -o "$tmp/app-moved" test/install/app.c \
     $(PKG_CONFIG_PATH="$moved_pc_path" pkg-config --define-prefix --cflags --libs blob)
 LD_LIBRARY_PATH="$tmp/moved/lib" "$tmp/app-moved"
 
 # test/install/CMakeLists.txt: find_package(blob CONFIG REQUIRED), app on blob::blob and
 # app_static on blob::blob_static; the package finds its prefix from its own place.
 if command -v cmake >/dev/null 2>&1; then
-    CC=$cc cmake -S test/install -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$tmp/moved" >/dev/null
+    CC=$cc cmake -S test/install -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$tmp/moved" \
+        -DBLOB_WERROR="${WERROR:-0}" >/dev/null
     cmake --build "$tmp/cmake" >/dev/null
     if ldd "$tmp/cmake/app_static" | grep -q libblob; then
         echo "install-check: CMake's static consumer still links libblob.so"
