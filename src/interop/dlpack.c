@@ -1,4 +1,5 @@
 /* DLPack export and import over the public blob and syncedmem API. */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -72,8 +73,8 @@ static blob_status access_side(blob_syncedmem *mem, bool gpu, bool writable, voi
     return st;
 }
 
-/* What an export describes: b's side brought up to date, referenced by mem, its pointer;
- * t is filled but for shape and strides, which point at dims (2 * ndim, filled). */
+/* What an export describes: b's side brought up to date and referenced by mem, and the
+ * tensor over it (export_make points its shape and strides at the export's block). */
 typedef struct {
     blob_syncedmem *mem;
     DLTensor t;
@@ -141,26 +142,39 @@ static void export_dims(const blob *b, DLTensor *t, int64_t *dims)
     t->strides = strides;
 }
 
+/* An export's checks, its block of dims_at bytes followed by b's shape and strides (the
+ * tensor struct first, freed again on failure), and the access: parts->t then points at
+ * those dims. */
+static blob_status export_make(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
+                               void *stream, size_t dims_at, void **block, export_parts *parts)
+{
+    BLOB_TRY(export_check(b, part, side, flags));
+    int ndim = blob_num_axes(b);
+    char *p = blob__obj_alloc(dims_at + 2 * (size_t)ndim * sizeof(int64_t));
+    if (!p)
+        return BLOB_ENOMEM;
+    blob_status st = export_begin(b, part, side, flags, stream, parts);
+    if (st != BLOB_OK) {
+        blob__obj_free(p);
+        return st;
+    }
+    export_dims(b, &parts->t, (int64_t *)(p + dims_at));
+    *block = p;
+    return BLOB_OK;
+}
+
 blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
                            void *stream, DLManagedTensor **out)
 {
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
     *out = NULL;
-    BLOB_TRY(export_check(b, part, side, flags));
-    int ndim = blob_num_axes(b);
-    exported *e = blob__obj_alloc(sizeof *e + 2 * (size_t)ndim * sizeof(int64_t));
-    if (!e)
-        return BLOB_ENOMEM;
+    void *block;
     export_parts parts;
-    blob_status st = export_begin(b, part, side, flags, stream, &parts);
-    if (st != BLOB_OK) {
-        blob__obj_free(e);
-        return st;
-    }
+    BLOB_TRY(export_make(b, part, side, flags, stream, offsetof(exported, dims), &block, &parts));
+    exported *e = block;
     e->mem = parts.mem;
     e->tensor.dl_tensor = parts.t;
-    export_dims(b, &e->tensor.dl_tensor, e->dims);
     e->tensor.manager_ctx = e;
     e->tensor.deleter = exported_delete;
     *out = &e->tensor;
@@ -175,21 +189,14 @@ blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side s
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
     *out = NULL;
-    BLOB_TRY(export_check(b, part, side, flags));
-    int ndim = blob_num_axes(b);
-    exported_versioned *e = blob__obj_alloc(sizeof *e + 2 * (size_t)ndim * sizeof(int64_t));
-    if (!e)
-        return BLOB_ENOMEM;
+    void *block;
     export_parts parts;
-    blob_status st = export_begin(b, part, side, flags, stream, &parts);
-    if (st != BLOB_OK) {
-        blob__obj_free(e);
-        return st;
-    }
+    BLOB_TRY(export_make(b, part, side, flags, stream, offsetof(exported_versioned, dims), &block,
+                         &parts));
+    exported_versioned *e = block;
     e->mem = parts.mem;
     e->tensor.version = (DLPackVersion){DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
     e->tensor.dl_tensor = parts.t;
-    export_dims(b, &e->tensor.dl_tensor, e->dims);
     e->tensor.flags = flags & BLOB_DLPACK_WRITABLE ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
     e->tensor.manager_ctx = e;
     e->tensor.deleter = exported_versioned_delete;
