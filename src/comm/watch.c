@@ -327,13 +327,16 @@ static void watchdog_stop(blob_comm *c)
 
 /* ---- the end ---- */
 
-/* Let NCCL flush and release the handle, within the timeout; abort it otherwise. */
+/* Let NCCL flush and release the handle, within the timeout; abort it otherwise. The
+ * replay graphs of lists not freed first go before: NCCL's destroy and abort (also one
+ * already handed to the aborter) wait for them. */
 static void leave(blob_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    (void)drain_locked(c, "blob_comm_free");
-    destroy_replays(c); /* of lists not freed first: NCCL would wait for their graphs */
-    if (c->failure == BLOB_OK && c->ccl->finalize(c->handle) == BLOB_OK &&
+    if (c->handle)
+        (void)drain_locked(c, "blob_comm_free");
+    destroy_replays(c);
+    if (c->handle && c->failure == BLOB_OK && c->ccl->finalize(c->handle) == BLOB_OK &&
         blob__comm_settle(c, "blob_comm_free", "leaving", "NCCL did not finish its work") ==
             BLOB_OK) {
         c->ccl->destroy(c->handle);
@@ -347,13 +350,7 @@ static void leave(blob_comm *c)
 void blob__comm_watch_end(blob_comm *c)
 {
     watchdog_stop(c);
-    if (c->handle) {
-        leave(c);
-    } else {
-        pthread_mutex_lock(&c->mu);
-        destroy_replays(c); /* of lists not freed first: the abort waits for them */
-        pthread_mutex_unlock(&c->mu);
-    }
+    leave(c);
     join_aborter(c);
     for (size_t i = 0; i < c->num_ops; i++)
         blob__be->event_destroy(c->ops[i].event);
