@@ -21,10 +21,10 @@ static const struct access_case {
     {"cpu_data, AT_CPU, host-only", false, BLOB_HEAD_AT_CPU, ACC_CPU},
     {"mutable_cpu, AT_CPU, host-only", false, BLOB_HEAD_AT_CPU, ACC_MUT_CPU},
     {"cpu_data, AT_CPU", true, BLOB_HEAD_AT_CPU, ACC_CPU},
-    {"cpu_data, SYNCED", true, BLOB_SYNCED, ACC_CPU},
+    {"cpu_data, SYNCED", true, BLOB_HEAD_SYNCED, ACC_CPU},
     {"mutable_cpu, AT_CPU", true, BLOB_HEAD_AT_CPU, ACC_MUT_CPU},
     {"gpu_data, AT_GPU", true, BLOB_HEAD_AT_GPU, ACC_GPU},
-    {"gpu_data, SYNCED", true, BLOB_SYNCED, ACC_GPU},
+    {"gpu_data, SYNCED", true, BLOB_HEAD_SYNCED, ACC_GPU},
     {"mutable_gpu, AT_GPU", true, BLOB_HEAD_AT_GPU, ACC_MUT_GPU},
 };
 
@@ -70,7 +70,7 @@ static int set_head(blob *b, blob_head head)
         return 0;
     }
     BTRY(blob_mutable_cpu_data(b, &p));
-    if (head == BLOB_SYNCED)
+    if (head == BLOB_HEAD_SYNCED)
         BTRY(blob_gpu_data(b, &c));
     return 0;
 }

@@ -73,7 +73,7 @@ static void *rank_main(void *arg)
 {
     int r = (int)(intptr_t)arg;
     blob_device_set(r);
-    blob_set_stream(team.stream[r]);
+    blob_stream_set(team.stream[r]);
     for (;;) {
         pthread_barrier_wait(&team.start);
         if (team.job == JOB_QUIT)
@@ -123,7 +123,7 @@ static int make_buffers(size_t count)
     cur_count = count;
     for (int r = 0; r < team.n; r++) {
         BTRY(blob_device_set(r));
-        blob_set_stream(team.stream[r]);
+        blob_stream_set(team.stream[r]);
         blob_comm_list_free(team.list_whole[r]);
         blob_comm_list_free(team.list_buckets[r]);
         team.list_whole[r] = team.list_buckets[r] = NULL;
@@ -325,14 +325,14 @@ static int size_row(size_t bytes, int *missed, int *errors)
 {
     char label[32];
     fmt_bytes(bytes, label);
-    blob_set_stream(team.stream[0]);
+    blob_stream_set(team.stream[0]);
     if (make_buffers(bytes / sizeof(float)) != 0 || make_all_lists() != 0) {
         printf("%10s  ERROR: %s\n", label, bench_error());
         (*errors)++;
         return 0;
     }
     BTRY(blob_device_set(0));
-    blob_set_stream(team.stream[0]);
+    blob_stream_set(team.stream[0]);
     double t_raw, t_ours, t_bkt;
     time_all_reduces(bytes, &t_raw, &t_ours, &t_bkt);
     if (isnan(t_raw)) {

@@ -92,7 +92,7 @@ static int run_steps(void *ctx, int count)
 static int rank_open(rank_ctx *r)
 {
     BTRY(blob_stream_create(&r->stream));
-    blob_set_stream(r->stream);
+    blob_stream_set(r->stream);
     net_config cfg = {.def = net_def_find(r->c->net), .mode = NN_GPU, .dtype = BLOB_FLOAT32,
                       .batch = r->c->batch, .seed = 1, .lr = 0.01, .momentum = 0.9,
                       .weight_decay = 5e-4, .comm = r->comm};
@@ -114,7 +114,7 @@ static void rank_close(rank_ctx *r)
         blob_free(r->x[k]);
         blob_free(r->y[k]);
     }
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(r->stream);
 }
 

@@ -368,7 +368,7 @@ static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
     if (rc == 0)
         rc = grads_alloc(&l, &d);
     blob_status st = rc == 0 ? blob_stream_create(&s) : BLOB_OK;
-    blob_set_stream(s);
+    blob_stream_set(s);
     for (int pass = 0; rc == 0 && st == BLOB_OK && pass < 2; pass++) { /* warm-up, capture */
         if (pass == 1 && (st = blob_graph_begin(s)) != BLOB_OK)
             break;
@@ -383,7 +383,7 @@ static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
     if (rc == 0 && st != BLOB_OK)
         rc = bench_fail("%s (%s)", blob_status_name(st), blob_last_error());
     blob_graph_free(g);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(s);
     linear_free(&l);
     grads_free(&d);

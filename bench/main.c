@@ -79,7 +79,7 @@ static void report_head(char *host, size_t size)
     if (blob_blas_get_info(&blas) == BLOB_OK)
         report_meta("blas", "%s", blas.summary);
     report_meta("math", "%s (the float32 GPU GEMMs; BLOB_MATH_MODE=tf32 or bf16 changes it)",
-                blob_math_mode_name(blob_get_math_mode()));
+                blob_math_mode_name(blob_math_mode_get()));
 }
 
 /* The sections wanted, the GPU's with a GPU. */

@@ -14,7 +14,7 @@
  * unless --device says otherwise); elsewhere say so and exit 0, so that one script can
  * ask for different rows on either.
  * --tune 1 times cuBLASLt's candidates for each GEMM of libblob's GPU steps once, in the
- * first warm-up step, and keeps the fastest (blob_set_gemm_tuning); the default is the
+ * first warm-up step, and keeps the fastest (blob_gemm_tuning_set); the default is the
  * environment's (BLOB_GEMM_TUNING), and the tables' titles say which ran.
  * --streams 1 runs libblob's GPU steps on one stream (net_config.one_stream) instead of
  * the default two (the layers' parameter gradients beside the chain of the bottom
@@ -238,7 +238,7 @@ static void print_table(const net_def *def, const char *math, nn_mode mode,
 {
     printf("\n%s (%s), %s GEMMs%s: one SGD step (forward, backward, update, loss read back), "
            "us\n", def->name, def->title, math,
-           mode == NN_GPU && blob_get_gemm_tuning() ? " (tuned)" : "");
+           mode == NN_GPU && blob_gemm_tuning_get() ? " (tuned)" : "");
     printf("                ----------------- libblob -----------------  "
            "------------------ torch -------------------  best torch over\n");
     printf("batch  kind         eager     graph  graph async  kernels/nodes      "
@@ -350,7 +350,7 @@ static options parse_options(int argc, char **argv)
         else if (v && !strcmp(a, "--streams") && (!strcmp(v, "1") || !strcmp(v, "2")))
             one_stream = !strcmp(v, "1");
         else if (v && !strcmp(a, "--tune") && (!strcmp(v, "0") || !strcmp(v, "1")))
-            blob_set_gemm_tuning(!strcmp(v, "1"));
+            blob_gemm_tuning_set(!strcmp(v, "1"));
         else if (v && !strcmp(a, "--steps") && atoi(v) > 0)
             o.steps = atoi(v);
         else if (v && !strcmp(a, "--repeats") && atoi(v) > 0 && atoi(v) <= MAX_REPEATS)
@@ -367,7 +367,7 @@ static options parse_options(int argc, char **argv)
         o.batches[o.num_batches++] = 256;
     }
     if (!o.num_maths)
-        o.maths[o.num_maths++] = blob_get_math_mode();
+        o.maths[o.num_maths++] = blob_math_mode_get();
     if (o.steps < warmup)
         warmup = o.steps;
     return o;
@@ -381,12 +381,12 @@ static blob_status run_libblob(const options *o, nn_mode mode)
     void *stream = NULL;
     /* above the nets' side streams, as the trainer's (net.h, one_stream) */
     blob_status st = mode == NN_GPU ? blob_stream_create_with_priority(&stream, 1) : BLOB_OK;
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     for (int m = 0; st == BLOB_OK && m < o->num_maths; m++)
-        if ((st = blob_set_math_mode(o->maths[m])) == BLOB_OK)
+        if ((st = blob_math_mode_set(o->maths[m])) == BLOB_OK)
             st = bench_all(o->defs, o->num_nets, o->batches, o->num_batches, mode, o->maths[m],
                            o->steps, o->repeats, f[m]);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
     blob_thread_release();
     return st;

@@ -531,7 +531,7 @@ void fake_install(void)
     fail_persistent = fail_copies = false;
     pthread_mutex_unlock(&fake_mu);
     current_device = 0;
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob__backend_install(&fake_backend);
 }
 
@@ -542,7 +542,7 @@ int64_t fake_uninstall(void)
     fail_copies = false;
     pthread_mutex_unlock(&fake_mu);
     fake_drain();
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     empty_all_caches(); /* not under fake_mu: the allocator takes its own locks first */
     blob__stream_pool_drain();
     pthread_mutex_lock(&fake_mu);

@@ -136,7 +136,7 @@ NEUTRAL = [
     (ANY, "double", "r == 0"),
     (ANY, "size_t", "r == 0"),
     (ANY, "bool", "!r"),
-    (ANY, "blob_head", "r == BLOB_UNINITIALIZED"),
+    (ANY, "blob_head", "r == BLOB_HEAD_UNINITIALIZED"),
     (ANY, "const int64_t *", "r == NULL"),
     (ANY, "blob_syncedmem *", "r == NULL"),
 ]

@@ -46,7 +46,7 @@ START_TEST(test_create_and_queries)
     ck_assert_int_eq(blob_capacity(b), 120);
     ck_assert_int_eq(blob_shape(b)[2], 4);
     ck_assert_int_eq(blob_device(b), 0);
-    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_HEAD_UNINITIALIZED);
     char s[BLOB_SHAPE_STRING_MAX];
     ck_ok(blob_shape_string(b, s, sizeof s));
     ck_assert_str_eq(s, "2 3 4 5 (120)");
@@ -168,7 +168,7 @@ START_TEST(test_reshape_keeps_memory_within_capacity)
     int64_t bigger[] = {5, 6};
     ck_ok(blob_reshape(b, 2, bigger)); /* growth: fresh lazy blocks, zero on first touch */
     ck_assert_int_eq(blob_capacity(b), 30);
-    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_HEAD_UNINITIALIZED);
     ck_ok(blob_cpu_data(b, &after));
     for (int i = 0; i < 30; i++)
         ck_assert(test_get(dt, after, i) == 0.0);
@@ -312,7 +312,7 @@ START_TEST(test_update_and_norms_cpu)
     ck_assert(v == 0.0);
     ck_ok(blob_sumsq_diff(b, &v));
     ck_ok(blob_scale_data(b, 2.0));
-    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_HEAD_UNINITIALIZED);
     ck_assert_int_eq(fake_get_stats().pinned_allocs, 0);
     double *x = fill_random(b, false), *d = fill_random(b, true);
     double asum = 0, sumsq = 0, dsq = 0;
@@ -401,7 +401,7 @@ START_TEST(test_failed_gpu_math_changes_nothing)
     fake_reset_counts();
     ck_assert_int_ne(blob_update(b), BLOB_OK);
     ck_assert_int_ne(blob_scale_data(b, 2.0), BLOB_OK);
-    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_HEAD_SYNCED);
     assert_values(b, false, x, 0);
     blob_free(b);
     free(x);
@@ -521,7 +521,7 @@ START_TEST(test_gpu_update_norms)
     ck_assert_double_eq_tol(v, asum, asum * tol);
     ck_ok(blob_sumsq_data(b, &v));
     ck_assert_double_eq_tol(v, sumsq, sumsq * tol);
-    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_HEAD_SYNCED);
     ck_ok(blob_update(b)); /* SYNCED: on the GPU, data ends AT_GPU */
     ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(b)), BLOB_HEAD_AT_GPU);
     assert_values(b, false, x, tol);
@@ -554,7 +554,7 @@ START_TEST(test_gpu_beyond_device_memory)
     blob_status st = blob_mutable_gpu_data(big, &p);
     ck_assert_msg(st == BLOB_EDEVMEM || st == BLOB_ENOMEM, "%s (%s)", blob_status_name(st),
                   blob_last_error());
-    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(big)), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(blob_data_mem(big)), BLOB_HEAD_UNINITIALIZED);
     blob_free(big);
 
     int64_t s[] = {1000};

@@ -316,7 +316,7 @@ static void *rank_main(void *p)
     void *stream = NULL;
     if (blob_device_set(blob_comm_device(t->comms[a->r])) == BLOB_OK &&
         blob_stream_create(&stream) == BLOB_OK) {
-        blob_set_stream(stream);
+        blob_stream_set(stream);
         t->fn(t, a->r);
     } else {
         report(t, a->r, BLOB_ECUDA, blob__now());
@@ -326,7 +326,7 @@ static void *rank_main(void *p)
     t->comms[a->r] = NULL;
     if (t->after)
         t->after(t, a->r);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
     blob_thread_release();
     return NULL;
@@ -341,15 +341,15 @@ static int team_ranks(void)
     return n < MAX_RANKS ? n : MAX_RANKS;
 }
 
-/* Create a communicator of n ranks on GPUs 0..n-1 (timeout seconds) and run fn on every
- * rank in a thread of its own. */
+/* Create a communicator of n ranks on GPUs 0..n-1 (timeout seconds, stretched by
+ * test_time_scale) and run fn on every rank in a thread of its own. */
 static void run_team(team *t, int n, double timeout, size_t bucket_bytes, rank_fn fn, void *arg)
 {
     t->n = n;
     t->fn = fn;
     t->arg = arg;
     int devices[MAX_RANKS] = {0, 1, 2, 3};
-    blob_comm_options o = {.timeout_s = timeout, .bucket_bytes = bucket_bytes};
+    blob_comm_options o = {.timeout_s = timeout * test_time_scale(), .bucket_bytes = bucket_bytes};
     ck_ok(blob_comm_create_local(t->comms, n, devices, &o));
     pthread_barrier_init(&t->barrier, NULL, (unsigned)n);
     pthread_t th[MAX_RANKS];
@@ -1712,7 +1712,7 @@ static void mismatch(double timeout)
         ck_assert_msg(strstr(t.msg[r], "blob 4 differs: rank 0 has 64 float32 elements, rank 1 "
                                        "has 65 float32 elements"),
                       "rank %d: %s", r, t.msg[r]);
-        ck_assert_msg(t.seconds[r] < 1.0, "rank %d took %.3f s", r, t.seconds[r]);
+        ck_assert_msg(t.seconds[r] < test_time_scale(), "rank %d took %.3f s", r, t.seconds[r]);
     }
     reduce_case_free(&rc);
 }
@@ -1745,7 +1745,7 @@ START_TEST(test_fake_bad_registration)
     run_team(&t, team_ranks(), 5, 0, rank_wrong_device, NULL);
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(t.st[r] == BLOB_EDEVICE, "rank %d: %s", r, t.msg[r]);
-        ck_assert(t.seconds[r] < 1.0);
+        ck_assert(t.seconds[r] < test_time_scale());
     }
     ck_assert_ptr_nonnull(strstr(t.msg[0], "rank 1 could not register its list (blob 0"));
     ck_assert_ptr_nonnull(strstr(t.msg[1], "blob 0 is on GPU 0, the communicator's GPU is 1"));
@@ -1770,8 +1770,9 @@ static void missing_peer(double timeout, double slack, int rounds, bool replay)
     snprintf(what, sizeof what, "all_reduce #%d (list 1, bucket 1 of 1, 211 elements)",
              rounds + (replay ? 3 : 4));
     ck_assert_msg(strstr(t.msg[0], what), "%s", t.msg[0]);
-    ck_assert_msg(t.seconds[0] >= timeout && t.seconds[0] < timeout + slack, "took %.3f s",
-                  t.seconds[0]);
+    double scale = test_time_scale();
+    ck_assert_msg(t.seconds[0] >= timeout * scale && t.seconds[0] < (timeout + slack) * scale,
+                  "took %.3f s", t.seconds[0]);
     ck_assert_int_eq(t.st[1], BLOB_OK);
     for (int64_t i = 0; i < total_of(&rc); i++)
         ck_assert(rc.data[0][i] == (double)(float)rc.values[0][i]);
@@ -1797,7 +1798,7 @@ START_TEST(test_fake_transport_error)
         ck_assert_msg(t.st[r] == BLOB_ECOMM, "rank %d: %s", r, t.msg[r]);
         ck_assert_msg(strstr(t.msg[r], "a peer failed") && strstr(t.msg[r], "rank "), "%s",
                       t.msg[r]);
-        ck_assert(t.seconds[r] < 1.0);
+        ck_assert(t.seconds[r] < test_time_scale());
     }
     reduce_case_free(&rc);
 }
@@ -1824,7 +1825,7 @@ START_TEST(test_fake_alloc_failures)
             ck_assert_msg(st == BLOB_OK || st == BLOB_ENOMEM || st == BLOB_EDEVMEM ||
                               st == BLOB_ECUDA || st == BLOB_ETIMEDOUT || st == BLOB_ECOMM,
                           "k=%llu rank %d: %s", (unsigned long long)k, r, t.msg[r]);
-            ck_assert_msg(t.seconds[r] < 2.0, "k=%llu rank %d took %.2f s",
+            ck_assert_msg(t.seconds[r] < 2.0 * test_time_scale(), "k=%llu rank %d took %.2f s",
                           (unsigned long long)k, r, t.seconds[r]);
         }
         if (ok)
@@ -1920,6 +1921,8 @@ static void *join_rank(void *p)
 static void world_too_large(double timeout, double slack)
 {
     const int n = team_ranks();
+    timeout *= test_time_scale();
+    slack *= test_time_scale();
     join_case jc = {.timeout = timeout, .world = n + 1};
     ck_ok(blob_comm_id_new(&jc.id));
     pthread_t th[MAX_RANKS];

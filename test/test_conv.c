@@ -784,8 +784,8 @@ static void *dev_upload(const void *host, size_t bytes)
     void *d = NULL;
     ck_ok(blob__be->device_alloc(bytes ? bytes : 1, &d));
     if (bytes) {
-        ck_ok(blob__be->copy_async(d, host, bytes, BLOB__H2D, blob_get_stream()));
-        ck_ok(blob__be->stream_synchronize(blob_get_stream()));
+        ck_ok(blob__be->copy_async(d, host, bytes, BLOB__H2D, blob_stream_get()));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
     }
     return d;
 }
@@ -794,8 +794,8 @@ static void dev_download(void *host, const void *d, size_t bytes)
 {
     if (!bytes)
         return;
-    ck_ok(blob__be->copy_async(host, d, bytes, BLOB__D2H, blob_get_stream()));
-    ck_ok(blob__be->stream_synchronize(blob_get_stream()));
+    ck_ok(blob__be->copy_async(host, d, bytes, BLOB__D2H, blob_stream_get()));
+    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
 }
 
 /* A device array of n elements of dtype holding NaN (0xff bytes), so that every element
@@ -806,7 +806,7 @@ static void *dev_poisoned(blob_dtype dt, int64_t n)
     size_t bytes = (size_t)n * blob_dtype_size(dt);
     ck_ok(blob__be->device_alloc(bytes ? bytes : 1, &d));
     if (bytes)
-        ck_ok(blob__be->memset_async(d, 0xff, bytes, blob_get_stream()));
+        ck_ok(blob__be->memset_async(d, 0xff, bytes, blob_stream_get()));
     return d;
 }
 
@@ -892,13 +892,13 @@ static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t n
     expect_close(dt, got, dx, n_x, test_tol(dt, overlap), "max_pool_backward", g, num);
 
     ck_ok(blob_cpu_avg_pool_forward(dt, g, num, x, y));
-    ck_ok(blob__be->memset_async(d_y, 0xff, (size_t)n_y * es, blob_get_stream()));
+    ck_ok(blob__be->memset_async(d_y, 0xff, (size_t)n_y * es, blob_stream_get()));
     ck_ok(blob_gpu_avg_pool_forward(dt, g, num, d_x, d_y));
     dev_download(got, d_y, (size_t)n_y * es);
     expect_close(dt, got, y, n_y, test_tol(dt, g->kernel_h * g->kernel_w), "avg_pool_forward",
                  g, num);
     ck_ok(blob_cpu_avg_pool_backward(dt, g, num, dy, dx));
-    ck_ok(blob__be->memset_async(d_dx, 0xff, (size_t)n_x * es, blob_get_stream()));
+    ck_ok(blob__be->memset_async(d_dx, 0xff, (size_t)n_x * es, blob_stream_get()));
     ck_ok(blob_gpu_avg_pool_backward(dt, g, num, d_dy, d_dx));
     dev_download(got, d_dx, (size_t)n_x * es);
     expect_close(dt, got, dx, n_x, test_tol(dt, overlap), "avg_pool_backward", g, num);
@@ -946,9 +946,9 @@ START_TEST(test_gpu_ops_on_stream)
 {
     void *stream;
     ck_ok(blob_stream_create(&stream));
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     check_gpu_all((blob_dtype)_i);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(stream));
 }
 END_TEST

@@ -164,10 +164,10 @@ START_TEST(test_export_heads)
     ck_ok(blob_mutable_gpu_data(b, &w)); /* AT_GPU */
     fake_reset_counts();
     ck_ok(blob_to_dlpack(b, BLOB_PART_DATA, BLOB_DLPACK_HOST, 0, NULL, &t[0]));
-    ck_assert_int_eq(head(b), BLOB_SYNCED);
+    ck_assert_int_eq(head(b), BLOB_HEAD_SYNCED);
     ck_assert_int_eq(fake_get_stats().d2h, 1);
     ck_ok(blob_to_dlpack(b, BLOB_PART_DATA, BLOB_DLPACK_DEVICE, 0, NULL, &t[1]));
-    ck_assert_int_eq(head(b), BLOB_SYNCED);
+    ck_assert_int_eq(head(b), BLOB_HEAD_SYNCED);
     ck_assert_ptr_eq(t[1]->dl_tensor.data, w);
     ck_assert_int_eq(t[1]->dl_tensor.device.device_type, kDLCUDA);
     ck_assert_int_eq(t[1]->dl_tensor.device.device_id, 0);
@@ -229,7 +229,7 @@ START_TEST(test_export_stream_order)
     fake_stats s = fake_get_stats();
     ck_assert_int_eq(s.h2d, 1); /* the consumer's stream waited for it (the fake runs it) */
     ck_assert_int_eq(s.stream_syncs + s.event_syncs + s.device_syncs, 0);
-    ck_assert_ptr_null(blob_get_stream());
+    ck_assert_ptr_null(blob_stream_get());
     assert_same(BLOB_FLOAT32, t->dl_tensor.data, ref, 24);
 
     /* later library work on another stream waits for the consumer's stream */
@@ -554,7 +554,7 @@ START_TEST(test_import_device)
     ck_ok(blob_cpu_data(b, &h)); /* D->H from the producer's memory */
     ck_assert_float_eq(((const float *)h)[9], 9.0f);
     /* device work queued on the block's stream: the deleter must come after it */
-    ck_ok(blob__be->memset_async(mem, 0, 16 * sizeof(float), blob_get_stream()));
+    ck_ok(blob__be->memset_async(mem, 0, 16 * sizeof(float), blob_stream_get()));
     ck_assert_int_eq(fake_queued(), 1);
     blob_free(b);
     ck_assert_int_eq(p.deleted, 1);
@@ -580,7 +580,7 @@ START_TEST(test_import_device_freed_elsewhere)
     ck_ok(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY));
     const void *g;
     ck_ok(blob_gpu_data(b, &g));
-    ck_ok(blob__be->memset_async(mem, 0, 8 * sizeof(float), blob_get_stream()));
+    ck_ok(blob__be->memset_async(mem, 0, 8 * sizeof(float), blob_stream_get()));
     ck_ok(blob_device_set(0));
     blob_free(b);
     ck_assert_int_eq(p.deleted, 1);

@@ -175,7 +175,7 @@ static bool bad_math_mode(void)
     static const float a[1];
     float c[1];
     bool fused;
-    bool ok = blob_get_math_mode() == BLOB_MATH_FP32;
+    bool ok = blob_math_mode_get() == BLOB_MATH_FP32;
     ok &= blob_gpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, 1, a, a, 0, c) ==
               BLOB_EINVAL &&
           !strcmp(blob_last_error(),
@@ -191,7 +191,7 @@ static bool bad_math_mode(void)
     ok &= blob_gpu_gemm_epilogue_fused(BLOB_FLOAT64, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1,
                                        BLOB_EPILOGUE_NONE, false, BLOB_MATH_DEFAULT,
                                        &fused) != BLOB_EINVAL;
-    ok &= blob_set_math_mode(BLOB_MATH_FP32) == BLOB_OK;
+    ok &= blob_math_mode_set(BLOB_MATH_FP32) == BLOB_OK;
     ok &= blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1,
                                        BLOB_EPILOGUE_NONE, false, BLOB_MATH_DEFAULT,
                                        &fused) != BLOB_EINVAL;
@@ -204,12 +204,12 @@ static bool bad_tuning(void)
 {
     static const float a[16];
     float c[16];
-    bool ok = !blob_get_gemm_tuning();
+    bool ok = !blob_gemm_tuning_get();
     ok &= blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, a, a, c,
                                  BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32) == BLOB_EINVAL &&
           !strcmp(blob_last_error(),
                   "blob_gpu_gemm_epilogue: BLOB_GEMM_TUNING=\"on\" is not 0 or 1");
-    blob_set_gemm_tuning(false);
+    blob_gemm_tuning_set(false);
     ok &= blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, a, a, c,
                                  BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32) != BLOB_EINVAL;
     return ok;

@@ -51,8 +51,8 @@ static void *side_copy(bool gpu, const void *host, size_t bytes)
         memcpy(p, host, bytes);
         return p;
     }
-    ck_ok(blob__be->copy_async(p, host, bytes, BLOB__H2D, blob_get_stream()));
-    ck_ok(blob__be->stream_synchronize(blob_get_stream()));
+    ck_ok(blob__be->copy_async(p, host, bytes, BLOB__H2D, blob_stream_get()));
+    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
     return p;
 }
 
@@ -64,8 +64,8 @@ static void side_read(bool gpu, void *host, const void *p, size_t bytes)
         memcpy(host, p, bytes);
         return;
     }
-    ck_ok(blob__be->copy_async(host, p, bytes, BLOB__D2H, blob_get_stream()));
-    ck_ok(blob__be->stream_synchronize(blob_get_stream()));
+    ck_ok(blob__be->copy_async(host, p, bytes, BLOB__D2H, blob_stream_get()));
+    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
 }
 
 /* ---- The reference ---- */
@@ -74,7 +74,7 @@ static void side_read(bool gpu, void *host, const void *p, size_t bytes)
 static double mode_tol(blob_dtype dt, blob_math_mode mode, bool gpu, int64_t K)
 {
     if (mode == BLOB_MATH_DEFAULT)
-        mode = blob_get_math_mode();
+        mode = blob_math_mode_get();
     double exact = 4 * (dt == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * (double)(K + 2);
     if (!gpu || dt == BLOB_FLOAT64 || mode == BLOB_MATH_FP32)
         return exact;
@@ -277,9 +277,9 @@ START_TEST(test_cpu_epilogues_threaded)
 {
     blob_blas_info info;
     ck_ok(blob_blas_get_info(&info));
-    ck_ok(blob_set_host_threads(7));
+    ck_ok(blob_host_threads_set(7));
     check_all((blob_dtype)_i, false, BLOB_MATH_DEFAULT);
-    ck_ok(blob_set_host_threads(info.threads));
+    ck_ok(blob_host_threads_set(info.threads));
 }
 END_TEST
 
@@ -307,20 +307,20 @@ START_TEST(test_gemm_tuning_setting)
     pid_t pid = fork();
     if (pid == 0) {
         setenv("BLOB_GEMM_TUNING", "1", 1);
-        int ok = blob_get_gemm_tuning();
-        blob_set_gemm_tuning(false);
-        ok &= !blob_get_gemm_tuning();
+        int ok = blob_gemm_tuning_get();
+        blob_gemm_tuning_set(false);
+        ok &= !blob_gemm_tuning_get();
         _exit(ok ? 0 : 1);
     }
     int status = -1;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "BLOB_GEMM_TUNING=1 not seen");
-    ck_assert(!blob_get_gemm_tuning());
-    blob_set_gemm_tuning(true);
-    ck_assert(blob_get_gemm_tuning());
-    blob_set_gemm_tuning(false);
-    ck_assert(!blob_get_gemm_tuning());
+    ck_assert(!blob_gemm_tuning_get());
+    blob_gemm_tuning_set(true);
+    ck_assert(blob_gemm_tuning_get());
+    blob_gemm_tuning_set(false);
+    ck_assert(!blob_gemm_tuning_get());
 }
 END_TEST
 
@@ -407,24 +407,24 @@ START_TEST(test_math_mode_setting)
     pid_t pid = fork();
     if (pid == 0) {
         setenv("BLOB_MATH_MODE", "TF32", 1);
-        int ok = blob_get_math_mode() == BLOB_MATH_TF32;
-        ok &= blob_set_math_mode(BLOB_MATH_BF16) == BLOB_OK &&
-              blob_get_math_mode() == BLOB_MATH_BF16;
-        ok &= blob_set_math_mode(BLOB_MATH_DEFAULT) == BLOB_OK &&
-              blob_get_math_mode() == BLOB_MATH_TF32; /* back to the environment's */
+        int ok = blob_math_mode_get() == BLOB_MATH_TF32;
+        ok &= blob_math_mode_set(BLOB_MATH_BF16) == BLOB_OK &&
+              blob_math_mode_get() == BLOB_MATH_BF16;
+        ok &= blob_math_mode_set(BLOB_MATH_DEFAULT) == BLOB_OK &&
+              blob_math_mode_get() == BLOB_MATH_TF32; /* back to the environment's */
         _exit(ok ? 0 : 1);
     }
     int status = -1;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "BLOB_MATH_MODE=TF32 not seen");
 
-    ck_status(blob_set_math_mode((blob_math_mode)4), BLOB_EINVAL);
-    ck_status(blob_set_math_mode((blob_math_mode)-1), BLOB_EINVAL);
-    ck_ok(blob_set_math_mode(BLOB_MATH_TF32));
-    ck_assert_int_eq(blob_get_math_mode(), BLOB_MATH_TF32);
-    ck_ok(blob_set_math_mode(BLOB_MATH_FP32));
-    ck_assert_int_eq(blob_get_math_mode(), BLOB_MATH_FP32);
-    ck_ok(blob_set_math_mode(BLOB_MATH_DEFAULT));
+    ck_status(blob_math_mode_set((blob_math_mode)4), BLOB_EINVAL);
+    ck_status(blob_math_mode_set((blob_math_mode)-1), BLOB_EINVAL);
+    ck_ok(blob_math_mode_set(BLOB_MATH_TF32));
+    ck_assert_int_eq(blob_math_mode_get(), BLOB_MATH_TF32);
+    ck_ok(blob_math_mode_set(BLOB_MATH_FP32));
+    ck_assert_int_eq(blob_math_mode_get(), BLOB_MATH_FP32);
+    ck_ok(blob_math_mode_set(BLOB_MATH_DEFAULT));
     ck_assert_str_eq(blob_math_mode_name(BLOB_MATH_DEFAULT), "default");
     ck_assert_str_eq(blob_math_mode_name(BLOB_MATH_FP32), "fp32");
     ck_assert_str_eq(blob_math_mode_name(BLOB_MATH_TF32), "tf32");
@@ -590,10 +590,10 @@ START_TEST(test_epilogue_launchers_without_cuda)
     ck_assert_msg(strstr(blob_last_error(), "built without CUDA"), "%s", blob_last_error());
     ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
                                            BLOB_EPILOGUE_NONE, false, 0, &fused), BLOB_ENODEV);
-    ck_status(blob_set_math_mode(BLOB_MATH_TF32), BLOB_OK);
+    ck_status(blob_math_mode_set(BLOB_MATH_TF32), BLOB_OK);
     ck_status(blob_gpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, 1, buf, buf, 0,
                             buf), BLOB_ENODEV);
-    ck_ok(blob_set_math_mode(BLOB_MATH_DEFAULT));
+    ck_ok(blob_math_mode_set(BLOB_MATH_DEFAULT));
 }
 END_TEST
 
@@ -638,7 +638,7 @@ END_TEST
 START_TEST(test_gpu_global_mode)
 {
     const blob_math_mode mode = gpu_modes[_i];
-    ck_ok(blob_set_math_mode(mode));
+    ck_ok(blob_math_mode_set(mode));
     test_seed(99 + (uint64_t)_i);
     for (int t = 0; t < 4; t++) {
         problem p = {BLOB_FLOAT32, (blob_trans)(t & 1), (blob_trans)(t >> 1), 96, 200, 513,
@@ -677,7 +677,7 @@ START_TEST(test_gpu_global_mode)
     side_free(true, dB);
     side_free(true, dC);
     free(A), free(B), free(C), free(got);
-    ck_ok(blob_set_math_mode(BLOB_MATH_DEFAULT));
+    ck_ok(blob_math_mode_set(BLOB_MATH_DEFAULT));
 }
 END_TEST
 
@@ -688,7 +688,7 @@ END_TEST
 START_TEST(test_gpu_gemm_tuning)
 {
     static const int64_t shapes[][3] = {{64, 256, 784}, {17, 130, 19}};
-    blob_set_gemm_tuning(true);
+    blob_gemm_tuning_set(true);
     test_seed(2024);
     for (int mode = BLOB_MATH_FP32; mode <= BLOB_MATH_TF32; mode++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -710,7 +710,7 @@ START_TEST(test_gpu_gemm_tuning)
     void *dA = side_copy(true, A, f * M * K), *dB = side_copy(true, B, f * N * K);
     void *dbias = side_copy(true, bias, f * N), *dC = side_alloc(true, f * M * N), *s;
     ck_ok(blob_stream_create(&s));
-    blob_set_stream(s);
+    blob_stream_set(s);
     ck_ok(blob_graph_begin(s));
     ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, M, N, K, dA, dB, dC,
                                  BLOB_EPILOGUE_BIAS, dbias, NULL, BLOB_MATH_FP32));
@@ -739,11 +739,11 @@ START_TEST(test_gpu_gemm_tuning)
             }
     }
     blob_graph_free(g);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(s));
     side_free(true, dA), side_free(true, dB), side_free(true, dbias), side_free(true, dC);
     free(A), free(B), free(bias), free(got);
-    blob_set_gemm_tuning(false);
+    blob_gemm_tuning_set(false);
 }
 END_TEST
 
@@ -762,7 +762,7 @@ START_TEST(test_gpu_epilogue_graph)
     test_fill(BLOB_FLOAT32, dy, B * O, -1, 1);
     void *s;
     ck_ok(blob_stream_create(&s));
-    blob_set_stream(s);
+    blob_stream_set(s);
     float *dx = side_copy(true, x, f * B * I), *dw = side_copy(true, w, f * O * I);
     float *db = side_copy(true, b, f * O), *ddy = side_copy(true, dy, f * B * O);
     const size_t mb = blob_relu_mask_bytes(B, O);
@@ -827,7 +827,7 @@ START_TEST(test_gpu_epilogue_graph)
     void *bufs[] = {dx, dw, db, ddy, y, dz, gw, gb, gb2, mask, mask_i};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         side_free(true, bufs[k]);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(s));
     free(x), free(w), free(b), free(dy);
 }
@@ -849,16 +849,16 @@ START_TEST(test_gpu_epilogue_replay)
     void *s[2];
     ck_ok(blob_stream_create(&s[0]));
     ck_ok(blob_stream_create(&s[1]));
-    blob_set_stream(s[0]);
+    blob_stream_set(s[0]);
     float *dx = side_alloc(true, f * B * I), *dw = side_copy(true, w, f * O * I);
     float *db = side_copy(true, b, f * O), *y = side_alloc(true, f * B * O);
     void *mask = side_alloc(true, mb);
     ck_ok(blob__be->memset_async(mask, 0, mb, s[0])); /* cuBLASLt reads the bytes it updates */
     for (int r = 0; r < 12; r++) {
         /* rounds 0-4 on one stream, 5-9 on the other, 10-11 captured and replayed */
-        blob_set_stream(s[r >= 5 && r < 10]);
+        blob_stream_set(s[r >= 5 && r < 10]);
         test_fill(BLOB_FLOAT32, x, B * I, -1, 1);
-        ck_ok(blob__be->copy_async(dx, x, f * B * I, BLOB__H2D, blob_get_stream()));
+        ck_ok(blob__be->copy_async(dx, x, f * B * I, BLOB__H2D, blob_stream_get()));
         ck_ok(blob_cpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, x, w, ref,
                                      BLOB_EPILOGUE_BIAS_RELU, b, ref_mask, 0));
         if (r < 10) {
@@ -866,11 +866,11 @@ START_TEST(test_gpu_epilogue_replay)
                                          y, BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));
         } else {
             blob_graph *g;
-            ck_ok(blob_graph_begin(blob_get_stream()));
+            ck_ok(blob_graph_begin(blob_stream_get()));
             ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw,
                                          y, BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));
-            ck_ok(blob_graph_end(blob_get_stream(), &g));
-            ck_ok(blob_graph_launch(g, blob_get_stream()));
+            ck_ok(blob_graph_end(blob_stream_get(), &g));
+            ck_ok(blob_graph_launch(g, blob_stream_get()));
             blob_graph_free(g);
         }
         side_read(true, got, y, f * B * O);
@@ -885,7 +885,7 @@ START_TEST(test_gpu_epilogue_replay)
     void *bufs[] = {dx, dw, db, y, mask};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         side_free(true, bufs[k]);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(s[0]));
     ck_ok(blob_stream_destroy(s[1]));
     free(x), free(w), free(b), free(ref), free(got), free(ref_mask), free(got_mask);

@@ -88,7 +88,7 @@ static void arr_up(const side *s, arr *a)
         memcpy(a->d, a->h, bytes);
         return;
     }
-    void *st = blob_get_stream();
+    void *st = blob_stream_get();
     ck_ok(blob__be->device_alloc(bytes, &a->d));
     ck_ok(blob__be->copy_async(a->d, a->h, bytes, BLOB__H2D, st));
     ck_ok(blob__be->stream_synchronize(st));
@@ -111,7 +111,7 @@ static void arr_down(const side *s, arr *a)
         memcpy(a->h, a->d, bytes);
         return;
     }
-    void *st = blob_get_stream();
+    void *st = blob_stream_get();
     ck_ok(blob__be->copy_async(a->h, a->d, bytes, BLOB__D2H, st));
     ck_ok(blob__be->stream_synchronize(st));
 }
@@ -420,7 +420,7 @@ START_TEST(test_cpu_ops_threaded)
                                      {9, 1000, 20}, {1000, 9, 20}, {130, 130, 130}};
     const blob_dtype dt = (blob_dtype)_i;
     const int before = host_threads();
-    ck_ok(blob_set_host_threads(7));
+    ck_ok(blob_host_threads_set(7));
     ck_assert_int_eq(host_threads(), 7);
     for (int chunked = 0; chunked < 2; chunked++) {
         blob__blas_chunk = chunked ? 7 : INT_MAX;
@@ -433,7 +433,7 @@ START_TEST(test_cpu_ops_threaded)
     }
     blob__blas_chunk = INT_MAX;
     check_vector_ops(&cpu_side, dt, (3 << 20) + 5);
-    ck_ok(blob_set_host_threads(before));
+    ck_ok(blob_host_threads_set(before));
 }
 END_TEST
 
@@ -446,7 +446,7 @@ START_TEST(test_gemm_grid)
                                      {10, 128, 64},  {1, 1, 1},      {3, 5000, 5000},
                                      {5000, 3, 5000}, {1000, 1000, 1000}};
     const int before = host_threads();
-    ck_ok(blob_set_host_threads(7));
+    ck_ok(blob_host_threads_set(7));
     bool cut = false;
     for (size_t i = 0; i < sizeof mnk / sizeof mnk[0]; i++)
         for (int d = 0; d < 2; d++) {
@@ -486,13 +486,13 @@ START_TEST(test_gemm_grid)
         }
         blob__blas_set_threads(1);
     }
-    ck_ok(blob_set_host_threads(1));
+    ck_ok(blob_host_threads_set(1));
     blob__gemm_grid(1000, 1000, 1000, sizeof(float), false, &rows, &cols);
     ck_assert(rows == 1000 && cols == 1000);
-    ck_status(blob_set_host_threads(0), BLOB_EINVAL);
-    ck_status(blob_set_host_threads(65), BLOB_EINVAL);
+    ck_status(blob_host_threads_set(0), BLOB_EINVAL);
+    ck_status(blob_host_threads_set(65), BLOB_EINVAL);
     ck_assert_int_eq(host_threads(), 1);
-    ck_ok(blob_set_host_threads(before));
+    ck_ok(blob_host_threads_set(before));
 }
 END_TEST
 
@@ -718,9 +718,9 @@ START_TEST(test_gpu_ops_on_stream)
 {
     void *stream;
     ck_ok(blob_stream_create(&stream));
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     check_all(&gpu_side, (blob_dtype)_i);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(stream));
 }
 END_TEST
@@ -825,7 +825,7 @@ static void *loop_caller(void *arg)
 static void run_loop_callers(int threads, bool fork_first)
 {
     const int before = host_threads();
-    ck_ok(blob_set_host_threads(4));
+    ck_ok(blob_host_threads_set(4));
     if (fork_first) {
         ck_assert_ptr_null(loop_caller((void *)(uintptr_t)3)); /* the workers start */
         pid_t child = fork();
@@ -844,7 +844,7 @@ static void run_loop_callers(int threads, bool fork_first)
         ck_assert_int_eq(pthread_join(t[i], &bad), 0);
         ck_assert_msg(!bad, "thread %d computed a wrong result", i);
     }
-    ck_ok(blob_set_host_threads(before));
+    ck_ok(blob_host_threads_set(before));
 }
 
 /* Several threads run pooled loops at once (one has the host threads, the others run

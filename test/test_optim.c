@@ -131,7 +131,7 @@ static void tensors_sync(tensors *t, int a, bool up)
         up ? memcpy(t->side[a], t->host[a], bytes) : memcpy(t->host[a], t->side[a], bytes);
         return;
     }
-    void *s = blob_get_stream();
+    void *s = blob_stream_get();
     ck_ok(up ? blob__be->copy_async(t->side[a], t->host[a], bytes, BLOB__H2D, s)
              : blob__be->copy_async(t->host[a], t->side[a], bytes, BLOB__D2H, s));
     ck_ok(blob__be->stream_synchronize(s));
@@ -143,8 +143,8 @@ static void tensors_init(tensors *t)
         tensors_sync(t, a, true);
     int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
     if (t->gpu) {
-        ck_ok(blob__be->copy_async(t->step, zero, sizeof zero, BLOB__H2D, blob_get_stream()));
-        ck_ok(blob__be->stream_synchronize(blob_get_stream()));
+        ck_ok(blob__be->copy_async(t->step, zero, sizeof zero, BLOB__H2D, blob_stream_get()));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
     } else {
         memcpy(t->step, zero, sizeof zero);
     }
@@ -169,8 +169,8 @@ static void read_step(const tensors *t, int64_t out[BLOB_OPTIM_STEP_WORDS])
         memcpy(out, t->step, bytes);
         return;
     }
-    ck_ok(blob__be->copy_async(out, t->step, bytes, BLOB__D2H, blob_get_stream()));
-    ck_ok(blob__be->stream_synchronize(blob_get_stream()));
+    ck_ok(blob__be->copy_async(out, t->step, bytes, BLOB__D2H, blob_stream_get()));
+    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
 }
 
 static blob_status step_on(tensors *t, const blob_optim *o)
@@ -579,7 +579,7 @@ START_TEST(test_gpu_optim_graph)
     const blob_optim o = config(c);
     void *s;
     ck_ok(blob_stream_create(&s));
-    blob_set_stream(s);
+    blob_stream_set(s);
     test_seed(5);
     const int64_t counts[] = {5000, 17, 64};
     tensors t = tensors_new(BLOB_FLOAT32, true, 3, counts, false);
@@ -615,7 +615,7 @@ START_TEST(test_gpu_optim_graph)
     for (int a = 0; a < 4; a++)
         free(ref[a]);
     tensors_free(&t);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(s));
 }
 END_TEST
@@ -635,7 +635,7 @@ START_TEST(test_gpu_blob_optim_graph)
     ck_ok(blob_device_get(&dev));
     void *s;
     ck_ok(blob_stream_create(&s));
-    blob_set_stream(s);
+    blob_stream_set(s);
     test_seed(77);
     blob *eager[2] = {param(BLOB_FLOAT32, dev, 64, 33), param(BLOB_FLOAT32, dev, 10, 1)};
     blob *cap[2];
@@ -683,7 +683,7 @@ START_TEST(test_gpu_blob_optim_graph)
         blob_free(eager[i]);
         blob_free(cap[i]);
     }
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(s));
 }
 END_TEST

@@ -152,7 +152,7 @@ START_TEST(test_gpu_graph_replay)
     ck_ok(blob_gpu_diff(b, &dx));
     ck_ok(blob_mutable_gpu_data(b, &dy));
     ck_ok(blob_stream_create(&s));
-    blob_set_stream(s);
+    blob_stream_set(s);
     ck_ok(blob_graph_begin(s));
     ck_ok(blob_gpu_axpy(BLOB_FLOAT32, N, 2.0, dx, dy));
     blob_graph *g;
@@ -174,7 +174,7 @@ START_TEST(test_gpu_graph_replay)
     blob_graph *g2;
     ck_ok(blob_graph_end(s, &g2));
     blob_graph_free(g2);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_graph_free(g);
     ck_ok(blob_stream_destroy(s));
     blob_free(b);
@@ -193,11 +193,11 @@ START_TEST(test_gpu_stream_priority)
     ck_ok(blob_stream_create_with_priority(&urgent, 1));
     ck_ok(blob_stream_create_with_priority(&most, 1000));
     ck_ok(blob_stream_create(&plain));
-    blob_set_stream(urgent);
+    blob_stream_set(urgent);
     ck_ok(blob_mutable_gpu_data(b, &y));
     ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 1.0, y));
     ck_ok(blob_stream_wait_stream(most, urgent));
-    blob_set_stream(most);
+    blob_stream_set(most);
     ck_ok(blob_mutable_gpu_data(b, &y));
     ck_ok(blob_gpu_scal(BLOB_FLOAT32, N, 3.0, y));
     ck_ok(blob_graph_begin(most));
@@ -208,12 +208,12 @@ START_TEST(test_gpu_stream_priority)
     for (int r = 0; r < 2; r++)
         ck_ok(blob_graph_launch(g, plain));
     ck_ok(blob_stream_synchronize(plain));
-    blob_set_stream(plain);
+    blob_stream_set(plain);
     const float *h;
     ck_ok(blob_cpu_data(b, (const void **)&h));
     for (int i = 0; i < N; i++)
         ck_assert_float_eq(h[i], 5.0f);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_graph_free(g);
     blob_free(b);
     ck_ok(blob_stream_destroy(urgent));
@@ -352,7 +352,7 @@ START_TEST(test_gpu_event_in_graph)
     ck_ok(blob_stream_create(&s));
     ck_ok(blob_stream_create(&copy));
     ck_ok(blob_event_create(&ready));
-    blob_set_stream(s);
+    blob_stream_set(s);
     ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
     ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
     ck_ok(blob_mutable_gpu_data(xy, &x));
@@ -382,9 +382,9 @@ START_TEST(test_gpu_event_in_graph)
         if (run == 2)
             ck_ok(blob_event_synchronize(ready));
         ck_ok(blob_stream_wait_event(copy, ready));
-        blob_set_stream(copy);
+        blob_stream_set(copy);
         ck_ok(blob_gpu_copy(BLOB_FLOAT32, N, x, y));
-        blob_set_stream(s);
+        blob_stream_set(s);
         ck_ok(blob_stream_synchronize(copy));
         ck_ok(blob_stream_synchronize(s));
         const float *h;
@@ -398,7 +398,7 @@ START_TEST(test_gpu_event_in_graph)
     const float *hz;
     ck_ok(blob_cpu_data(z, (const void **)&hz));
     ck_assert_float_eq(hz[N - 1], (float)(4 * LATER));
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_graph_free(g);
     blob_event_free(ready);
     blob_free(xy);
@@ -419,7 +419,7 @@ START_TEST(test_gpu_stream_fork_join)
     void *s, *side, *x, *y, *dz;
     ck_ok(blob_stream_create(&s));
     ck_ok(blob_stream_create(&side));
-    blob_set_stream(s);
+    blob_stream_set(s);
     ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
     ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
     ck_ok(blob_mutable_gpu_data(xy, &x));
@@ -433,9 +433,9 @@ START_TEST(test_gpu_stream_fork_join)
         ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 3.0 + run, x));
         ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 0.0, y));
         ck_ok(blob_stream_wait_stream(side, s)); /* fork */
-        blob_set_stream(side);
+        blob_stream_set(side);
         ck_ok(blob_gpu_axpy(BLOB_FLOAT32, N, 2.0, x, y));
-        blob_set_stream(s);
+        blob_stream_set(s);
         ck_ok(blob_gpu_set(BLOB_FLOAT32, N, 1.0, dz));
         ck_ok(blob_stream_wait_stream(s, side)); /* join */
         ck_ok(blob_gpu_axpy(BLOB_FLOAT32, N, 1.0, y, dz));
@@ -463,7 +463,7 @@ START_TEST(test_gpu_stream_fork_join)
         ck_ok(blob_mutable_gpu_data(z, &dz));
         blob_graph_free(g);
     }
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_free(xy);
     blob_free(z);
     ck_ok(blob_stream_destroy(side));

@@ -32,14 +32,14 @@ static blob_syncedmem *block_at(blob_head head)
     blob_syncedmem *m;
     void *p;
     ck_ok(blob_syncedmem_create(&m, N * sizeof(float), BLOB_DEVICE_DEFAULT));
-    if (head == BLOB_UNINITIALIZED)
+    if (head == BLOB_HEAD_UNINITIALIZED)
         return m;
     ck_ok(blob_syncedmem_mutable_cpu_data(m, &p));
     for (int i = 0; i < N; i++)
         ((float *)p)[i] = (float)(i + 1);
     if (head == BLOB_HEAD_AT_GPU)
         ck_ok(blob_syncedmem_mutable_gpu_data(m, &p));
-    if (head == BLOB_SYNCED)
+    if (head == BLOB_HEAD_SYNCED)
         ck_ok(blob_syncedmem_gpu_data(m, (const void **)&p));
     ck_assert_int_eq(blob_syncedmem_head(m), head);
     return m;
@@ -60,22 +60,22 @@ typedef struct {
 } transition;
 
 static const transition table[] = {
-    {BLOB_UNINITIALIZED, ACC_CPU, BLOB_HEAD_AT_CPU, 0, 0, 1, 0},
-    {BLOB_UNINITIALIZED, ACC_MUT_CPU, BLOB_HEAD_AT_CPU, 0, 0, 1, 0},
-    {BLOB_UNINITIALIZED, ACC_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 1},
-    {BLOB_UNINITIALIZED, ACC_MUT_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 1},
+    {BLOB_HEAD_UNINITIALIZED, ACC_CPU, BLOB_HEAD_AT_CPU, 0, 0, 1, 0},
+    {BLOB_HEAD_UNINITIALIZED, ACC_MUT_CPU, BLOB_HEAD_AT_CPU, 0, 0, 1, 0},
+    {BLOB_HEAD_UNINITIALIZED, ACC_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 1},
+    {BLOB_HEAD_UNINITIALIZED, ACC_MUT_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 1},
     {BLOB_HEAD_AT_CPU, ACC_CPU, BLOB_HEAD_AT_CPU, 0, 0, 0, 0},
     {BLOB_HEAD_AT_CPU, ACC_MUT_CPU, BLOB_HEAD_AT_CPU, 0, 0, 0, 0},
-    {BLOB_HEAD_AT_CPU, ACC_GPU, BLOB_SYNCED, 1, 0, 0, 1},
+    {BLOB_HEAD_AT_CPU, ACC_GPU, BLOB_HEAD_SYNCED, 1, 0, 0, 1},
     {BLOB_HEAD_AT_CPU, ACC_MUT_GPU, BLOB_HEAD_AT_GPU, 1, 0, 0, 1},
-    {BLOB_HEAD_AT_GPU, ACC_CPU, BLOB_SYNCED, 0, 1, 0, 0},
+    {BLOB_HEAD_AT_GPU, ACC_CPU, BLOB_HEAD_SYNCED, 0, 1, 0, 0},
     {BLOB_HEAD_AT_GPU, ACC_MUT_CPU, BLOB_HEAD_AT_CPU, 0, 1, 0, 0},
     {BLOB_HEAD_AT_GPU, ACC_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 0},
     {BLOB_HEAD_AT_GPU, ACC_MUT_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 0},
-    {BLOB_SYNCED, ACC_CPU, BLOB_SYNCED, 0, 0, 0, 0},
-    {BLOB_SYNCED, ACC_MUT_CPU, BLOB_HEAD_AT_CPU, 0, 0, 0, 0},
-    {BLOB_SYNCED, ACC_GPU, BLOB_SYNCED, 0, 0, 0, 0},
-    {BLOB_SYNCED, ACC_MUT_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 0},
+    {BLOB_HEAD_SYNCED, ACC_CPU, BLOB_HEAD_SYNCED, 0, 0, 0, 0},
+    {BLOB_HEAD_SYNCED, ACC_MUT_CPU, BLOB_HEAD_AT_CPU, 0, 0, 0, 0},
+    {BLOB_HEAD_SYNCED, ACC_GPU, BLOB_HEAD_SYNCED, 0, 0, 0, 0},
+    {BLOB_HEAD_SYNCED, ACC_MUT_GPU, BLOB_HEAD_AT_GPU, 0, 0, 0, 0},
 };
 
 START_TEST(test_transition)
@@ -94,9 +94,9 @@ START_TEST(test_transition)
     ck_assert_int_eq(s.device_allocs, t->device_allocs);
     ck_assert_int_eq(s.host_allocs, 0);
     ck_assert_int_eq(s.violations, 0);
-    assert_contents(p, t->from == BLOB_UNINITIALIZED); /* fake device memory is readable */
+    assert_contents(p, t->from == BLOB_HEAD_UNINITIALIZED); /* fake device memory is readable */
     /* the first allocation of a side from UNINITIALIZED is zero-filled */
-    ck_assert_int_eq(s.memsets, t->from == BLOB_UNINITIALIZED && t->device_allocs ? 1 : 0);
+    ck_assert_int_eq(s.memsets, t->from == BLOB_HEAD_UNINITIALIZED && t->device_allocs ? 1 : 0);
     blob_syncedmem_free(m);
 }
 END_TEST
@@ -107,12 +107,12 @@ START_TEST(test_caffe_sequence)
     blob_syncedmem *m = block_at(BLOB_HEAD_AT_CPU);
     void *p;
     struct { access a; int h2d, d2h; blob_head head; } steps[] = {
-        {ACC_GPU, 1, 0, BLOB_SYNCED},      /* data copied cpu->gpu */
-        {ACC_CPU, 1, 0, BLOB_SYNCED},      /* no copy: both up to date */
+        {ACC_GPU, 1, 0, BLOB_HEAD_SYNCED},      /* data copied cpu->gpu */
+        {ACC_CPU, 1, 0, BLOB_HEAD_SYNCED},      /* no copy: both up to date */
         {ACC_MUT_GPU, 1, 0, BLOB_HEAD_AT_GPU}, /* no copy */
         {ACC_MUT_GPU, 1, 0, BLOB_HEAD_AT_GPU}, /* still on the GPU */
-        {ACC_CPU, 1, 1, BLOB_SYNCED},      /* gpu->cpu: the GPU side was modified */
-        {ACC_GPU, 1, 1, BLOB_SYNCED},      /* no copy */
+        {ACC_CPU, 1, 1, BLOB_HEAD_SYNCED},      /* gpu->cpu: the GPU side was modified */
+        {ACC_GPU, 1, 1, BLOB_HEAD_SYNCED},      /* no copy */
         {ACC_MUT_CPU, 1, 1, BLOB_HEAD_AT_CPU}, /* still no copy */
         {ACC_MUT_GPU, 2, 1, BLOB_HEAD_AT_GPU}, /* cpu->gpu */
         {ACC_MUT_CPU, 2, 2, BLOB_HEAD_AT_CPU}, /* gpu->cpu */
@@ -138,7 +138,7 @@ START_TEST(test_create_lazy_and_queries)
     ck_ok(blob_syncedmem_create(&m, 40, BLOB_DEVICE_DEFAULT));
     ck_assert_int_eq(fake_get_stats().pinned_allocs + fake_get_stats().device_allocs, 0);
     ck_assert_uint_eq(blob_syncedmem_size(m), 40);
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_UNINITIALIZED);
     ck_assert_int_eq(blob_syncedmem_device(m), 0);
     ck_assert(!blob_syncedmem_host_pinned(m));
     ck_assert(!blob_syncedmem_pending(m));
@@ -228,7 +228,7 @@ START_TEST(test_async_push)
     ck_ok(blob_stream_create(&s));
     fake_reset_counts();
     ck_ok(blob_syncedmem_async_gpu_push(m, s));
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_SYNCED);
     ck_assert(blob_syncedmem_pending(m));
     ck_assert_int_eq(fake_get_stats().h2d, 0); /* queued, not done */
     ck_assert_int_eq(fake_queued(), 1);
@@ -249,9 +249,9 @@ START_TEST(test_async_push)
     void *w;
     ck_ok(blob_syncedmem_mutable_gpu_data(m, &w));
     ck_status(blob_syncedmem_async_gpu_push(m, s), BLOB_ESTATE);
-    blob_syncedmem *u = block_at(BLOB_UNINITIALIZED);
+    blob_syncedmem *u = block_at(BLOB_HEAD_UNINITIALIZED);
     ck_status(blob_syncedmem_async_gpu_push(u, s), BLOB_ESTATE);
-    ck_assert_int_eq(blob_syncedmem_head(u), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(u), BLOB_HEAD_UNINITIALIZED);
     blob_syncedmem_free(u);
     blob_syncedmem_free(m);
     ck_ok(blob_stream_destroy(s));
@@ -299,7 +299,7 @@ START_TEST(test_async_pull)
     ck_ok(blob_stream_create(&s));
     fake_reset_counts();
     ck_ok(blob_syncedmem_async_cpu_pull(m, s));
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_SYNCED);
     ck_assert_int_eq(fake_get_stats().d2h, 0);
     const void *p;
     ck_ok(blob_syncedmem_cpu_data(m, &p));
@@ -324,21 +324,21 @@ START_TEST(test_cross_stream_reuse)
     ck_ok(blob_stream_create(&a));
     ck_ok(blob_stream_create(&b));
     ck_ok(blob_alloc_set_caching(true));
-    blob_set_stream(a);
-    blob_syncedmem *m1 = block_at(BLOB_UNINITIALIZED);
+    blob_stream_set(a);
+    blob_syncedmem *m1 = block_at(BLOB_HEAD_UNINITIALIZED);
     ck_ok(blob_syncedmem_mutable_gpu_data(m1, &d)); /* allocated on a */
-    blob_set_stream(b);
+    blob_stream_set(b);
     const void *p;
     ck_ok(blob_syncedmem_gpu_data(m1, &p));        /* now used on b too */
     ck_ok(blob__be->memset_async((void *)p, 1, N * sizeof(float), b)); /* b's work, queued */
     blob_syncedmem_free(m1);
-    blob_set_stream(a);
-    blob_syncedmem *m2 = block_at(BLOB_UNINITIALIZED);
+    blob_stream_set(a);
+    blob_syncedmem *m2 = block_at(BLOB_HEAD_UNINITIALIZED);
     void *d2;
     ck_ok(blob_syncedmem_mutable_gpu_data(m2, &d2));
     ck_assert_ptr_ne(d2, d); /* b has not finished with it */
     blob_syncedmem_free(m2);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(a));
     ck_ok(blob_stream_destroy(b));
     ck_assert_int_eq(fake_get_stats().violations, 0);
@@ -351,15 +351,15 @@ START_TEST(test_cross_stream_order)
     void *a, *b;
     ck_ok(blob_stream_create(&a));
     ck_ok(blob_stream_create(&b));
-    blob_set_stream(a);
-    blob_syncedmem *m = block_at(BLOB_UNINITIALIZED);
+    blob_stream_set(a);
+    blob_syncedmem *m = block_at(BLOB_HEAD_UNINITIALIZED);
     const void *d, *h;
     ck_ok(blob_syncedmem_gpu_data(m, &d)); /* zero fill queued on a, not run */
     memset((void *)d, 7, N * sizeof(float)); /* stale bytes under the queued fill */
-    blob_set_stream(b);
+    blob_stream_set(b);
     ck_ok(blob_syncedmem_cpu_data(m, &h)); /* D->H on b, after a's fill */
     assert_contents(h, true);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_syncedmem_free(m);
     ck_ok(blob_stream_destroy(a));
     ck_ok(blob_stream_destroy(b));
@@ -383,7 +383,7 @@ START_TEST(test_device_mismatch)
     ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_AT_GPU);
     ck_ok(blob_device_set(1));
     ck_ok(blob_syncedmem_cpu_data(m, &p));
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_SYNCED);
     ck_ok(blob_device_set(0));
     ck_ok(blob_syncedmem_cpu_data(m, &p)); /* no device work: allowed */
     blob_syncedmem_free(m);
@@ -402,7 +402,7 @@ START_TEST(test_size_zero)
     }
     ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_AT_GPU);
     ck_ok(blob_syncedmem_cpu_data(m, (const void **)&p));
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_SYNCED);
     ck_ok(blob_syncedmem_mutable_cpu_data(m, &p));
     ck_ok(blob_syncedmem_async_gpu_push(m, NULL));
     ck_ok(blob_syncedmem_set_cpu_data(m, NULL, 0));
@@ -426,12 +426,12 @@ END_TEST
 
 START_TEST(test_null_arguments)
 {
-    blob_syncedmem *m = block_at(BLOB_UNINITIALIZED);
+    blob_syncedmem *m = block_at(BLOB_HEAD_UNINITIALIZED);
     ck_status(blob_syncedmem_cpu_data(m, NULL), BLOB_EINVAL);
     ck_status(blob_syncedmem_mutable_gpu_data(NULL, NULL), BLOB_EINVAL);
     ck_status(blob_syncedmem_async_gpu_push(NULL, NULL), BLOB_EINVAL);
     ck_status(blob_syncedmem_wait(NULL), BLOB_EINVAL);
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_UNINITIALIZED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_UNINITIALIZED);
     blob_syncedmem_free(m);
 }
 END_TEST
@@ -451,8 +451,8 @@ static blob_status op_push(blob_syncedmem *m, void *s) { return blob_syncedmem_a
 static blob_status op_pull(blob_syncedmem *m, void *s) { return blob_syncedmem_async_cpu_pull(m, s); }
 
 static const alloc_case alloc_cases[] = {
-    {"cpu from UNINITIALIZED", BLOB_UNINITIALIZED, op_cpu},
-    {"gpu from UNINITIALIZED", BLOB_UNINITIALIZED, op_mut_gpu},
+    {"cpu from UNINITIALIZED", BLOB_HEAD_UNINITIALIZED, op_cpu},
+    {"gpu from UNINITIALIZED", BLOB_HEAD_UNINITIALIZED, op_mut_gpu},
     {"gpu from AT_CPU", BLOB_HEAD_AT_CPU, op_gpu},
     {"cpu from AT_GPU", BLOB_HEAD_AT_GPU, op_cpu},
     {"push from AT_CPU", BLOB_HEAD_AT_CPU, op_push},
@@ -470,7 +470,7 @@ static blob_syncedmem *one_sided(blob_head head)
     if (head == BLOB_HEAD_AT_GPU)
         ck_ok(blob_syncedmem_mutable_gpu_data(m, &p));
     fake_drain(); /* the zero fill is queued: let it land before writing */
-    if (head != BLOB_UNINITIALIZED)
+    if (head != BLOB_HEAD_UNINITIALIZED)
         for (int i = 0; i < N; i++)
             ((float *)p)[i] = (float)(i + 1); /* fake device memory is host memory */
     return m;
@@ -497,7 +497,7 @@ START_TEST(test_alloc_failure_each_op)
                       "%s k=%llu: %s", c->name, (unsigned long long)k, blob_status_name(st));
         ck_assert_int_eq(blob_syncedmem_head(m), c->from);
         ck_assert(!blob_syncedmem_pending(m));
-        if (c->from != BLOB_UNINITIALIZED) {
+        if (c->from != BLOB_HEAD_UNINITIALIZED) {
             void *p;
             ck_ok(blob_syncedmem_mutable_cpu_data(m, &p));
             assert_contents(p, false);
@@ -559,7 +559,7 @@ START_TEST(test_gpu_sequence)
     assert_contents(h, false);
     ((float *)h)[0] = 42.0f;
     ck_ok(blob_syncedmem_gpu_data(m, &c));
-    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_SYNCED);
+    ck_assert_int_eq(blob_syncedmem_head(m), BLOB_HEAD_SYNCED);
     /* write the device side through a borrowed block, read back on the host */
     blob_syncedmem *z;
     ck_ok(blob_syncedmem_create(&z, N * sizeof(float), BLOB_DEVICE_DEFAULT));
@@ -648,7 +648,7 @@ START_TEST(test_gpu_pull_sizes)
         memset(h, 0, bytes); /* stale, and unlike every device byte */
         ck_ok(blob_syncedmem_set_gpu_data(m, (uint8_t *)dev + offset, bytes));
         if (!sync)
-            ck_ok(blob_syncedmem_async_cpu_pull(m, blob_get_stream()));
+            ck_ok(blob_syncedmem_async_cpu_pull(m, blob_stream_get()));
         ck_ok(blob_syncedmem_cpu_data(m, &c));
         ck_assert_ptr_eq(c, h);
         ck_assert_msg(!memcmp(c, want, bytes), "%zu bytes at offset %zu (%s)", bytes, offset,

@@ -269,6 +269,18 @@ void fake_teardown(void)
     ck_assert_msg(live == 0, "%lld fake blocks leaked", (long long)live);
 }
 
+double test_time_scale(void)
+{
+    const char *v = getenv("TEST_TIME_SCALE");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    double s = strtod(v, &end);
+    if (*end || !(s >= 1 && s <= 1000))
+        die("TEST_TIME_SCALE is not a number in [1, 1000]: ", v);
+    return s;
+}
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 void test_seed(uint64_t seed)

@@ -81,6 +81,10 @@ extern bool test_real_gpu;
 void fake_setup(void);
 void fake_teardown(void);
 
+/* TEST_TIME_SCALE from the environment (a number >= 1, default 1): the factor the
+ * communicator tests stretch their deadlines by, for runs under compute-sanitizer. */
+double test_time_scale(void);
+
 /* Deterministic pseudo-random numbers for test data: uniform in [lo, hi), never all 0. */
 void test_seed(uint64_t seed);
 double test_uniform(double lo, double hi);

@@ -332,11 +332,11 @@ static void check_one(const dataset *d, const net *names)
         say(false, "blob_stream_create: %s", blob_last_error());
         return;
     }
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     one_rank(NN_GPU, false, d, names);
     one_rank(NN_GPU, true, d, names);
     blob_stream_synchronize(stream);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
 }
 
@@ -363,7 +363,7 @@ static void *rank_main(void *arg)
     j->st = blob_device_set(blob_comm_device(j->comm));
     if (j->st == BLOB_OK)
         j->st = blob_stream_create(&stream);
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     if (j->st == BLOB_OK && j->net) { /* ranks whose nets differ */
         net_config cfg = {.def = net_def_find(j->net), .mode = NN_GPU, .dtype = BLOB_FLOAT32,
                           .batch = BATCH, .seed = 3, .lr = 0.05, .comm = j->comm};
@@ -403,7 +403,7 @@ static void *rank_main(void *arg)
     }
     if (stream)
         blob_stream_synchronize(stream);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
     return NULL;
 }
@@ -455,10 +455,10 @@ static void threads_case(const dataset *d, const net *names, blob_dtype dt, size
     blob_status st = blob_device_set(0);
     if (st == BLOB_OK)
         st = blob_stream_create(&stream);
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     if (st == BLOB_OK)
         st = train(&spec, NULL, d, 0, 1, N * BATCH, &ref);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
     rank_job jobs[N];
     memset(jobs, 0, sizeof jobs);
@@ -576,7 +576,7 @@ static void check_rank(const dataset *d, const net *names)
         say(false, "GPU %d: %s: %s", o.device, blob_status_name(st), blob_last_error());
         return;
     }
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     st = blob_comm_create(&c, &o);
     if (st != BLOB_OK)
         say(false, "blob_comm_create: %s: %s", blob_status_name(st), blob_last_error());
@@ -585,7 +585,7 @@ static void check_rank(const dataset *d, const net *names)
     if (st == BLOB_OK)
         rank_case(c, d, names, BLOB_FLOAT32, 1e-3);
     blob_stream_synchronize(stream);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
     blob_comm_free(c);
 }

@@ -524,7 +524,7 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
                       .weight_decay = 1e-3, .graph = graph, .plain = plain,
                       .one_stream = one_stream};
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
-    blob_set_stream(stream);
+    blob_stream_set(stream);
     if (st == BLOB_OK)
         st = net_create(&n, &cfg);
     for (int k = 0; st == BLOB_OK && k < 2; k++)
@@ -554,7 +554,7 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
         blob_free(x[k]);
         blob_free(y[k]);
     }
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(stream);
     return st;
 }

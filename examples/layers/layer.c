@@ -177,15 +177,15 @@ void nn_layer_set_side_stream(nn_layer *l, void *stream)
 
 blob_status nn__side_begin(nn_layer *l, void **caller)
 {
-    *caller = blob_get_stream();
+    *caller = blob_stream_get();
     if (!l->side_stream)
         return BLOB_OK;
     NN_TRY(blob_stream_wait_stream(l->side_stream, *caller));
-    blob_set_stream(l->side_stream);
+    blob_stream_set(l->side_stream);
     return BLOB_OK;
 }
 
-void nn__side_end(void *caller) { blob_set_stream(caller); }
+void nn__side_end(void *caller) { blob_stream_set(caller); }
 
 int nn_layer_num_params(const nn_layer *l) { return l->num_params; }
 blob *nn_layer_param(const nn_layer *l, int i) { return l->params[i]; }

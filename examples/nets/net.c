@@ -213,7 +213,7 @@ blob_status net_create(net **out, const net_config *cfg)
 {
     *out = NULL;
     if (!cfg->def || cfg->batch <= 0 ||
-        (cfg->graph && (cfg->mode != NN_GPU || !blob_get_stream())))
+        (cfg->graph && (cfg->mode != NN_GPU || !blob_stream_get())))
         return BLOB_EINVAL;
     if (cfg->comm && blob_comm_size(cfg->comm) > 1 && (cfg->mode != NN_GPU || cfg->graph))
         return BLOB_ENOTSUP;
@@ -303,7 +303,7 @@ static blob_status forward(net *n, blob *x, blob *labels, int layers)
  * and the memory the side work uses could be handed out again under it). */
 static blob_status join_side(net *n, blob_status st)
 {
-    blob_status joined = n->side ? blob_stream_wait_stream(blob_get_stream(), n->side) : BLOB_OK;
+    blob_status joined = n->side ? blob_stream_wait_stream(blob_stream_get(), n->side) : BLOB_OK;
     return st != BLOB_OK ? st : joined;
 }
 
@@ -339,7 +339,7 @@ static blob_status results_ready(net *n, blob *labels)
 {
     if (!n->side)
         return BLOB_OK;
-    NN_TRY(blob_stream_wait_stream(n->side, blob_get_stream()));
+    NN_TRY(blob_stream_wait_stream(n->side, blob_stream_get()));
     return n->capturing ? blob_event_record(n->results_ready, n->side)
                         : start_readback(n, labels, n->side);
 }
@@ -353,7 +353,7 @@ static blob_status backward(net *n, blob *x, blob *labels)
         const bool last = i == n->num_layers - 1;
         n->handed[i] = false;
         if (i == 0 && n->split) /* every other layer's gradients are queued */
-            NN_TRY(blob_stream_wait_stream(n->side, blob_get_stream()));
+            NN_TRY(blob_stream_wait_stream(n->side, blob_stream_get()));
         NN_TRY(last ? nn_layer_forward_backward(n->layers[i], bottom, n->tops[i], i > 0)
                     : nn_layer_backward(n->layers[i], n->tops[i], i > 0, bottom));
         if (last)
@@ -404,10 +404,10 @@ static blob_status sgd_update(net *n)
         if (!n->split)
             return update_range(n, w, dw, h, steps, 0, total, 0);
         NN_TRY(update_range(n, w, dw, h, steps, 0, n->split, 0));
-        void *main_stream = blob_get_stream();
-        blob_set_stream(n->side);
+        void *main_stream = blob_stream_get();
+        blob_stream_set(n->side);
         blob_status st = update_range(n, w, dw, h, steps, n->split, total - n->split, 1);
-        blob_set_stream(main_stream);
+        blob_stream_set(main_stream);
         return st;
     }
     int64_t count = blob_count(n->flat);
@@ -519,7 +519,7 @@ static blob_status graph_for(net *n, blob *x, blob *labels, const void *dx,
         }
     if (!n->warm || n->num_graphs == NET_MAX_GRAPHS)
         return BLOB_OK;
-    void *stream = blob_get_stream();
+    void *stream = blob_stream_get();
     NN_TRY(blob_graph_begin(stream));
     n->capturing = true;
     blob_status st = step(n, x, labels);
@@ -623,7 +623,7 @@ blob_status net_train_step(net *n, blob *x, blob *labels)
         NN_TRY(graph_for(n, x, labels, dx, dlabels, &g));
     }
     n->last_graph = g;
-    void *stream = blob_get_stream();
+    void *stream = blob_stream_get();
     if (g)
         NN_TRY(blob_graph_launch(g, stream));
     else
@@ -647,7 +647,7 @@ blob_status net_forward(net *n, blob *x, blob *labels)
 {
     NN_TRY(reshape(n, x, labels));
     NN_TRY(join_side(n, forward(n, x, labels, n->num_layers)));
-    return start_readback(n, labels, blob_get_stream());
+    return start_readback(n, labels, blob_stream_get());
 }
 
 void net_set_lr(net *n, double lr)

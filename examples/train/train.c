@@ -605,7 +605,7 @@ static void print_header(const trainer *t)
     else
         printf("device: CPU");
     if (t->mode == NN_GPU)
-        printf(", %s GEMMs", blob_math_mode_name(blob_get_math_mode()));
+        printf(", %s GEMMs", blob_math_mode_name(blob_math_mode_get()));
     printf(", %s layers", o->plain ? "plain" : "fused");
     printf(" | batch %lld", (long long)o->batch);
     if (w->size > 1)
@@ -669,7 +669,7 @@ static int run(trainer *t)
     /* the step's chain above the net's side stream (net.h, one_stream) */
     if (t->mode == NN_GPU && (st = blob_stream_create_with_priority(&compute, 1)) == BLOB_OK)
         st = blob_stream_create(&copy);
-    blob_set_stream(compute);
+    blob_stream_set(compute);
     double accuracy = 0;
     if (st == BLOB_OK)
         st = net_create(&t->net, &cfg);
@@ -692,7 +692,7 @@ static int run(trainer *t)
         blob_stream_synchronize(compute);
     net_free(t->net);
     feeder_free(&t->feed);
-    blob_set_stream(NULL);
+    blob_stream_set(NULL);
     blob_stream_destroy(copy);
     blob_stream_destroy(compute);
     blob_thread_release();
@@ -821,7 +821,7 @@ int main(int argc, char **argv)
 {
     trainer t = {.o = parse_options(argc, argv)};
     if (t.o.math)
-        blob_set_math_mode(t.o.math);
+        blob_math_mode_set(t.o.math);
     bool have_gpu = blob_device_count() > 0;
     if (t.o.device && !strcmp(t.o.device, "gpu") && !have_gpu) {
         fprintf(stderr, "train: --device gpu: no GPU found (libblob %s CUDA)\n",

@@ -9,7 +9,7 @@
  *
  * blob_cpu_* take host pointers and run on the calling thread (CBLAS where a BLAS call
  * exists). blob_gpu_* take device pointers of the current device and are queued on the
- * calling thread's current stream (blob_set_stream); they return once queued, except
+ * calling thread's current stream (blob_stream_set); they return once queued, except
  * those returning a host scalar (dot, asum), which wait for their result. Arrays hold
  * elements of `dtype`; scalars are passed as double and converted. Sizes are int64_t and
  * may exceed INT_MAX. Matrices are row-major; lda etc. are the row lengths implied by

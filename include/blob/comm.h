@@ -39,7 +39,7 @@
  *
  * Streams. Collectives run on a stream of the communicator. A call orders the
  * communication after the work queued so far on the calling thread's current stream
- * (blob_set_stream), and blob_comm_reduce_end, blob_comm_all_reduce and
+ * (blob_stream_set), and blob_comm_reduce_end, blob_comm_all_reduce and
  * blob_comm_broadcast make that stream wait for the results, all by events on the
  * device: the host never waits, except in blob_comm_list_create, blob_comm_synchronize,
  * blob_comm_all_reduce_host and blob_comm_free.

@@ -4,10 +4,10 @@
  *   if (blob_device_count() > 0) {
  *       void *s;
  *       blob_stream_create(&s);
- *       blob_set_stream(s);          // device math of this thread now runs on s
+ *       blob_stream_set(s);          // device math of this thread now runs on s
  *       ...
  *       blob_stream_synchronize(s);
- *       blob_set_stream(NULL);
+ *       blob_stream_set(NULL);
  *       blob_stream_destroy(s);
  *   }
  *
@@ -63,7 +63,7 @@ BLOB_API blob_status blob_stream_create_with_priority(void **stream, int priorit
  * outlive it: the library keeps the CUDA stream alive and hands it out again later (for
  * the same priority). NULL is a no-op; BLOB_EINVAL for a stream not made by those (or
  * given back already).
- * A stream the caller creates itself and passes to blob_set_stream must outlive every
+ * A stream the caller creates itself and passes to blob_stream_set must outlive every
  * block used on it. */
 BLOB_API blob_status blob_stream_destroy(void *stream);
 
@@ -77,7 +77,7 @@ BLOB_API blob_status blob_stream_synchronize(void *stream);
  * a no-op. This is how work forks onto a second stream and joins back:
  *
  *   blob_stream_wait_stream(side, main);  // side starts after main's work so far
- *   ... queue work on side (blob_set_stream(side)) and on main ...
+ *   ... queue work on side (blob_stream_set(side)) and on main ...
  *   blob_stream_wait_stream(main, side);  // main goes on after side's work
  *
  * While waited_stream is being captured (blob_graph_begin), stream joins the capture and
@@ -115,10 +115,10 @@ BLOB_API blob_status blob_event_synchronize(blob_event *event);
 
 /* Set the stream on which this thread's device math (blob/math.h) and blob updates run.
  * NULL selects the legacy default stream. The stream is not owned. */
-BLOB_API void blob_set_stream(void *stream);
+BLOB_API void blob_stream_set(void *stream);
 
 /* The calling thread's current stream (NULL: the legacy default stream). */
-BLOB_API void *blob_get_stream(void);
+BLOB_API void *blob_stream_get(void);
 
 /* Release the calling thread's library resources (its cuBLAS handles). Threads do this
  * by themselves when they exit; the main thread may call it before returning from main
@@ -128,7 +128,7 @@ BLOB_API void blob_thread_release(void);
 /* A recorded sequence of device work that can be replayed with one launch (a CUDA
  * graph): capture a training step once, then launch it every step.
  *
- *   blob_graph_begin(s);   ... queue device math on s (blob_set_stream(s)) ...
+ *   blob_graph_begin(s);   ... queue device math on s (blob_stream_set(s)) ...
  *   blob_graph_end(s, &g);
  *   for (...) blob_graph_launch(g, s);
  *

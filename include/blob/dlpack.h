@@ -38,7 +38,7 @@
  * The consumer's stream then becomes the block's latest stream: later library work on
  * the block on another stream waits for the work queued there (so the consumer's writes
  * are seen), and freed device memory is not reused before that work is done. Like a
- * stream given to blob_set_stream, it must outlive the block.
+ * stream given to blob_stream_set, it must outlive the block.
  */
 #ifndef BLOB_DLPACK_H
 #define BLOB_DLPACK_H

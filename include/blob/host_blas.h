@@ -4,7 +4,7 @@
  *   blob_blas_info info;
  *   blob_blas_get_info(&info);
  *   puts(info.summary);                // "OpenBLAS 0.3.21, core ... 16 threads ..."
- *   blob_set_host_threads(4);
+ *   blob_host_threads_set(4);
  */
 #ifndef BLOB_HOST_BLAS_H
 #define BLOB_HOST_BLAS_H
@@ -21,7 +21,7 @@ typedef struct {
     char core[32];    /* the kernel set in use, e.g. "SkylakeX" (OpenBLAS), "zen3" (BLIS);
                          "" when unknown */
     char detected[32]; /* the one OpenBLAS chose by itself, when the library changed it */
-    int threads;      /* the library's host threads (blob_set_host_threads) */
+    int threads;      /* the library's host threads (blob_host_threads_set) */
     char summary[192]; /* one line, e.g. "OpenBLAS 0.3.21, core Prescott -> SkylakeX
                           (AVX-512 CPU; OPENBLAS_CORETYPE chooses), 16 threads (GEMMs cut
                           into blocks, one BLAS thread each)" */
@@ -50,7 +50,7 @@ BLOB_API blob_status blob_blas_get_info(blob_blas_info *out);
  * OMP_NUM_THREADS, else the cores; MKL: MKL_NUM_THREADS or OMP_NUM_THREADS, else its
  * count of physical cores); 1 runs all host math on the calling thread.
  * Errors: BLOB_EINVAL for n out of range. */
-BLOB_API blob_status blob_set_host_threads(int n);
+BLOB_API blob_status blob_host_threads_set(int n);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 /*
  * blob/math_mode.h - how the GPU computes products: the math mode and GEMM tuning.
  *
- *   blob_set_math_mode(BLOB_MATH_TF32);               // float32 GEMMs on tensor cores
- *   blob_set_gemm_tuning(true);                        // time cuBLASLt's candidates
+ *   blob_math_mode_set(BLOB_MATH_TF32);               // float32 GEMMs on tensor cores
+ *   blob_gemm_tuning_set(true);                        // time cuBLASLt's candidates
  *
  * Math modes (blob_math_mode, blob/types.h) choose how float32 products are computed on
  * the GPU: exactly (FP32, the default, as PyTorch's default), or on tensor cores with the
@@ -10,9 +10,9 @@
  * float32 storage and float32 accumulation (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 and
  * _FAST_16BF). The mode is a
  * process-wide setting, read from the environment variable BLOB_MATH_MODE (fp32, tf32 or
- * bf16, in any case) on first use and changed by blob_set_math_mode; any other value
+ * bf16, in any case) on first use and changed by blob_math_mode_set; any other value
  * makes the calls that would use it fail with BLOB_EINVAL naming it, until
- * blob_set_math_mode chooses a mode (blob_get_math_mode then says fp32). It applies to
+ * blob_math_mode_set chooses a mode (blob_math_mode_get then says fp32). It applies to
  * blob_gpu_gemm and to every blob_gpu_gemm_epilogue called with
  * BLOB_MATH_DEFAULT. float64 products, and everything on the host, are always exact: the
  * blob_cpu_* functions check the mode argument and otherwise ignore it.
@@ -32,10 +32,10 @@ extern "C" {
 /* Set the process-wide mode; BLOB_MATH_DEFAULT restores the one the environment gave.
  * Thread-safe; work already queued keeps the mode it was queued with.
  * Errors: BLOB_EINVAL for a value outside the enum. */
-BLOB_API blob_status blob_set_math_mode(blob_math_mode mode);
+BLOB_API blob_status blob_math_mode_set(blob_math_mode mode);
 
 /* The process-wide mode (never BLOB_MATH_DEFAULT). */
-BLOB_API blob_math_mode blob_get_math_mode(void);
+BLOB_API blob_math_mode blob_math_mode_get(void);
 
 /* "default", "fp32", "tf32", "bf16"; "unknown" outside the enum. */
 BLOB_API const char *blob_math_mode_name(blob_math_mode mode);
@@ -51,10 +51,10 @@ BLOB_API const char *blob_math_mode_name(blob_math_mode mode);
  * differ from run to run, and with it how a split K rounds. Off by default; the
  * environment variable BLOB_GEMM_TUNING=1 turns it on at first use (0 leaves it off; any
  * other value makes blob_gpu_gemm_epilogue fail with BLOB_EINVAL naming it, until
- * blob_set_gemm_tuning is called). Process-wide and thread-safe; problems already met
+ * blob_gemm_tuning_set is called). Process-wide and thread-safe; problems already met
  * keep what they had. */
-BLOB_API void blob_set_gemm_tuning(bool on);
-BLOB_API bool blob_get_gemm_tuning(void);
+BLOB_API void blob_gemm_tuning_set(bool on);
+BLOB_API bool blob_gemm_tuning_get(void);
 
 #ifdef __cplusplus
 }

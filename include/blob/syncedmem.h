@@ -26,7 +26,7 @@
  * blobs can share them. A block is not safe for concurrent use by several threads.
  *
  * Streams: device work on a block goes on the calling thread's current stream
- * (blob_set_stream). When a block is used on a stream other than the one of its latest
+ * (blob_stream_set). When a block is used on a stream other than the one of its latest
  * device work, the new stream is made to wait (on the device) for the old one, and the
  * allocator does not hand the device memory to another owner until both are done.
  */
@@ -43,10 +43,10 @@ extern "C" {
 #endif
 
 typedef enum {
-    BLOB_UNINITIALIZED = 0,
+    BLOB_HEAD_UNINITIALIZED = 0,
     BLOB_HEAD_AT_CPU = 1,
     BLOB_HEAD_AT_GPU = 2,
-    BLOB_SYNCED = 3
+    BLOB_HEAD_SYNCED = 3
 } blob_head;
 
 /* Device arguments: a GPU id, or one of these. */
@@ -68,7 +68,7 @@ BLOB_API void blob_syncedmem_retain(blob_syncedmem *mem);
 BLOB_API void blob_syncedmem_free(blob_syncedmem *mem);
 
 /* Queries. For a NULL block each records a detail (blob_last_error) and returns a
- * neutral value: size 0, head BLOB_UNINITIALIZED, device BLOB_HOST_ONLY, false. */
+ * neutral value: size 0, head BLOB_HEAD_UNINITIALIZED, device BLOB_HOST_ONLY, false. */
 BLOB_API size_t blob_syncedmem_size(const blob_syncedmem *mem);
 BLOB_API blob_head blob_syncedmem_head(const blob_syncedmem *mem);
 /* The GPU the block is bound to, or BLOB_HOST_ONLY. */

@@ -675,7 +675,7 @@ def from_dlpack(x, device="cpu"):
         dev_type = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else _lib.KDLCPU
         kwargs = {}
         if dev_type == _lib.KDLCUDA:
-            stream = lib.blob_get_stream()  # the stream our work on it will use
+            stream = lib.blob_stream_get()  # the stream our work on it will use
             kwargs["stream"] = stream if stream else 1
         try:
             capsule = x.__dlpack__(max_version=_lib.DLPACK_VERSION, **kwargs)

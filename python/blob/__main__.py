@@ -55,11 +55,11 @@ def report():
     blas = info.summary.decode(errors="replace") if lib.blob_blas_get_info(
         ctypes.byref(info)) == _lib.OK else "unknown"
     lines.append(f"BLAS: {blas}")
-    mode = lib.blob_math_mode_name(lib.blob_get_math_mode()).decode()
+    mode = lib.blob_math_mode_name(lib.blob_math_mode_get()).decode()
     if "BLOB_MATH_MODE" in os.environ:
         mode += f" (BLOB_MATH_MODE={os.environ['BLOB_MATH_MODE']!r})"
     lines.append(f"math mode: {mode}; GEMM tuning: "
-                 f"{'on' if lib.blob_get_gemm_tuning() else 'off'}")
+                 f"{'on' if lib.blob_gemm_tuning_get() else 'off'}")
     lines.append(f"Python: {platform.python_version()} ({sys.executable}), "
                  f"{platform.platform()}")
     lines.append("packages: " + ", ".join(

@@ -125,8 +125,8 @@ _PROTOTYPES = {
     "blob_device_get": (_STATUS, [POINTER(c_int)]),
     "blob_device_set": (_STATUS, [c_int]),
     "blob_device_synchronize": (_STATUS, []),
-    "blob_get_stream": (c_void_p, []),
-    "blob_set_stream": (None, [c_void_p]),
+    "blob_stream_get": (c_void_p, []),
+    "blob_stream_set": (None, [c_void_p]),
     "blob_create": (_STATUS, [POINTER(c_void_p), c_int, c_int, c_int, POINTER(c_int64)]),
     "blob_free": (None, [c_void_p]),
     "blob_reshape": (_STATUS, [c_void_p, c_int, POINTER(c_int64)]),
@@ -143,9 +143,9 @@ _PROTOTYPES = {
     "blob_from_dlpack": (_STATUS, [POINTER(c_void_p), c_void_p, c_int]),
     "blob_dlpack_delete": (None, [c_void_p]),
     "blob_blas_get_info": (_STATUS, [POINTER(BlasInfo)]),
-    "blob_get_math_mode": (c_int, []),
+    "blob_math_mode_get": (c_int, []),
     "blob_math_mode_name": (c_char_p, [c_int]),
-    "blob_get_gemm_tuning": (c_bool, []),
+    "blob_gemm_tuning_get": (c_bool, []),
 }
 for _side in ("cpu", "gpu"):
     for _part in ("data", "diff"):

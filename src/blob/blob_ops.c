@@ -10,7 +10,7 @@
 static bool head_on_gpu(const blob_syncedmem *mem)
 {
     blob_head h = blob_syncedmem_head(mem);
-    return h == BLOB_HEAD_AT_GPU || h == BLOB_SYNCED;
+    return h == BLOB_HEAD_AT_GPU || h == BLOB_HEAD_SYNCED;
 }
 
 /* data -= diff: the math runs on the side holding the head, which is claimed only once
@@ -19,7 +19,7 @@ blob_status blob_update(blob *b)
 {
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
-    if (blob_syncedmem_head(b->data) == BLOB_UNINITIALIZED)
+    if (blob_syncedmem_head(b->data) == BLOB_HEAD_UNINITIALIZED)
         return BLOB_FAIL(BLOB_ESTATE, "data is uninitialized");
     if (b->count == 0)
         return BLOB_OK;
@@ -42,7 +42,7 @@ static blob_status reduce(const char *func, const blob *b, blob_syncedmem *mem, 
     if (!b || !out)
         return blob__fail(BLOB_EINVAL, func, "NULL argument");
     const void *x;
-    if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0) {
+    if (blob_syncedmem_head(mem) == BLOB_HEAD_UNINITIALIZED || b->count == 0) {
         *out = 0;
         return BLOB_OK;
     }
@@ -77,7 +77,7 @@ static blob_status scale(const char *func, const blob *b, blob_syncedmem *mem, d
 {
     if (!b)
         return blob__fail(BLOB_EINVAL, func, "blob is NULL");
-    if (blob_syncedmem_head(mem) == BLOB_UNINITIALIZED || b->count == 0)
+    if (blob_syncedmem_head(mem) == BLOB_HEAD_UNINITIALIZED || b->count == 0)
         return BLOB_OK;
     bool gpu = head_on_gpu(mem);
     void *x;
@@ -104,7 +104,7 @@ static blob_status copy_block(const char *func, const blob *from, blob_syncedmem
                               const blob *to, blob_syncedmem *dst, int64_t count)
 {
     size_t bytes = (size_t)count * blob_dtype_size(to->dtype);
-    bool written = count && blob_syncedmem_head(src) != BLOB_UNINITIALIZED;
+    bool written = count && blob_syncedmem_head(src) != BLOB_HEAD_UNINITIALIZED;
     bool gpu = written && head_on_gpu(src) && to->device == from->device;
     const void *x = NULL;
     void *y;
@@ -180,7 +180,7 @@ static blob_status shrunk(const char *func, const blob *b, blob_syncedmem *mem,
     blob_syncedmem *fresh;
     BLOB_TRY(blob_syncedmem_create(&fresh, (size_t)b->count * blob_dtype_size(b->dtype),
                                    b->device));
-    blob_status st = blob_syncedmem_head(mem) == BLOB_UNINITIALIZED
+    blob_status st = blob_syncedmem_head(mem) == BLOB_HEAD_UNINITIALIZED
                          ? BLOB_OK /* the fresh block stays lazy */
                          : copy_block(func, b, mem, b, fresh, b->count);
     if (st != BLOB_OK) {

@@ -111,7 +111,7 @@ static blob_status side_ptr(const char *func, blob_syncedmem *mem, bool gpu, boo
 static bool head_on_gpu(const blob_syncedmem *mem)
 {
     blob_head h = blob_syncedmem_head(mem);
-    return h == BLOB_HEAD_AT_GPU || h == BLOB_SYNCED;
+    return h == BLOB_HEAD_AT_GPU || h == BLOB_HEAD_SYNCED;
 }
 
 blob_status blob_optim_step(const blob_optim *opt, blob *const *params, int n,

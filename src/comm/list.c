@@ -461,7 +461,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     if (c->size == 1)
         return BLOB_OK;
     BLOB_TRY(blob__comm_usable(c, __func__));
-    void *caller = blob_get_stream();
+    void *caller = blob_stream_get();
     st = order(c, c->stream, caller);
     blob__stream_enter(c->stream);
     for (int i = 0; i < l->n && st == BLOB_OK; i++)
@@ -690,7 +690,7 @@ static blob_status hand_over(blob_comm_list *l, int first, int n, const char *fu
     bool fresh = false;
     for (int i = first; i < first + n; i++)
         fresh |= !l->ready[i];
-    void *caller = blob_get_stream();
+    void *caller = blob_stream_get();
     if (st == BLOB_OK && fresh) /* after what the caller queued so far */
         st = order(c, c->stream, caller);
     blob__stream_enter(c->stream);
@@ -727,7 +727,7 @@ blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op)
         return call_failed(l, __func__, st, "reduce_begin");
     if (l->c->size > 1) {
         BLOB_TRY(blob__comm_usable(l->c, __func__));
-        if (mark(l, 0, blob_get_stream()) != BLOB_OK)
+        if (mark(l, 0, blob_stream_get()) != BLOB_OK)
             return blob__comm_poison(l->c, __func__, BLOB_ECUDA, "timing");
     }
     l->timed = false;
@@ -771,10 +771,10 @@ blob_status blob_comm_reduce_end(blob_comm_list *l)
     l->open = false;
     if (c->size == 1)
         return check_counts(__func__, l, 0, l->n);
-    if (mark(l, 1, blob_get_stream()) != BLOB_OK)
+    if (mark(l, 1, blob_stream_get()) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "timing");
     BLOB_TRY(hand_over(l, 0, l->n, __func__));
-    if (order(c, blob_get_stream(), c->stream) != BLOB_OK)
+    if (order(c, blob_stream_get(), c->stream) != BLOB_OK)
         return blob__comm_poison(c, __func__, BLOB_ECUDA, "joining the caller's stream");
     l->timed = l->timing != NULL;
     return blob_comm_status(c);
@@ -813,7 +813,7 @@ blob_status blob_comm_reduce_wait(blob_comm_list *l, int k)
                          "not all handed over", k, l->id, l->buckets[k].first,
                          l->buckets[k].last);
     BLOB_TRY(blob__comm_usable(l->c, __func__));
-    return blob__be->stream_wait_event(blob_get_stream(), l->done[k]);
+    return blob__be->stream_wait_event(blob_stream_get(), l->done[k]);
 }
 
 blob_status blob_comm_list_set_timing(blob_comm_list *l, bool on)

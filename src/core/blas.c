@@ -1,6 +1,6 @@
 /* The host BLAS: which one is linked (OpenBLAS, BLIS, MKL, or another CBLAS), the OpenBLAS
  * core it runs, and the library's host threads (blob/host_blas.h, blob_blas_get_info,
- * blob_set_host_threads).
+ * blob_host_threads_set).
  *
  * OpenBLAS builds with DYNAMIC_ARCH pick their kernels at load time from the CPU model.
  * On virtual machines that hide the model they fall back to a generic core (Prescott)
@@ -199,7 +199,7 @@ __attribute__((constructor)) static void blas_init(void)
     }
 }
 
-blob_status blob_set_host_threads(int n)
+blob_status blob_host_threads_set(int n)
 {
     if (n < 1 || n > BLOB__MAX_HOST_THREADS)
         return BLOB_FAIL(BLOB_EINVAL, "%d host threads: must be 1 to %d", n,

@@ -97,7 +97,7 @@ blob_status blob__require_gpu(const char *func);
 blob_status blob__current_device(int *device);
 
 /* Run a stretch of work on `stream`: blob__stream_enter makes it the calling thread's
- * current stream (blob_set_stream) and returns the one it replaces, which
+ * current stream (blob_stream_set) and returns the one it replaces, which
  * blob__stream_leave makes current again. */
 void *blob__stream_enter(void *stream);
 void blob__stream_leave(void *prev);

@@ -313,12 +313,12 @@ blob_status blob_stream_synchronize(void *stream)
     return blob__be->stream_synchronize(stream);
 }
 
-void blob_set_stream(void *stream)
+void blob_stream_set(void *stream)
 {
     current_stream = stream;
 }
 
-void *blob_get_stream(void)
+void *blob_stream_get(void)
 {
     return current_stream;
 }

@@ -104,7 +104,7 @@ static blob_status export_begin(blob *b, blob_part part, blob_dlpack_side side,
     bool gpu = side == BLOB_DLPACK_DEVICE;
     int device = blob_device(b);
     if (flags & BLOB_DLPACK_UNORDERED)
-        stream = blob_get_stream();
+        stream = blob_stream_get();
     blob_syncedmem *mem = part == BLOB_PART_DATA ? blob_data_mem(b) : blob_diff_mem(b);
     void *ptr = NULL;
     int prev;

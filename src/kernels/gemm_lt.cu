@@ -21,7 +21,7 @@
  * then on replayed with cudaGraphLaunch on the caller's stream. A plan whose launches
  * rarely come again stops building them.
  *
- * With tuning (blob_set_gemm_tuning) a plan keeps the candidates instead: the heuristic's
+ * With tuning (blob_gemm_tuning_set) a plan keeps the candidates instead: the heuristic's
  * usable ones and each one's algorithm with every split of K in SPLITS, and the first call
  * outside a capture times them all on the device (tune_plan) and keeps the fastest. */
 #include <math.h>

@@ -92,7 +92,7 @@ blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans tran
 /* C = epilogue(op(A) op(B)) as blob_gpu_gemm_epilogue, with validated arguments (any size
  * >= 0), mode resolved (BLOB_MATH_FP32 for float64), and bias / mask NULL unless the
  * epilogue uses them; with tune, a problem met for the first time has its algorithm
- * timed (blob_set_gemm_tuning). */
+ * timed (blob_gemm_tuning_set). */
 blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
                                   blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
                                   int64_t K, const void *A, const void *B, void *C,

@@ -243,7 +243,7 @@ blob_status blob_gpu_im2col(blob_dtype dtype, const blob_conv_geometry *g, int64
     BLOB_TRY(blob__require_gpu(__func__));
     if (!s.n_other)
         return BLOB_OK;
-    return blob__k_im2col(blob_get_stream(), dtype, g, s.oh, s.ow, num, im, col);
+    return blob__k_im2col(blob_stream_get(), dtype, g, s.oh, s.ow, num, im, col);
 }
 
 blob_status blob_cpu_col2im(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
@@ -266,7 +266,7 @@ blob_status blob_gpu_col2im(blob_dtype dtype, const blob_conv_geometry *g, int64
     BLOB_TRY(blob__require_gpu(__func__));
     if (!s.n_image)
         return BLOB_OK;
-    return blob__k_col2im(blob_get_stream(), dtype, g, s.oh, s.ow, num, col, im);
+    return blob__k_col2im(blob_stream_get(), dtype, g, s.oh, s.ow, num, col, im);
 }
 
 blob_status blob_cpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g,
@@ -289,7 +289,7 @@ blob_status blob_gpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry
     BLOB_TRY(blob__require_gpu(__func__));
     if (!s.n_other)
         return BLOB_OK;
-    return blob__k_max_pool_forward(blob_get_stream(), dtype, g, s.oh, s.ow, num, x, y, argmax);
+    return blob__k_max_pool_forward(blob_stream_get(), dtype, g, s.oh, s.ow, num, x, y, argmax);
 }
 
 blob_status blob_cpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g,
@@ -314,7 +314,7 @@ blob_status blob_gpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometr
     BLOB_TRY(blob__require_gpu(__func__));
     if (!s.n_image)
         return BLOB_OK;
-    return blob__k_max_pool_backward(blob_get_stream(), dtype, g, s.oh, s.ow, num, dy, argmax,
+    return blob__k_max_pool_backward(blob_stream_get(), dtype, g, s.oh, s.ow, num, dy, argmax,
                                      dx);
 }
 
@@ -338,7 +338,7 @@ blob_status blob_gpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry
     BLOB_TRY(blob__require_gpu(__func__));
     if (!s.n_other)
         return BLOB_OK;
-    return blob__k_avg_pool_forward(blob_get_stream(), dtype, g, s.oh, s.ow, num, x, y);
+    return blob__k_avg_pool_forward(blob_stream_get(), dtype, g, s.oh, s.ow, num, x, y);
 }
 
 blob_status blob_cpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g,
@@ -361,5 +361,5 @@ blob_status blob_gpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometr
     BLOB_TRY(blob__require_gpu(__func__));
     if (!s.n_image)
         return BLOB_OK;
-    return blob__k_avg_pool_backward(blob_get_stream(), dtype, g, s.oh, s.ow, num, dy, dx);
+    return blob__k_avg_pool_backward(blob_stream_get(), dtype, g, s.oh, s.ow, num, dy, dx);
 }

@@ -192,7 +192,7 @@ blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
         mask = NULL;
     if (!reads_bias(epilogue) && !writes_bias(epilogue))
         bias = NULL;
-    return blob__k_gemm_epilogue(blob_get_stream(), dtype, run_mode, trans_a, trans_b, M, N, K,
+    return blob__k_gemm_epilogue(blob_stream_get(), dtype, run_mode, trans_a, trans_b, M, N, K,
                                  A, B, C, epilogue, bias, mask, tuning);
 }
 

@@ -261,7 +261,7 @@ static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double bet
     if (beta == 1)
         return BLOB_OK;
     if (gpu) {
-        void *s = blob_get_stream();
+        void *s = blob_stream_get();
         return beta == 0 ? blob__k_set(s, dtype, n, 0, y) : blob__k_scal(s, dtype, n, beta, y);
     }
     if (beta == 0)
@@ -361,9 +361,9 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
     if (K == 0)
         return scale_empty(true, dtype, M * N, beta, C);
     if (mode != BLOB_MATH_FP32)
-        return blob__k_gemm_mode(blob_get_stream(), mode, trans_a, trans_b, M, N, K, alpha, A,
+        return blob__k_gemm_mode(blob_stream_get(), mode, trans_a, trans_b, M, N, K, alpha, A,
                                  B, beta, C);
-    return blob__k_gemm(blob_get_stream(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
+    return blob__k_gemm(blob_stream_get(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
                         beta, C);
 }
 
@@ -416,7 +416,7 @@ blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64
         return BLOB_OK;
     if (red == 0)
         return scale_empty(true, dtype, out, beta, y);
-    return blob__k_gemv(blob_get_stream(), dtype, trans_a, M, N, alpha, A, x, beta, y);
+    return blob__k_gemv(blob_stream_get(), dtype, trans_a, M, N, alpha, A, x, beta, y);
 }
 
 blob_status blob_cpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void *x, void *y)
@@ -430,7 +430,7 @@ blob_status blob_gpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_axpy(blob_get_stream(), dtype, n, alpha, x, y);
+    return blob__k_axpy(blob_stream_get(), dtype, n, alpha, x, y);
 }
 
 blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x,
@@ -446,7 +446,7 @@ blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_axpby(blob_get_stream(), dtype, n, alpha, x, beta, y);
+    return blob__k_axpby(blob_stream_get(), dtype, n, alpha, x, beta, y);
 }
 
 blob_status blob_cpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
@@ -460,7 +460,7 @@ blob_status blob_gpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_scal(blob_get_stream(), dtype, n, alpha, x);
+    return blob__k_scal(blob_stream_get(), dtype, n, alpha, x);
 }
 
 blob_status blob_cpu_dot(blob_dtype dtype, int64_t n, const void *x, const void *y, double *out)
@@ -476,7 +476,7 @@ blob_status blob_gpu_dot(blob_dtype dtype, int64_t n, const void *x, const void 
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(check_out(__func__, out));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_dot(blob_get_stream(), dtype, n, x, y, out);
+    return blob__k_dot(blob_stream_get(), dtype, n, x, y, out);
 }
 
 blob_status blob_cpu_asum(blob_dtype dtype, int64_t n, const void *x, double *out)
@@ -492,7 +492,7 @@ blob_status blob_gpu_asum(blob_dtype dtype, int64_t n, const void *x, double *ou
     BLOB_TRY(CHECK_VEC(dtype, n, x));
     BLOB_TRY(check_out(__func__, out));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_asum(blob_get_stream(), dtype, n, x, out);
+    return blob__k_asum(blob_stream_get(), dtype, n, x, out);
 }
 
 blob_status blob_cpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
@@ -506,7 +506,7 @@ blob_status blob_gpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_copy(blob_get_stream(), dtype, n, x, y);
+    return blob__k_copy(blob_stream_get(), dtype, n, x, y);
 }
 
 blob_status blob_cpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
@@ -520,7 +520,7 @@ blob_status blob_gpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_set(blob_get_stream(), dtype, n, alpha, y);
+    return blob__k_set(blob_stream_get(), dtype, n, alpha, y);
 }
 
 blob_status blob_cpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void *y)
@@ -534,7 +534,7 @@ blob_status blob_gpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_add_scalar(blob_get_stream(), dtype, n, alpha, y);
+    return blob__k_add_scalar(blob_stream_get(), dtype, n, alpha, y);
 }
 
 blob_status blob_cpu_mul(blob_dtype dtype, int64_t n, const void *a, const void *b, void *y)
@@ -549,7 +549,7 @@ blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
 {
     BLOB_TRY(CHECK_VEC(dtype, n, a, b, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_mul(blob_get_stream(), dtype, n, a, b, y);
+    return blob__k_mul(blob_stream_get(), dtype, n, a, b, y);
 }
 
 /* The host loops that run on the library's host threads (blob__host_for): their
@@ -631,7 +631,7 @@ blob_status blob_gpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, vo
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_relu_forward(blob_get_stream(), dtype, n, x, y);
+    return blob__k_relu_forward(blob_stream_get(), dtype, n, x, y);
 }
 
 blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, const void *dy,
@@ -648,7 +648,7 @@ blob_status blob_gpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_relu_backward(blob_get_stream(), dtype, n, x, dy, dx);
+    return blob__k_relu_backward(blob_stream_get(), dtype, n, x, dy, dx);
 }
 
 /* On the host a bad label fails the call before anything is written. */
@@ -672,7 +672,7 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_forward(blob_get_stream(), dtype, rows, classes, logits,
+    return blob__k_softmax_loss_forward(blob_stream_get(), dtype, rows, classes, logits,
                                         labels, prob, loss);
 }
 
@@ -696,7 +696,7 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_backward(blob_get_stream(), dtype, rows, classes, prob,
+    return blob__k_softmax_loss_backward(blob_stream_get(), dtype, rows, classes, prob,
                                          labels, scale, dlogits);
 }
 
@@ -722,7 +722,7 @@ blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
                            logits, labels, prob, loss, dlogits));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_forward_backward(blob_get_stream(), dtype, rows, classes,
+    return blob__k_softmax_loss_forward_backward(blob_stream_get(), dtype, rows, classes,
                                                  logits, labels, scale, prob, loss, dlogits);
 }
 

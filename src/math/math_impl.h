@@ -46,7 +46,7 @@ blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);
 blob_status blob__math_mode_for(const char *func, blob_dtype dtype, blob_math_mode mode,
                                 blob_math_mode *out);
 
-/* Whether GEMMs are tuned: blob_get_gemm_tuning, and BLOB_EINVAL, recorded under func,
+/* Whether GEMMs are tuned: blob_gemm_tuning_get, and BLOB_EINVAL, recorded under func,
  * while it is the environment's and BLOB_GEMM_TUNING is malformed (*on then false). */
 blob_status blob__gemm_tuning(const char *func, bool *on);
 

@@ -20,7 +20,7 @@ static void read_env(void)
     env_mode = (blob_math_mode)(BLOB_MATH_FP32 + i);
 }
 
-blob_status blob_set_math_mode(blob_math_mode mode)
+blob_status blob_math_mode_set(blob_math_mode mode)
 {
     if (mode < BLOB_MATH_DEFAULT || mode > BLOB_MATH_BF16)
         return BLOB_FAIL(BLOB_EINVAL, "bad math mode %d", (int)mode);
@@ -39,7 +39,7 @@ static blob_math_mode process_mode(bool *from_env)
     return env_mode;
 }
 
-blob_math_mode blob_get_math_mode(void)
+blob_math_mode blob_math_mode_get(void)
 {
     bool from_env;
     return process_mode(&from_env);
@@ -88,14 +88,14 @@ static void read_tuning_env(void)
     atomic_store(&tuning, on);
 }
 
-void blob_set_gemm_tuning(bool on)
+void blob_gemm_tuning_set(bool on)
 {
     pthread_once(&tuning_once, read_tuning_env);
     atomic_store(&tuning, on);
     atomic_store(&tuning_set, true);
 }
 
-bool blob_get_gemm_tuning(void)
+bool blob_gemm_tuning_get(void)
 {
     pthread_once(&tuning_once, read_tuning_env);
     return atomic_load(&tuning);
@@ -103,6 +103,6 @@ bool blob_get_gemm_tuning(void)
 
 blob_status blob__gemm_tuning(const char *func, bool *on)
 {
-    *on = blob_get_gemm_tuning();
+    *on = blob_gemm_tuning_get();
     return atomic_load(&tuning_set) ? BLOB_OK : blob__env_raise(&tuning_fault, func);
 }

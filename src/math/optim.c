@@ -185,6 +185,6 @@ blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
 {
     BLOB_TRY(check_step(__func__, opt, dtype, n, counts, data, diff, hist1, hist2, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_get_stream(), opt, dtype, n, counts, data, diff, hist1, hist2,
+    return blob__k_optim_step(blob_stream_get(), opt, dtype, n, counts, data, diff, hist1, hist2,
                               step);
 }

@@ -51,7 +51,7 @@ blob_status blob_syncedmem_create(blob_syncedmem **out, size_t bytes, int device
     if (!m)
         return BLOB_ENOMEM;
     m->size = bytes;
-    m->head = BLOB_UNINITIALIZED;
+    m->head = BLOB_HEAD_UNINITIALIZED;
     m->device = device;
     atomic_init(&m->refs, 1);
     *out = m;
@@ -148,7 +148,7 @@ void blob_syncedmem_free(blob_syncedmem *m)
         return expr;                                                           \
     }
 BLOB__QUERY(size_t, size, 0, m->size)
-BLOB__QUERY(blob_head, head, BLOB_UNINITIALIZED, m->head)
+BLOB__QUERY(blob_head, head, BLOB_HEAD_UNINITIALIZED, m->head)
 BLOB__QUERY(int, device, BLOB_HOST_ONLY, m->device)
 BLOB__QUERY(bool, host_pinned, false, m->host && m->host_pinned)
 BLOB__QUERY(bool, pending, false, m->pending)
@@ -225,7 +225,7 @@ static blob_status to_cpu(const char *func, blob_syncedmem *m)
 {
     BLOB_TRY(settle(m));
     switch (m->head) {
-    case BLOB_UNINITIALIZED:
+    case BLOB_HEAD_UNINITIALIZED:
         if (m->size) {
             if (!m->host)
                 BLOB_TRY(alloc_host(m));
@@ -236,7 +236,7 @@ static blob_status to_cpu(const char *func, blob_syncedmem *m)
     case BLOB_HEAD_AT_GPU: {
         if (m->size) {
             BLOB_TRY(check_gpu(func, m));
-            void *stream = blob_get_stream();
+            void *stream = blob_stream_get();
             bool fresh = !m->host;
             if (fresh)
                 BLOB_TRY(alloc_host(m));
@@ -249,11 +249,11 @@ static blob_status to_cpu(const char *func, blob_syncedmem *m)
                 return st;
             }
         }
-        m->head = BLOB_SYNCED;
+        m->head = BLOB_HEAD_SYNCED;
         return BLOB_OK;
     }
     case BLOB_HEAD_AT_CPU:
-    case BLOB_SYNCED:
+    case BLOB_HEAD_SYNCED:
         return BLOB_OK;
     }
     return blob__fail(BLOB_ESTATE, func, "corrupt head %d", (int)m->head);
@@ -264,20 +264,20 @@ static blob_status to_cpu(const char *func, blob_syncedmem *m)
 static blob_status to_gpu(const char *func, blob_syncedmem *m)
 {
     BLOB_TRY(check_gpu(func, m));
-    void *stream = blob_get_stream();
-    if (!m->size || m->head == BLOB_HEAD_AT_GPU || m->head == BLOB_SYNCED) {
+    void *stream = blob_stream_get();
+    if (!m->size || m->head == BLOB_HEAD_AT_GPU || m->head == BLOB_HEAD_SYNCED) {
         BLOB_TRY(use_on(m, stream));
-        if (m->head == BLOB_UNINITIALIZED)
+        if (m->head == BLOB_HEAD_UNINITIALIZED)
             m->head = BLOB_HEAD_AT_GPU;
         else if (m->head == BLOB_HEAD_AT_CPU)
-            m->head = BLOB_SYNCED;
+            m->head = BLOB_HEAD_SYNCED;
         return BLOB_OK;
     }
     BLOB_TRY(use_on(m, stream)); /* before a fresh allocation, which needs no ordering */
     bool fresh = !m->dev;
     if (fresh)
         BLOB_TRY(alloc_dev(m, stream));
-    blob_status st = m->head == BLOB_UNINITIALIZED
+    blob_status st = m->head == BLOB_HEAD_UNINITIALIZED
                          ? blob__be->memset_async(m->dev, 0, m->size, stream)
                          : copy_sync(m->dev, m->host, m->size, BLOB__H2D, stream);
     if (st != BLOB_OK) {
@@ -285,7 +285,7 @@ static blob_status to_gpu(const char *func, blob_syncedmem *m)
             free_dev(m);
         return st;
     }
-    m->head = m->head == BLOB_UNINITIALIZED ? BLOB_HEAD_AT_GPU : BLOB_SYNCED;
+    m->head = m->head == BLOB_HEAD_UNINITIALIZED ? BLOB_HEAD_AT_GPU : BLOB_HEAD_SYNCED;
     return BLOB_OK;
 }
 
@@ -338,7 +338,7 @@ blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *m, bool
         return BLOB_OK;
     }
     BLOB_TRY(check_gpu(func, m));
-    void *stream = blob_get_stream();
+    void *stream = blob_stream_get();
     BLOB_TRY(use_on(m, stream));
     if (!m->dev && m->size)
         BLOB_TRY(alloc_dev(m, stream));
@@ -412,7 +412,7 @@ static blob_status copy_pending(blob_syncedmem *m, void *dst, const void *src,
         BLOB_TRY(blob__be->stream_synchronize(stream)); /* the copy is queued: finish it */
     else
         m->pending = true;
-    m->head = BLOB_SYNCED;
+    m->head = BLOB_HEAD_SYNCED;
     return BLOB_OK;
 }
 
@@ -423,14 +423,14 @@ static blob_status async_copy(const char *func, blob_syncedmem *m, void *stream,
     if (!m)
         return blob__fail(BLOB_EINVAL, func, "block is NULL");
     BLOB_TRY(check_gpu(func, m));
-    if (m->head == BLOB_SYNCED)
+    if (m->head == BLOB_HEAD_SYNCED)
         return BLOB_OK;
     if (m->head != (to_gpu ? BLOB_HEAD_AT_CPU : BLOB_HEAD_AT_GPU))
         return blob__fail(BLOB_ESTATE, func, "needs the head at the %s (head %d)",
                           to_gpu ? "CPU" : "GPU", (int)m->head);
     BLOB_TRY(settle(m));
     if (!m->size) {
-        m->head = BLOB_SYNCED;
+        m->head = BLOB_HEAD_SYNCED;
         return BLOB_OK;
     }
     BLOB_TRY(use_on(m, stream));
