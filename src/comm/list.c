@@ -645,8 +645,11 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
     if (in_place) {
         buf = l->dev[k->first] + (size_t)(k->begin - l->offset[k->first]) * l->elem;
     } else if (!replayed || !r->buf) {
+        /* padded to 16 bytes: NCCL reads its input in whole words past the end of a
+         * 2-byte type's last element (only the buffer holds such a type, never a blob) */
         void *p = NULL;
-        st = blob_place_alloc(blob_place_device(c->device), bytes, c->stream, &p);
+        size_t padded = (bytes + 15) & ~(size_t)15;
+        st = blob_place_alloc(blob_place_device(c->device), padded, c->stream, &p);
         buf = p;
         if (replayed)
             r->buf = p;
