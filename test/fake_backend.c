@@ -252,6 +252,17 @@ static blob_status fake_device_alloc(size_t bytes, void **out)
 }
 static void fake_device_free(void *p) { free_block(p, BLK_DEVICE, &stats.device_frees); }
 
+static blob_status fake_pointer_device(const void *p, int *device)
+{
+    const unsigned char *c = p;
+    *device = BLOB__HOST_MEMORY;
+    for (size_t i = 0; i < n_blocks; i++)
+        if (blocks[i].kind == BLK_DEVICE && c >= blocks[i].p &&
+            c < blocks[i].p + blocks[i].size)
+            *device = blocks[i].device;
+    return BLOB_OK;
+}
+
 static blob_status fake_copy_async(void *dst, const void *src, size_t bytes,
                                    blob__copy_kind kind, void *s)
 {
@@ -435,6 +446,7 @@ LOCKED(blob_status, fake_pinned_alloc, (size_t bytes, void **out), (bytes, out))
 LOCKED_VOID(fake_pinned_free, (void *p), (p))
 LOCKED(blob_status, fake_device_alloc, (size_t bytes, void **out), (bytes, out))
 LOCKED_VOID(fake_device_free, (void *p), (p))
+LOCKED(blob_status, fake_pointer_device, (const void *p, int *device), (p, device))
 LOCKED(blob_status, fake_copy_async,
        (void *dst, const void *src, size_t bytes, blob__copy_kind kind, void *s),
        (dst, src, bytes, kind, s))
@@ -493,6 +505,7 @@ static const blob__backend fake_backend = {
     .pinned_free = locked_fake_pinned_free,
     .device_alloc = locked_fake_device_alloc,
     .device_free = locked_fake_device_free,
+    .pointer_device = locked_fake_pointer_device,
     .copy_async = locked_fake_copy_async,
     .memset_async = locked_fake_memset_async,
     .device_synchronize = locked_fake_device_synchronize,

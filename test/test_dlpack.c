@@ -595,6 +595,42 @@ START_TEST(test_import_device_freed_elsewhere)
 }
 END_TEST
 
+/* A tensor whose data is not where its device says: host memory named as a GPU's,
+ * one GPU's memory named as another's or as host memory. Refused with the two places
+ * named; the producer keeps its tensor, nothing is made. */
+START_TEST(test_import_wrong_place)
+{
+    float host[8];
+    float *dev1;
+    ck_ok(blob_device_set(1));
+    ck_ok(blob__be->device_alloc(sizeof host, (void **)&dev1));
+    ck_ok(blob_device_set(0));
+    const struct {
+        void *data;
+        DLDevice dev;
+        const char *message;
+    } cases[] = {
+        {host, {kDLCUDA, 0}, "data is host memory, but the tensor says CUDA device 0"},
+        {dev1, {kDLCUDA, 0}, "data is memory of GPU 1, but the tensor says CUDA device 0"},
+        {dev1, {kDLCPU, 0}, "data is memory of GPU 1, but the tensor says host memory"},
+        {dev1 + 2, {kDLCUDAHost, 0}, "data is memory of GPU 1, but the tensor says host"},
+    };
+    int64_t shape[] = {2};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        producer p;
+        producer_init(&p, cases[i].data, cases[i].dev, BLOB_FLOAT32, 1, shape);
+        blob *b = (blob *)&b;
+        ck_status(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
+        ck_assert_ptr_null(b);
+        ck_assert_msg(strstr(blob_last_error(), cases[i].message), "%s", blob_last_error());
+        ck_assert_int_eq(p.deleted, 0);
+    }
+    ck_ok(blob_device_set(1));
+    blob__be->device_free(dev1);
+    ck_ok(blob_device_set(0));
+}
+END_TEST
+
 /* A borrowed device side that no device work touched is given back without a wait. */
 START_TEST(test_import_device_no_wait)
 {
@@ -970,6 +1006,48 @@ END_TEST
 
 /* ---- a real GPU ---- */
 
+/* The driver's view of a tensor's memory: host memory named as GPU 0's, GPU 0's named as
+ * host memory, and (with two GPUs) GPU 1's named as GPU 0's are refused; pinned host
+ * memory named as kDLCUDAHost is taken. */
+START_TEST(test_gpu_wrong_place)
+{
+    float host[4];
+    void *dev[2] = {NULL, NULL}, *pinned;
+    int n = blob_device_count() > 1 ? 2 : 1;
+    for (int d = 0; d < n; d++) {
+        ck_ok(blob_device_set(d));
+        ck_ok(blob__be->device_alloc(sizeof host, &dev[d]));
+    }
+    ck_ok(blob_device_set(0));
+    ck_ok(blob__be->pinned_alloc(sizeof host, &pinned));
+    const struct {
+        void *data;
+        DLDevice dev;
+        blob_status st;
+    } cases[] = {
+        {host, {kDLCUDA, 0}, BLOB_EINVAL},
+        {dev[0], {kDLCPU, 0}, BLOB_EINVAL},
+        {pinned, {kDLCUDAHost, 0}, BLOB_OK},
+        {dev[1], {kDLCUDA, 0}, BLOB_EINVAL}, /* with two GPUs */
+    };
+    int64_t shape[] = {4};
+    for (int i = 0; i < 3 + (n > 1); i++) {
+        producer p;
+        producer_init(&p, cases[i].data, cases[i].dev, BLOB_FLOAT32, 1, shape);
+        blob *b = NULL;
+        ck_status(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY), cases[i].st);
+        ck_assert_int_eq(p.deleted, 0);
+        blob_free(b);
+        ck_assert_int_eq(p.deleted, cases[i].st == BLOB_OK);
+    }
+    blob__be->pinned_free(pinned);
+    for (int d = n - 1; d >= 0; d--) {
+        ck_ok(blob_device_set(d));
+        blob__be->device_free(dev[d]);
+    }
+}
+END_TEST
+
 /* Device memory both ways with the library on each side: a blob exported on a stream
  * of its own, imported as a second blob, scaled through the second, read through the
  * first; the producer's blob freed first. loop: dtype. */
@@ -1217,6 +1295,7 @@ Suite *dlpack_suite(void)
     tcase_add_loop_test(tc, test_import_lifetimes, 0, LIFE_COUNT);
     tcase_add_loop_test(tc, test_import_device, 0, FAKE_DEVICES);
     tcase_add_test(tc, test_import_device_freed_elsewhere);
+    tcase_add_test(tc, test_import_wrong_place);
     tcase_add_test(tc, test_import_device_no_wait);
     tcase_add_loop_test(tc, test_round_trip, 0, 4);
     tcase_add_loop_test(tc, test_import_bad_input, 0, N_BAD_CASES);
@@ -1242,6 +1321,7 @@ Suite *dlpack_suite(void)
     TCase *gpu = gpu_tcase("gpu");
     req_add_loop_test(gpu, test_gpu_round_trip, 0, 2);
     req_add_test(gpu, test_gpu_pinned_host);
+    req_add_test(gpu, test_gpu_wrong_place);
     suite_add_tcase(s, gpu);
     return s;
 }

@@ -105,7 +105,9 @@ BLOB_API blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side si
  * row-major (dims of size 1 may have any stride, a tensor of count 0 any strides); a
  * byte_offset that is not a multiple of the element size or overflows the address; a
  * misaligned or NULL data pointer; a device type other than these three; a host
- * device_id other than 0), BLOB_ENODEV (kDLCUDA without a GPU), BLOB_ERANGE (no such
+ * device_id other than 0; data that the driver knows to be elsewhere than the device
+ * says: host memory named as a GPU's, a GPU's memory named as another GPU's or as host
+ * memory, managed memory being taken as either), BLOB_ENODEV (kDLCUDA without a GPU), BLOB_ERANGE (no such
  * GPU, for kDLCUDA or host_device), BLOB_EOVERFLOW, BLOB_ENOMEM. */
 BLOB_API blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_device);
 

@@ -76,6 +76,16 @@ static blob_status cuda_device_alloc(size_t bytes, void **out)
     return BLOB_OK;
 }
 
+static blob_status cuda_pointer_device(const void *p, int *device)
+{
+    struct cudaPointerAttributes a;
+    CUDA_TRY(cudaPointerGetAttributes(&a, p));
+    *device = a.type == cudaMemoryTypeDevice    ? a.device
+              : a.type == cudaMemoryTypeManaged ? BLOB__MANAGED_MEMORY
+                                                : BLOB__HOST_MEMORY;
+    return BLOB_OK;
+}
+
 static void cuda_device_free(void *p)
 {
     if (p && cudaFree(p) != cudaSuccess)
@@ -288,6 +298,7 @@ static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t
 static const blob__backend cuda_backend = {
     .name = "cuda",
     .device_count = cuda_device_count,
+    .pointer_device = cuda_pointer_device,
     .get_device = cuda_get_device,
     .set_device = cuda_set_device,
     .host_alloc = blob__system_host_alloc,

@@ -17,6 +17,12 @@ static blob_status none_alloc(size_t bytes, void **out)
     return no_gpu("alloc");
 }
 static void none_free(void *p) { (void)p; }
+static blob_status none_pointer_device(const void *p, int *device)
+{
+    (void)p;
+    *device = BLOB__HOST_MEMORY;
+    return BLOB_OK;
+}
 static blob_status none_copy_async(void *dst, const void *src, size_t bytes,
                                    blob__copy_kind kind, void *stream)
 {
@@ -78,6 +84,7 @@ static blob_status none_graph_count_nodes(void *graph, int64_t *kernels, int64_t
 static const blob__backend none_backend = {
     .name = "none",
     .device_count = none_device_count,
+    .pointer_device = none_pointer_device,
     .get_device = none_get_device,
     .set_device = none_set_device,
     .host_alloc = blob__system_host_alloc,

@@ -19,6 +19,10 @@ typedef enum { BLOB__H2D, BLOB__D2H, BLOB__D2H_PINNED, BLOB__D2D } blob__copy_ki
  * host-memory device in the tests. Device entries act on the calling thread's current
  * device. Streams and events are opaque; NULL is the default stream. Device entries
  * are NULL-safe on free/destroy. */
+/* What blob__backend.pointer_device says of memory that is not one GPU's own. */
+#define BLOB__HOST_MEMORY (-1)
+#define BLOB__MANAGED_MEMORY (-2)
+
 typedef struct blob__backend {
     const char *name;
     int (*device_count)(void);
@@ -30,6 +34,9 @@ typedef struct blob__backend {
     void (*pinned_free)(void *p);
     blob_status (*device_alloc)(size_t bytes, void **out);
     void (*device_free)(void *p);
+    /* *device: the GPU whose device memory p is; BLOB__HOST_MEMORY for host memory,
+     * pinned or not, and addresses the driver does not know; BLOB__MANAGED_MEMORY. */
+    blob_status (*pointer_device)(const void *p, int *device);
     /* Copies and fills are queued on a stream; callers synchronize as needed. */
     blob_status (*copy_async)(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
                               void *stream);

@@ -282,6 +282,27 @@ static blob_status place_of(const char *func, DLDevice d, bool *gpu, int *device
                      (int)d.device_type);
 }
 
+/* t's data is memory of GPU `device` (BLOB__HOST_MEMORY: host memory), as its device
+ * says, or managed memory: a tensor that names the wrong place would fault in the
+ * library's kernels or copies. */
+static blob_status check_memory(const char *func, const DLTensor *t, int device)
+{
+    if (!t->data || blob_device_count() == 0) /* no GPU: no memory but the host's */
+        return BLOB_OK;
+    int actual;
+    BLOB_TRY(blob__be->pointer_device(t->data, &actual));
+    if (actual == device || actual == BLOB__MANAGED_MEMORY)
+        return BLOB_OK;
+    if (actual == BLOB__HOST_MEMORY)
+        return IMPORT_FAIL(BLOB_EINVAL, "data is host memory, but the tensor says CUDA device %d",
+                           device);
+    if (device < 0)
+        return IMPORT_FAIL(BLOB_EINVAL, "data is memory of GPU %d, but the tensor says host "
+                           "memory", actual);
+    return IMPORT_FAIL(BLOB_EINVAL, "data is memory of GPU %d, but the tensor says CUDA device %d",
+                       actual, device);
+}
+
 /* A blob borrowing t's memory, release(ctx) called when the last reference goes
  * (blob_from_dlpack's contract, for either struct). */
 static blob_status import_tensor(const char *func, blob **out, const DLTensor *t,
@@ -297,6 +318,7 @@ static blob_status import_tensor(const char *func, blob **out, const DLTensor *t
     bool gpu = false;
     int device = host_device;
     BLOB_TRY(place_of(func, t->device, &gpu, &device));
+    BLOB_TRY(check_memory(func, t, gpu ? device : BLOB__HOST_MEMORY));
     if (t->byte_offset % elem)
         return IMPORT_FAIL(BLOB_EINVAL, "byte_offset %llu is not a multiple of the element "
                            "size %zu", (unsigned long long)t->byte_offset, elem);
