@@ -452,6 +452,19 @@ fuzz: fuzz-build
 	        $(FUZZ_BUILD)/corpus/$$t test/fuzz/corpus/$$t || exit 1; \
 	done
 
+# The sources' layout (.clang-format): format rewrites them, format-check (CI) fails
+# naming the files that differ. tools/deps.sh format brings clang-format.
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+.PHONY: format format-check
+format:
+	$(Q)sh tools/deps.sh format
+	$(Q)clang-format -i $(FORMAT_SRC)
+
+format-check:
+	$(Q)sh tools/deps.sh format
+	$(Q)clang-format --dry-run --Werror $(FORMAT_SRC) && \
+	    echo "format-check: $(words $(FORMAT_SRC)) files as .clang-format lays them out"
+
 clean:
 	rm -rf build
 

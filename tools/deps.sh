@@ -1,11 +1,12 @@
 #!/bin/sh
 # Make sure the dependencies of a make target are present:
-#   [BLAS=openblas|blis|mkl] [PYTHON=python3] sh tools/deps.sh [check|demo|fuzz]
+#   [BLAS=openblas|blis|mkl] [PYTHON=python3] sh tools/deps.sh [check|demo|fuzz|format]
 # check (the default): everything, the test suite's Check and subunit and python3 (which
 # generates the test of NULL arguments) included, and cmake (for the install check's
 # CMake consumers, which are skipped without it) where it can be installed;
 # demo: the compiler, pkg-config, the host BLAS, zlib, DLPack's header and the dataset;
-# fuzz: those of demo but the dataset, and clang ($FUZZ_CC) with its libFuzzer runtime.
+# fuzz: those of demo but the dataset, and clang ($FUZZ_CC) with its libFuzzer runtime;
+# format: clang-format alone.
 # The host BLAS is the Makefile's BLAS: OpenBLAS (libopenblas-dev), BLIS (libblis-dev) or
 # MKL (PyPI's mkl-devel, installed with pip for $PYTHON like numpy).
 # As root with apt-get, missing Debian packages are installed; otherwise the missing ones
@@ -17,8 +18,20 @@ blas=${BLAS:-openblas}
 python=${PYTHON:-python3}
 case $mode in
 check | demo | fuzz) ;;
+format)
+    command -v clang-format >/dev/null 2>&1 && exit 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "deps: installing clang-format"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq </dev/null
+        apt-get install -y -qq --no-install-recommends clang-format </dev/null >/dev/null
+        exit 0
+    fi
+    echo "deps: missing clang-format (sudo apt-get install clang-format)" >&2
+    exit 1
+    ;;
 *)
-    echo "usage: [BLAS=openblas|blis|mkl] sh tools/deps.sh [check|demo|fuzz]" >&2
+    echo "usage: [BLAS=openblas|blis|mkl] sh tools/deps.sh [check|demo|fuzz|format]" >&2
     exit 2
     ;;
 esac
