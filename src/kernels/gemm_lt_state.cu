@@ -117,7 +117,7 @@ blob_status blob__lt_workspace_for(LtState *st, int device, void *stream, Worksp
 
 blob_status blob__lt_workspace(void *stream, void **ptr, size_t *bytes)
 {
-    LtState *st = nullptr; /* for GCC, which cannot see that a failure returns early */
+    LtState *st = nullptr; /* for GCC, which cannot tell that a failure is never BLOB_OK */
     int dev = 0;
     cublasLtHandle_t h;
     BLOB_TRY(blob__lt_thread_state(__func__, &st, &dev, &h));
