@@ -168,7 +168,7 @@ lib: $(SHARED) $(STATIC)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 # Say what to install when DLPack's header is missing, before the compiler fails on it.
 $(BUILD)/src/interop/%.o: | dlpack-header
@@ -177,7 +177,10 @@ dlpack-header:
 	    { echo "libblob needs DLPack's header <dlpack/dlpack.h>: make deps (Debian's" \
 	        "libdlpack-dev), or point DLPACK_CFLAGS at it (DLPACK_CFLAGS=-I/its/include)" >&2; \
 	      exit 1; }
-$(BUILD)/src/comm/ccl_nccl.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
+# The toolkit's headers only for the C units that include them (the CUDA backend, the
+# NCCL table), NCCL's only for those that include nccl.h.
+$(BUILD)/src/core/backend_cuda.o: ALL_CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/src/comm/ccl_nccl.o: ALL_CFLAGS += $(CUDA_CFLAGS) $(NCCL_CFLAGS)
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -243,6 +246,7 @@ $(COMM_PROBE): test/comm/comm_probe.c $(STATIC)
 BENCH_SRC := bench/main.c bench/timing.c bench/report.c bench/api.c bench/dlpack.c \
              $(if $(filter 1,$(CUDA)),bench/gpu.c bench/conv.c bench/fused.c,bench/gpu_none.c)
 BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/bench/gpu.o $(BUILD)/bench/conv.o $(BUILD)/bench/fused.o: ALL_CFLAGS += $(CUDA_CFLAGS)
 BENCH_BIN := $(BUILD)/bench/blob_bench
 
 $(BENCH_BIN): $(BENCH_OBJ) $(STATIC)
@@ -261,7 +265,7 @@ bench-comm:
 	@echo "bench-comm: skipped: this build has no NCCL"
 endif
 
-$(BUILD)/bench/comm.o: CUDA_CFLAGS += $(NCCL_CFLAGS)
+$(BUILD)/bench/comm.o: ALL_CFLAGS += $(CUDA_CFLAGS) $(NCCL_CFLAGS)
 $(BENCH_COMM_BIN): $(BUILD)/bench/comm.o $(BUILD)/bench/timing.o $(BUILD)/bench/report.o $(STATIC)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(EXTRA_LDFLAGS) -o $@ $^ $(LIB_LIBS)

@@ -1,4 +1,4 @@
-/* Internal to src/kernels: what the cuBLASLt GEMM (gemm_lt.cu), its fallback epilogue
+/* Internal to src/kernels: what the cuBLASLt GEMM (gemm_lt*.cu), its fallback epilogue
  * kernels (epilogue.cu) and the cuBLAS handles (cublas.cu) share. */
 #ifndef BLOB_KERNELS_LT_CUH
 #define BLOB_KERNELS_LT_CUH

@@ -1,0 +1,129 @@
+/* The cuBLASLt GEMM's state of each thread (gemm_lt.cuh): per device a cuBLASLt handle
+ * and a stream to capture launches on, the room of the plan cache (gemm_lt_plan.cu fills
+ * it), and the workspaces, which come from the device allocator once per thread, device
+ * and stream. Owns their making and, at thread exit or blob__lt_thread_release, their
+ * destruction. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "blob/alloc.h"
+#include "gemm_lt.cuh"
+
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+static int state_key_err;
+
+static void workspace_free(Workspace *w)
+{
+    if (w->generation == blob__backend_generation)
+        blob_place_free(blob_place_device(w->device), w->ptr);
+}
+
+static void state_destroy(void *p)
+{
+    LtState *st = (LtState *)p;
+    for (int i = 0; i < st->num_plans; i++)
+        blob__lt_plan_destroy(&st->plans[i]);
+    for (int i = 0; i < st->num_ws; i++)
+        workspace_free(&st->ws[i]);
+    for (int d = 0; d < st->devices; d++) {
+        if (st->handle[d])
+            (void)cublasLtDestroy(st->handle[d]);
+        if (st->capture[d])
+            (void)cudaStreamDestroy(st->capture[d]);
+    }
+    free(st->handle);
+    free(st->capture);
+    free(st);
+}
+
+static void state_key_create(void)
+{
+    state_key_err = pthread_key_create(&state_key, state_destroy);
+}
+
+void blob__lt_thread_release(void)
+{
+    pthread_once(&state_once, state_key_create);
+    void *st = state_key_err ? NULL : pthread_getspecific(state_key);
+    if (!st)
+        return;
+    (void)pthread_setspecific(state_key, NULL);
+    state_destroy(st);
+}
+
+blob_status blob__lt_thread_state(const char *func, LtState **out, int *device,
+                                  cublasLtHandle_t *handle)
+{
+    pthread_once(&state_once, state_key_create);
+    if (state_key_err)
+        return blob__fail(BLOB_ENOMEM, func, "pthread_key_create failed (%d)", state_key_err);
+    LtState *st = (LtState *)pthread_getspecific(state_key);
+    if (!st) {
+        int count;
+        CUDA_TRY_AT(func, cudaGetDeviceCount(&count));
+        st = (LtState *)calloc(1, sizeof *st);
+        cublasLtHandle_t *h = (cublasLtHandle_t *)calloc((size_t)count, sizeof *h);
+        cudaStream_t *cap = (cudaStream_t *)calloc((size_t)count, sizeof *cap);
+        if (!st || !h || !cap || pthread_setspecific(state_key, st) != 0) {
+            free(st);
+            free(h);
+            free(cap);
+            return blob__fail(BLOB_ENOMEM, func, "no host memory for the cuBLASLt state");
+        }
+        st->devices = count;
+        st->handle = h;
+        st->capture = cap;
+    }
+    int dev;
+    BLOB_TRY(blob__current_device(&dev));
+    if (dev < 0 || dev >= st->devices)
+        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev,
+                          st->devices);
+    if (!st->handle[dev])
+        LT_TRY(func, cublasLtCreate(&st->handle[dev]));
+    *out = st;
+    *device = dev;
+    *handle = st->handle[dev];
+    return BLOB_OK;
+}
+
+blob_status blob__lt_workspace_for(LtState *st, int device, void *stream, Workspace **out)
+{
+    for (int i = 0; i < st->num_ws; i++) {
+        Workspace *w = &st->ws[i];
+        if (w->generation != blob__backend_generation) { /* a former table's: forget it */
+            *w = st->ws[--st->num_ws];
+            i--;
+            continue;
+        }
+        if (w->device == device && w->stream == stream) {
+            *out = w;
+            return BLOB_OK;
+        }
+    }
+    const size_t bytes = workspace_bytes(device);
+    void *p;
+    BLOB_TRY(blob_place_alloc(blob_place_device(device), bytes, stream, &p));
+    if (st->num_ws == MAX_WORKSPACES) {
+        workspace_free(&st->ws[0]);
+        st->ws[0] = st->ws[--st->num_ws];
+    }
+    Workspace *w = &st->ws[st->num_ws++];
+    *w = Workspace{device, stream, blob__backend_generation, p, bytes};
+    *out = w;
+    return BLOB_OK;
+}
+
+blob_status blob__lt_workspace(void *stream, void **ptr, size_t *bytes)
+{
+    LtState *st = nullptr; /* for GCC, which cannot tell that a failure is never BLOB_OK */
+    int dev = 0;
+    cublasLtHandle_t h;
+    BLOB_TRY(blob__lt_thread_state(__func__, &st, &dev, &h));
+    Workspace *w;
+    BLOB_TRY(blob__lt_workspace_for(st, dev, stream, &w));
+    *ptr = w->ptr;
+    *bytes = w->bytes;
+    return BLOB_OK;
+}
