@@ -114,17 +114,28 @@ def _device_arg(device):
     raise ValueError(f"bad device {device!r}: None, 'cpu', 'cuda', 'cuda:N' or an int")
 
 
-_DTYPES = {"float32": _lib.FLOAT32, "f4": _lib.FLOAT32, "<f4": _lib.FLOAT32,
-           "float64": _lib.FLOAT64, "f8": _lib.FLOAT64, "<f8": _lib.FLOAT64}
-_DTYPE_NAMES = {_lib.FLOAT32: "float32", _lib.FLOAT64: "float64"}
+_DTYPE_NAMES = {_lib.FLOAT32: "float32", _lib.FLOAT64: "float64", _lib.BFLOAT16: "bfloat16",
+                _lib.FLOAT16: "float16", _lib.INT32: "int32", _lib.INT64: "int64",
+                _lib.UINT8: "uint8"}
+# The NumPy typestr of each dtype NumPy has (bfloat16 has none).
+_TYPESTRS = {_lib.FLOAT32: "<f4", _lib.FLOAT64: "<f8", _lib.FLOAT16: "<f2", _lib.INT32: "<i4",
+             _lib.INT64: "<i8", _lib.UINT8: "|u1"}
+_DTYPES = {**{n: d for d, n in _DTYPE_NAMES.items()},
+           **{t: d for d, t in _TYPESTRS.items()}, **{t[1:]: d for d, t in _TYPESTRS.items()}}
+# DLPack (type code, bits) of each dtype
+_DL_DTYPES = {(_lib.KDLFLOAT, 32): _lib.FLOAT32, (_lib.KDLFLOAT, 64): _lib.FLOAT64,
+              (_lib.KDLBFLOAT, 16): _lib.BFLOAT16, (_lib.KDLFLOAT, 16): _lib.FLOAT16,
+              (_lib.KDLINT, 32): _lib.INT32, (_lib.KDLINT, 64): _lib.INT64,
+              (_lib.KDLUINT, 8): _lib.UINT8}
 
 
 def _dtype_arg(dtype):
-    """"float32" or "float64", or their NumPy or PyTorch dtype."""
+    """A dtype's name ("float32", "float64", "bfloat16", "float16", "int32", "int64",
+    "uint8"), its NumPy typestr, or its NumPy or PyTorch dtype."""
     name = str(getattr(dtype, "__name__", dtype))
     name = name[6:] if name.startswith("torch.") else name
     if name not in _DTYPES:
-        raise ValueError(f"bad dtype {dtype!r}: blobs are float32 or float64")
+        raise ValueError(f"bad dtype {dtype!r}: blobs are {', '.join(_DTYPE_NAMES.values())}")
     return _DTYPES[name]
 
 
@@ -291,7 +302,8 @@ def _tensor_device(tensor):
 
 
 class Blob:
-    """A libblob blob: a shape, a dtype (float32 or float64), a device, and a data and a
+    """A libblob blob: a shape, a dtype (float32, float64,
+    bfloat16, float16, int32, int64 or uint8), a device, and a data and a
     diff block, each with a host and (on a GPU) a device side kept in sync by the library.
 
     Blob(shape, dtype="float32", device=None): device is None (the current GPU if there
@@ -382,7 +394,8 @@ class Blob:
 
     @property
     def dtype(self):
-        """"float32" or "float64"."""
+        """The dtype's name: "float32", "float64", "bfloat16", "float16", "int32", "int64"
+        or "uint8"."""
         self._live()
         return _DTYPE_NAMES[self._dtype]
 
@@ -491,7 +504,8 @@ class _HostMemory:
         self._tensor = tensor
         t = DLManagedTensor.from_address(tensor).dl_tensor
         self.__array_interface__ = {
-            "shape": tuple(t.shape[:t.ndim]), "typestr": "<f4" if t.dtype.bits == 32 else "<f8",
+            "shape": tuple(t.shape[:t.ndim]),
+            "typestr": _TYPESTRS[_DL_DTYPES[(t.dtype.code, t.dtype.bits)]],
             "data": (t.data or 0, not writable), "strides": None, "version": 3}
 
     def __del__(self):
@@ -586,6 +600,9 @@ class View:
         if self.side != _lib.SIDE_HOST:
             raise TypeError("a device view is not a NumPy array: use DLPack "
                             "(torch.from_dlpack, cupy.from_dlpack) or view(part, 'cpu')")
+        if self.blob._dtype not in _TYPESTRS:
+            raise TypeError("a bfloat16 blob is not a NumPy array (NumPy has no bfloat16): "
+                            "use DLPack (torch.from_dlpack) or a float32 copy")
         flags = _lib.DLPACK_WRITABLE if self.writable else 0
         a = np.asarray(_HostMemory(self._export(self.blob, _lib.SIDE_HOST, flags, None),
                                    self.writable))
@@ -663,7 +680,8 @@ def _import_versioned(address, host_device):
 def from_dlpack(x, device="cpu"):
     """A Blob whose data borrows the memory of x (a NumPy, PyTorch, CuPy, ... array, or an
     unconsumed "dltensor" or "dltensor_versioned" capsule) without a copy. x's memory must
-    be writable, C-contiguous float32 or float64. Device memory gives a blob of its GPU,
+    be writable, C-contiguous float32, float64, bfloat16, float16, int32, int64 or uint8.
+    Device memory gives a blob of its GPU,
     ordered after x's pending work on the device; host memory a blob bound to `device`
     (default "cpu": host-only). The producer's deleter runs when the last blob using the
     memory lets go of it. On failure (BlobError, BufferError) the capsule is left

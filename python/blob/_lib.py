@@ -9,7 +9,7 @@ from pathlib import Path
 
 # Status codes, dtypes, parts and sides, as in blob/status.h, tensor.h and dlpack.h.
 OK = 0
-FLOAT32, FLOAT64 = 0, 1
+FLOAT32, FLOAT64, BFLOAT16, FLOAT16, INT32, INT64, UINT8 = range(7)
 PART_DATA, PART_DIFF = 0, 1
 SIDE_HOST, SIDE_DEVICE = 0, 1
 DLPACK_WRITABLE, DLPACK_CUDA_HOST, DLPACK_UNORDERED = 1, 2, 4
@@ -17,6 +17,8 @@ HOST_ONLY, DEVICE_DEFAULT = -1, -2
 NO_TRANS, TRANS = 0, 1
 # DLPack device types
 KDLCPU, KDLCUDA, KDLCUDAHOST = 1, 2, 3
+# DLPack type codes
+KDLINT, KDLUINT, KDLFLOAT, KDLBFLOAT = 0, 1, 2, 4
 # DLPack 1.0: the version this module speaks, and the flags of a versioned tensor
 DLPACK_VERSION = (1, 0)
 DLPACK_FLAG_READ_ONLY, DLPACK_FLAG_IS_COPIED = 1, 2

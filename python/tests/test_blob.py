@@ -50,7 +50,7 @@ class BlobTest(unittest.TestCase):
             b.update()  # data never touched
         self.assertEqual(e.exception.name, "ESTATE")
         with self.assertRaises(ValueError):
-            blob.Blob((2,), "int32")
+            blob.Blob((2,), "int16")
         with self.assertRaises(ValueError):
             blob.Blob((2,), device="tpu")
         with self.assertRaises(blob.BlobError) as e:

@@ -206,7 +206,7 @@ class VersionedImportTest(unittest.TestCase):
             blob.from_dlpack(capsule)
         self.assertEqual(_get_name(capsule), b"dltensor_versioned")
         t.version.major = 1
-        capsule = np.zeros(3, np.int32).__dlpack__(max_version=(1, 0))
+        capsule = np.zeros(3, np.int16).__dlpack__(max_version=(1, 0))
         with self.assertRaises(blob.BlobError):
             blob.from_dlpack(capsule)
         self.assertEqual(_get_name(capsule), b"dltensor_versioned")

@@ -161,8 +161,8 @@ class NumpyTest(unittest.TestCase):
         cases = [
             (np.arange(12.0).reshape(3, 4)[:, ::2], "not C-contiguous"),
             (np.arange(12.0).reshape(3, 4).T, "not C-contiguous"),
-            (np.zeros(3, np.int32), "only float32 and float64"),
-            (np.zeros(3, np.float16), "only float32 and float64"),
+            (np.zeros(3, np.int16), "only float32, float64"),
+            (np.zeros(3, np.complex64), "only float32, float64"),
             (np.zeros([1] * 33), "at most 32"),
         ]
         for x, message in cases:

@@ -29,6 +29,12 @@
         }                                                                            \
     } while (0)
 
+/* The tensor dtypes the importer takes, indexed by blob_dtype. */
+static const DLDataType DTYPES[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLBfloat, 16, 1},
+                                    {kDLFloat, 16, 1}, {kDLInt, 32, 1},   {kDLInt, 64, 1},
+                                    {kDLUInt, 8, 1}};
+#define N_DTYPES (sizeof DTYPES / sizeof *DTYPES)
+
 /* The input, read front to back; zeros once it runs out. */
 typedef struct {
     const uint8_t *p;
@@ -197,11 +203,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int device_id = sel & 8 ? (int)(int8_t)take(&in, 1) : 0;
 
     unsigned dsel = (unsigned)take(&in, 1);
-    DLDataType dtype = {kDLFloat, dsel & 1 ? 64 : 32, 1};
-    if ((dsel & 6) == 6)
+    DLDataType dtype = DTYPES[(dsel & 15) % N_DTYPES];
+    if (dsel >> 4 == 15)
         dtype = (DLDataType){(uint8_t)take(&in, 1), (uint8_t)take(&in, 1),
                              (uint16_t)take(&in, 2)};
-    size_t elem = dtype.bits == 64 ? 8 : 4;
+    size_t elem = dtype.bits > 8 ? dtype.bits / 8u : 1;
 
     int ndim = (int)(int8_t)take(&in, 1);
     if (ndim < -2 || ndim > 36)
@@ -262,7 +268,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(!refusable);
         CHECK(deleted == 0);
         CHECK(device_type == kDLCPU || device_type == kDLCUDAHost); /* no GPU here */
-        CHECK(dtype.code == kDLFloat && dtype.lanes == 1 && (dtype.bits == 32 || dtype.bits == 64));
+        CHECK(dtype.lanes == 1 && dtype.bits == 8 * blob_dtype_size(blob_get_dtype(b)));
+        CHECK(DTYPES[blob_get_dtype(b)].code == dtype.code);
         CHECK(ndim >= 0 && ndim <= BLOB_MAX_AXES);
         CHECK(blob_num_axes(b) == ndim);
         if (count >= 0)
