@@ -432,6 +432,15 @@ class Blob:
         """Read a .npy file into data or diff, reshaping the blob to its shape."""
         _check(self._call(lib.blob_load_npy, _part_arg(part), _path_arg(path)))
 
+    def astype(self, dtype):
+        """A new blob on the same device whose data and diff are ours converted to dtype
+        (between the float dtypes: round to nearest even, NaN and Inf kept)."""
+        c = Blob((), dtype, self._device if self._device >= 0 else "cpu")
+        with self._lock:
+            _check(lib.blob_convert_from(c._handle, self._live(), False, True))
+            _check(lib.blob_convert_from(c._handle, self._live(), True, False))
+        return c
+
     def _copy_part(self, part, device):
         """A new blob on device (as Blob() takes it) whose `part` is a copy of ours."""
         c = Blob((), _DTYPE_NAMES[self._dtype], device)

@@ -139,6 +139,7 @@ _PROTOTYPES = {
     "blob_shape": (POINTER(c_int64), [c_void_p]),
     "blob_update": (_STATUS, [c_void_p]),
     "blob_copy_from": (_STATUS, [c_void_p, c_void_p, c_bool, c_bool]),
+    "blob_convert_from": (_STATUS, [c_void_p, c_void_p, c_bool, c_bool]),
     "blob_save_npy": (_STATUS, [c_void_p, c_int, c_char_p]),
     "blob_load_npy": (_STATUS, [c_void_p, c_int, c_char_p]),
     "blob_to_dlpack": (_STATUS, [c_void_p, c_int, c_int, c_uint, c_void_p, POINTER(c_void_p)]),

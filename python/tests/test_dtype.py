@@ -63,6 +63,23 @@ class NumpyDtypeTest(unittest.TestCase):
                                           expect.view(np.uint16)[:4])
             self.assertTrue(np.isnan(c.data.numpy()[4]))
 
+    def test_astype(self):
+        b = blob.Blob((5,), "float32", device="cpu")
+        x = np.array([1 / 3, -65520.0, 1e-30, np.inf, np.nan], "<f4")
+        b.data.numpy()[...] = x
+        b.diff.numpy()[...] = -x
+        h = b.astype("float16")
+        self.assertEqual((h.dtype, h.shape), ("float16", (5,)))
+        expect = x.astype(np.float16)  # NumPy rounds to nearest even too
+        np.testing.assert_array_equal(h.data.numpy().view(np.uint16)[:4],
+                                      expect.view(np.uint16)[:4])
+        np.testing.assert_array_equal(h.diff.numpy()[:4], -expect[:4])
+        self.assertTrue(np.isnan(h.data.numpy()[4]))
+        back = h.astype("float64")  # exact: float64 holds every float16
+        np.testing.assert_array_equal(back.data.numpy()[:4], expect[:4].astype(np.float64))
+        with self.assertRaisesRegex(blob.BlobError, "int32"):
+            b.astype("int32")
+
     def test_bfloat16_refused(self):
         b = blob.Blob((2, 2), "bfloat16", device="cpu")
         with self.assertRaisesRegex(TypeError, "NumPy has no bfloat16"):

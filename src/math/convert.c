@@ -6,7 +6,7 @@
  * BLIS and MKL have no such call; GCC has _Float16 on x86-64 but not __bf16 (before
  * GCC 13), and Clang 14 has neither. Every value goes through double, which holds each
  * of the four dtypes exactly, so a conversion rounds once. The GPU side converts with
- * the cuda_fp16.h / cuda_bf16.h intrinsics (src/kernels/convert.cu), under the same rules:
+ * the cuda_fp16.h / cuda_bf16.h intrinsics (src/kernels/half.cu), under the same rules:
  * round to nearest even, overflow to Inf, NaN to the quiet NaN of its sign. */
 #include <math.h>
 #include <string.h>
