@@ -28,6 +28,7 @@ Suite *conv_suite(void);
 Suite *null_args_suite(void);
 Suite *comm_suite(void);
 Suite *env_suite(void);
+Suite *dtype_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -43,6 +44,7 @@ static Suite *(*const suites[])(void) = {
     null_args_suite,
     comm_suite,
     env_suite,
+    dtype_suite,
 };
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as

@@ -333,7 +333,7 @@ START_TEST(test_epilogue_bad_arguments)
     static _Alignas(16) double buf[512];
     void *b = buf, *odd = (char *)buf + 8;
     const blob_trans n = BLOB_NO_TRANS;
-    ck_status(f((blob_dtype)5, n, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
+    ck_status(f((blob_dtype)7, n, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
               BLOB_EINVAL);
     ck_assert_msg(strstr(blob_last_error(), name), "%s", blob_last_error());
     ck_status(f(BLOB_FLOAT32, (blob_trans)3, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL,

@@ -545,7 +545,7 @@ START_TEST(test_bad_arguments)
     char name[64];
     for (int op = 0; op < N_OPS; op++) {
         snprintf(name, sizeof name, "blob_%s_%s", s->name, op_names[op]);
-        ck_status(call_op(s, op, (blob_dtype)2, 2, -1, err_buf), BLOB_EINVAL);
+        ck_status(call_op(s, op, (blob_dtype)7, 2, -1, err_buf), BLOB_EINVAL);
         ck_assert_msg(strstr(blob_last_error(), name), "detail \"%s\" lacks %s",
                       blob_last_error(), name);
         ck_status(call_op(s, op, (blob_dtype)-1, 2, -1, err_buf), BLOB_EINVAL);

@@ -298,7 +298,7 @@ START_TEST(test_optim_bad_arguments)
     blob_optim adam = blob_optim_default(BLOB_OPTIM_ADAM, 0.1);
     ck_status(f(NULL, BLOB_FLOAT32, 2, counts, p, cp, p, p, step), BLOB_EINVAL);
     ck_assert_msg(strstr(blob_last_error(), name), "%s", blob_last_error());
-    ck_status(f(&adam, (blob_dtype)3, 2, counts, p, cp, p, p, step), BLOB_EINVAL);
+    ck_status(f(&adam, (blob_dtype)7, 2, counts, p, cp, p, p, step), BLOB_EINVAL);
     ck_status(f(&adam, BLOB_FLOAT32, 2, counts, p, cp, p, p, NULL), BLOB_EINVAL);
     ck_assert(strstr(blob_last_error(), "step is NULL"));
     ck_status(f(&adam, BLOB_FLOAT32, -1, counts, p, cp, p, p, step), BLOB_EINVAL);

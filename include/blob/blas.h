@@ -14,8 +14,12 @@
  * elements of `dtype`; scalars are passed as double and converted. Sizes are int64_t and
  * may exceed INT_MAX. Matrices are row-major; lda etc. are the row lengths implied by
  * the shapes. As in BLAS, beta == 0 means C (y) is not read, so it may hold NaN.
- * Every blob_gpu_* returns BLOB_ENODEV without a GPU.
+ * Every blob_gpu_* returns BLOB_ENODEV without a GPU. The dtypes are float32 and float64;
+ * axpy, scal, dot and asum take bfloat16 and float16 too (each element widened to float32,
+ * products, sums and the accumulation in float32, results rounded to nearest even, so
+ * axpy and scal give the same bits on both sides), and copy takes every dtype.
  * Errors: BLOB_EINVAL (bad dtype, negative size, NULL array with a non-zero size),
+ * BLOB_ENOTSUP (a dtype the call does not take, named in the detail),
  * BLOB_EOVERFLOW (on the host, a row length beyond INT_MAX), BLOB_ECUBLAS, BLOB_ECUDA.
  */
 #ifndef BLOB_BLAS_H
@@ -102,6 +106,17 @@ extern "C" {
 
 BLOB__MATH_DECLARE(cpu)
 BLOB__MATH_DECLARE(gpu)
+
+/* y[i] = x[i] converted from float dtype `from` to float dtype `to` (float64, float32,
+ * bfloat16, float16), x and y not overlapping: rounded to nearest even in one rounding,
+ * overflow to Inf of the sign, subnormals kept; a NaN becomes the quiet NaN of its sign
+ * (payload dropped). from == to copies the bits. The host and the GPU give the same bits.
+ * Errors: BLOB_EINVAL (bad dtype, negative n, NULL array), BLOB_ENOTSUP (an integer dtype),
+ * BLOB_ENODEV and BLOB_ECUDA (GPU). */
+BLOB_API blob_status blob_cpu_convert(blob_dtype from, blob_dtype to, int64_t n, const void *x,
+                                      void *y);
+BLOB_API blob_status blob_gpu_convert(blob_dtype from, blob_dtype to, int64_t n, const void *x,
+                                      void *y);
 
 #ifdef __cplusplus
 }

@@ -195,8 +195,8 @@ BLOB_API blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int
  * registration no rank of this library would). The blobs are borrowed:
  * they must outlive the list and keep their counts (a reshape to another count makes
  * the next collective fail). *out is NULL on failure.
- * Errors: BLOB_EINVAL, BLOB_ESHAPE, BLOB_EDEVICE (not on the current GPU), communicator
- * errors. */
+ * Errors: BLOB_EINVAL, BLOB_ENOTSUP (a blob neither float32 nor float64), BLOB_ESHAPE,
+ * BLOB_EDEVICE (not on the current GPU), communicator errors. */
 BLOB_API blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c,
                                            blob *const *blobs, int n);
 

@@ -29,7 +29,8 @@
  * ones, and a read-only tensor is marked so (exported without BLOB_DLPACK_WRITABLE),
  * refused on import.
  *
- * Dtypes are float32 and float64 (DLPack kDLFloat, 32 or 64 bits, 1 lane); tensors are
+ * Dtypes, each with 1 lane: float32, float64 and float16 (kDLFloat, 32, 64 or 16 bits),
+ * bfloat16 (kDLBfloat, 16), int32 and int64 (kDLInt, 32 or 64), uint8 (kDLUInt, 8); tensors are
  * C-contiguous (row-major). Host memory is kDLCPU (or kDLCUDAHost, see
  * BLOB_DLPACK_CUDA_HOST), device memory kDLCUDA with the GPU id.
  *
@@ -100,7 +101,7 @@ BLOB_API blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side si
  * strides arrays are read; its memory must hold what they describe.
  * On failure *out is NULL, the deleter has not been called and the tensor is still the
  * caller's (to retry, or to free with blob_dlpack_delete).
- * Errors: BLOB_EINVAL (NULL tensor; a dtype other than float32/float64 with 1 lane;
+ * Errors: BLOB_EINVAL (NULL tensor; a dtype other than those above with 1 lane;
  * ndim outside 0..32; NULL shape; a negative dim; strides that are not compact
  * row-major (dims of size 1 may have any stride, a tensor of count 0 any strides); a
  * byte_offset that is not a multiple of the element size or overflows the address; a

@@ -40,7 +40,7 @@ extern "C" {
     X(EBUSY, -14, "resource still in use")                                           \
     X(ETIMEDOUT, -15, "operation did not complete within its deadline")              \
     X(ECOMM, -16, "communication with another rank failed")                          \
-    X(ENOTSUP, -17, "not supported by this build")
+    X(ENOTSUP, -17, "not supported by this build or for this dtype")
 
 typedef enum {
 #define BLOB__STATUS_ENUM(name, value, msg) BLOB_##name = (value),

@@ -1,6 +1,9 @@
 /*
  * blob/tensor.h - the N-D blob: a shape, and a data and a diff block of that many
- * elements of float32 or float64.
+ * elements of one dtype (blob/types.h): float32, float64, bfloat16, float16, int32, int64
+ * or uint8. Every dtype is stored, reshaped, shared, copied and synced alike; the math
+ * (update, norms, scaling) takes the float dtypes and gives BLOB_ENOTSUP, naming the
+ * dtype, for the integers.
  *
  *   int64_t shape[] = {64, 784};
  *   blob *x;
@@ -109,35 +112,52 @@ BLOB_API blob_status blob_set_cpu_data(blob *b, void *data, size_t bytes);
 BLOB_API blob_status blob_set_gpu_data(blob *b, void *data, size_t bytes);
 
 /* data -= diff, by axpy where data's head is: CBLAS when AT_CPU, cuBLAS on the current
- * stream when AT_GPU or SYNCED (data ends AT_GPU). Count 0 is a no-op.
- * Errors: BLOB_ESTATE when data is UNINITIALIZED, accessor errors. */
+ * stream when AT_GPU or SYNCED (data ends AT_GPU); bfloat16 and float16 in float32, each
+ * result rounded to nearest even, with the same bits on both sides. Count 0 is a no-op.
+ * Errors: BLOB_ENOTSUP (an integer dtype), BLOB_ESTATE when data is UNINITIALIZED,
+ * accessor errors. */
 BLOB_API blob_status blob_update(blob *b);
 
 /* Sum of |x| and of x^2 of data or diff, computed where the head is (heads unchanged);
- * 0 without allocating when UNINITIALIZED. */
+ * 0 without allocating when UNINITIALIZED. bfloat16 and float16 accumulate in float32.
+ * Errors: BLOB_EINVAL, BLOB_ENOTSUP (an integer dtype), accessor errors. */
 BLOB_API blob_status blob_asum_data(blob *b, double *out);
 BLOB_API blob_status blob_asum_diff(blob *b, double *out);
 BLOB_API blob_status blob_sumsq_data(blob *b, double *out);
 BLOB_API blob_status blob_sumsq_diff(blob *b, double *out);
-/* Multiply data or diff by s where the head is; no-op when UNINITIALIZED. */
+/* Multiply data or diff by s where the head is; no-op when UNINITIALIZED. bfloat16 and
+ * float16 as blob_update. Errors: BLOB_EINVAL, BLOB_ENOTSUP (an integer dtype), accessor
+ * errors. */
 BLOB_API blob_status blob_scale_data(blob *b, double s);
 BLOB_API blob_status blob_scale_diff(blob *b, double s);
 
 /* Copy src's data (or diff, if copy_diff) into dst's, on the GPU when src's newest
  * bytes are there and dst has a GPU, else on the host. Shapes must be equal
- * (BLOB_ESHAPE) unless reshape is true; dtypes must be equal (BLOB_EINVAL). */
+ * (BLOB_ESHAPE) unless reshape is true; dtypes must be equal (any dtype).
+ * Errors: BLOB_EINVAL (NULL, dtypes differ), BLOB_ESHAPE, accessor errors. */
 BLOB_API blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape);
 
-/* Make b use other's data (diff) block. Counts must match (BLOB_ESHAPE) and so must
- * dtype and device (BLOB_EINVAL). b's capacity becomes what the shared block holds, so
+/* blob_copy_from with the values converted to dst's dtype, between the float dtypes
+ * (float64, float32, bfloat16, float16) in either direction, on the side
+ * blob_copy_from would copy on: round to nearest even, overflow to Inf, NaN to the quiet
+ * NaN of its sign, the same bits on the host and the GPU (blob_cpu_convert). Equal
+ * dtypes copy the bits, as blob_copy_from. A failed call leaves dst as it was.
+ *   blob_convert_from(w16, w32, false, true);   // a bfloat16 copy of float32 weights
+ * Errors: BLOB_EINVAL (NULL), BLOB_ENOTSUP (an integer dtype, named), BLOB_ESHAPE,
+ * accessor errors. */
+BLOB_API blob_status blob_convert_from(blob *dst, blob *src, bool copy_diff, bool reshape);
+
+/* Make b use other's data (diff) block, for any dtype. Counts must match (BLOB_ESHAPE)
+ * and so must dtype and device (BLOB_EINVAL). b's capacity becomes what the shared block holds, so
  * a later reshape past it allocates instead of writing past the shared memory. */
 BLOB_API blob_status blob_share_data(blob *b, blob *other);
 BLOB_API blob_status blob_share_diff(blob *b, blob *other);
 
 typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
 
-/* Write data or diff as a NumPy .npy file (format 1.0, little-endian '<f4' or '<f8', C
- * order, the header numpy writes). A symbolic link at `path` is followed, as numpy does,
+/* Write data or diff as a NumPy .npy file (format 1.0, C order, the header numpy writes),
+ * little-endian: '<f4', '<f8', '<f2' (float16), '<i4', '<i8', '|u1'. NumPy has no
+ * bfloat16: a bfloat16 blob gives BLOB_ENOTSUP (blob_convert_from makes a float32 copy). A symbolic link at `path` is followed, as numpy does,
  * and the file it points to is replaced; anything at the path that is not a regular file
  * (a directory, FIFO, device) is refused with BLOB_EIO, root or not. The new file is
  * written in the target's directory as an unnamed O_TMPFILE file where the file system has
@@ -151,12 +171,15 @@ typedef enum { BLOB_PART_DATA = 0, BLOB_PART_DIFF = 1 } blob_part;
  * the old file (or nothing, as before) and no temporary file remains, except a failed sync
  * of the directory (BLOB_EIO, "fsync of the directory"), which comes after the rename: the
  * new file is then in place but may not survive a power loss. Errors: BLOB_EINVAL,
- * BLOB_EIO, BLOB_ENOMEM, accessor errors. */
+ * BLOB_ENOTSUP (bfloat16), BLOB_EIO, BLOB_ENOMEM, accessor errors. */
 BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
 
-/* Read a .npy file (format 1.0, 2.0 or 3.0; '<' '>' or '=' byte order; f4 or f8; C
- * order) into data or diff, reshaping the blob to the file's shape (the other part is
- * reshaped too) and converting to the blob's dtype. The loaded part gets a new block: a
+/* Read a .npy file (format 1.0, 2.0 or 3.0; '<' '>' or '=' byte order, or '|' for u1;
+ * f2, f4, f8, i4, i8 or u1; C order) into data or diff, reshaping the blob to the file's
+ * shape (the other part is reshaped too). A float file loads into a float32, float64 or
+ * float16 blob, converted as blob_cpu_convert does; an integer file only into a blob of
+ * its own dtype (BLOB_EFORMAT otherwise); a bfloat16 blob gives BLOB_ENOTSUP, as NumPy
+ * has no bfloat16. The loaded part gets a new block: a
  * blob that shared the old one keeps the old values. The file is untrusted: every
  * malformed input gives BLOB_EFORMAT (BLOB_EIO for read errors), nothing is allocated
  * beyond what the file's size justifies, and on any failure the blob is left untouched.
@@ -165,7 +188,8 @@ BLOB_API blob_status blob_save_npy(blob *b, blob_part part, const char *path);
  * or not, as numpy requires (BLOB_EFORMAT otherwise); a shape that does so but not as
  * the blob's wider elements (a count-0 f4 file with huge other dims, into an f64 blob)
  * gives BLOB_EOVERFLOW, as blob_reshape would.
- * Errors: BLOB_EINVAL, BLOB_EFORMAT, BLOB_EIO, BLOB_EOVERFLOW, BLOB_ENOMEM, BLOB_EDEVMEM. */
+ * Errors: BLOB_EINVAL, BLOB_ENOTSUP (bfloat16), BLOB_EFORMAT, BLOB_EIO, BLOB_EOVERFLOW,
+ * BLOB_ENOMEM, BLOB_EDEVMEM. */
 BLOB_API blob_status blob_load_npy(blob *b, blob_part part, const char *path);
 
 #ifdef __cplusplus

@@ -23,14 +23,30 @@
 extern "C" {
 #endif
 
+/* Element types. The float math (blob/blas.h, conv.h, fused.h, optim.h) takes float32 and
+ * float64; blob_update, the norms and scaling (blob/tensor.h) take the 16-bit floats too,
+ * computing in float32; the integers are storage (copies, transfers, sharing, .npy,
+ * DLPack). A call that does not take a dtype fails with BLOB_ENOTSUP naming the dtype. */
 typedef enum {
     BLOB_DTYPE_NONE = -1, /* not a dtype: blob_get_dtype(NULL); blob_dtype_size gives 0 */
     BLOB_FLOAT32 = 0,
-    BLOB_FLOAT64 = 1
+    BLOB_FLOAT64 = 1,
+    BLOB_BFLOAT16 = 2, /* 8 exponent bits, 7 fraction bits (float32's top half) */
+    BLOB_FLOAT16 = 3,  /* IEEE 754 binary16: 5 exponent bits, 10 fraction bits */
+    BLOB_INT32 = 4,
+    BLOB_INT64 = 5,
+    BLOB_UINT8 = 6
 } blob_dtype;
 
 /* Bytes per element of dtype; 0 for an invalid dtype. */
 BLOB_API size_t blob_dtype_size(blob_dtype dtype);
+
+/* The dtype's name ("float32", "bfloat16", "int64", ...); "invalid" for an invalid one.
+ * Never NULL. */
+BLOB_API const char *blob_dtype_name(blob_dtype dtype);
+
+/* Whether dtype is one of the float dtypes (float32, float64, bfloat16, float16). */
+BLOB_API bool blob_dtype_is_float(blob_dtype dtype);
 
 typedef enum { BLOB_NO_TRANS = 0, BLOB_TRANS = 1 } blob_trans;
 

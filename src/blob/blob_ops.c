@@ -13,12 +13,22 @@ static bool head_on_gpu(const blob_syncedmem *mem)
     return h == BLOB_HEAD_AT_GPU || h == BLOB_HEAD_SYNCED;
 }
 
+/* The math of this file takes the float dtypes; the integers are BLOB_ENOTSUP. */
+static blob_status check_float(const char *func, const blob *b)
+{
+    if (!blob_dtype_is_float(b->dtype))
+        return blob__fail(BLOB_ENOTSUP, func, "%s blobs have no math (float dtypes only)",
+                          blob_dtype_name(b->dtype));
+    return BLOB_OK;
+}
+
 /* data -= diff: the math runs on the side holding the head, which is claimed only once
  * the math has succeeded, so a failure changes nothing. */
 blob_status blob_update(blob *b)
 {
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
+    BLOB_TRY(check_float(__func__, b));
     if (blob_syncedmem_head(b->data) == BLOB_HEAD_UNINITIALIZED)
         return BLOB_FAIL(BLOB_ESTATE, "data is uninitialized");
     if (b->count == 0)
@@ -41,6 +51,7 @@ static blob_status reduce(const char *func, const blob *b, blob_syncedmem *mem, 
 {
     if (!b || !out)
         return blob__fail(BLOB_EINVAL, func, "NULL argument");
+    BLOB_TRY(check_float(func, b));
     const void *x;
     if (blob_syncedmem_head(mem) == BLOB_HEAD_UNINITIALIZED || b->count == 0) {
         *out = 0;
@@ -77,6 +88,7 @@ static blob_status scale(const char *func, const blob *b, blob_syncedmem *mem, d
 {
     if (!b)
         return blob__fail(BLOB_EINVAL, func, "blob is NULL");
+    BLOB_TRY(check_float(func, b));
     if (blob_syncedmem_head(mem) == BLOB_HEAD_UNINITIALIZED || b->count == 0)
         return BLOB_OK;
     bool gpu = head_on_gpu(mem);
@@ -96,10 +108,11 @@ blob_status blob_scale_diff(blob *b, double s)
     return scale(__func__, b, b ? b->diff : NULL, s);
 }
 
-/* Copy `count` elements from block src of blob from to block dst of blob to: on the GPU
- * when src's newest bytes are there and both blobs live on the same GPU, else on the
- * host. A copy covering all of dst transfers nothing beforehand and claims dst's head
- * only once it has succeeded. */
+/* Copy `count` elements from block src of blob from to block dst of blob to, converted
+ * to to's dtype (blob_*_convert) where the dtypes differ: on the GPU when src's newest
+ * bytes are there and both blobs live on the same GPU, else on the host. A copy covering
+ * all of dst transfers nothing beforehand and claims dst's head only once it has
+ * succeeded. */
 static blob_status copy_block(const char *func, const blob *from, blob_syncedmem *src,
                               const blob *to, blob_syncedmem *dst, int64_t count)
 {
@@ -116,7 +129,10 @@ static blob_status copy_block(const char *func, const blob *from, blob_syncedmem
         BLOB_TRY(gpu ? blob_syncedmem_mutable_gpu_data(dst, &y)
                      : blob_syncedmem_mutable_cpu_data(dst, &y));
     if (gpu)
-        BLOB_TRY(blob_gpu_copy(to->dtype, count, x, y));
+        BLOB_TRY(from->dtype == to->dtype ? blob_gpu_copy(to->dtype, count, x, y)
+                                          : blob_gpu_convert(from->dtype, to->dtype, count, x, y));
+    else if (x && from->dtype != to->dtype)
+        BLOB_TRY(blob_cpu_convert(from->dtype, to->dtype, count, x, y));
     else if (x)
         memcpy(y, x, bytes);
     else if (bytes) /* nothing written yet: the destination reads as zeros too */
@@ -131,12 +147,20 @@ static bool same_shape(const blob *a, const blob *b)
            (a->num_axes == 0 || !memcmp(a->shape, b->shape, (size_t)a->num_axes * sizeof(int64_t)));
 }
 
-blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
+/* blob_copy_from, and with convert blob_convert_from, for func. */
+static blob_status copy_from(const char *func, blob *dst, blob *src, bool copy_diff,
+                             bool reshape, bool convert)
 {
     if (!dst || !src)
-        return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
-    if (dst->dtype != src->dtype)
-        return BLOB_FAIL(BLOB_EINVAL, "dtypes differ");
+        return blob__fail(BLOB_EINVAL, func, "blob is NULL");
+    if (!convert && dst->dtype != src->dtype)
+        return blob__fail(BLOB_EINVAL, func, "dtypes differ (%s and %s; blob_convert_from "
+                          "converts)", blob_dtype_name(dst->dtype), blob_dtype_name(src->dtype));
+    for (int i = 0; convert && i < 2; i++)
+        if (!blob_dtype_is_float((i ? src : dst)->dtype))
+            return blob__fail(BLOB_ENOTSUP, func, "%s is not a float dtype: only float64, "
+                              "float32, bfloat16 and float16 convert",
+                              blob_dtype_name((i ? src : dst)->dtype));
     if (dst == src)
         return BLOB_OK;
     bool reshaping = !same_shape(dst, src);
@@ -144,7 +168,7 @@ blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
         char a[BLOB_SHAPE_STRING_MAX], b[BLOB_SHAPE_STRING_MAX];
         blob_shape_string(dst, a, sizeof a);
         blob_shape_string(src, b, sizeof b);
-        return BLOB_FAIL(BLOB_ESHAPE, "shapes differ: %s vs %s", a, b);
+        return blob__fail(BLOB_ESHAPE, func, "shapes differ: %s vs %s", a, b);
     }
     /* Keep the old shape and blocks alive so a failed copy can put them back. */
     int old_axes = dst->num_axes;
@@ -156,8 +180,8 @@ blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
     blob_syncedmem_retain(old_diff);
     blob_status st = reshaping ? blob_reshape_like(dst, src) : BLOB_OK;
     if (st == BLOB_OK)
-        st = copy_diff ? copy_block(__func__, src, src->diff, dst, dst->diff, src->count)
-                       : copy_block(__func__, src, src->data, dst, dst->data, src->count);
+        st = copy_diff ? copy_block(func, src, src->diff, dst, dst->diff, src->count)
+                       : copy_block(func, src, src->data, dst, dst->data, src->count);
     if (st != BLOB_OK) {
         blob__commit(dst, old_axes, old_shape, old_count, old_data, old_diff);
         return st;
@@ -165,6 +189,16 @@ blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
     blob_syncedmem_free(old_data);
     blob_syncedmem_free(old_diff);
     return BLOB_OK;
+}
+
+blob_status blob_copy_from(blob *dst, blob *src, bool copy_diff, bool reshape)
+{
+    return copy_from(__func__, dst, src, copy_diff, reshape, false);
+}
+
+blob_status blob_convert_from(blob *dst, blob *src, bool copy_diff, bool reshape)
+{
+    return copy_from(__func__, dst, src, copy_diff, reshape, true);
 }
 
 /* A reference to an exact-size copy of block mem, or to mem itself when nothing is

@@ -11,6 +11,7 @@
 
 #include "../core/core.h"
 #include "../core/file.h"
+#include "blob/blas.h"
 #include "blob_impl.h"
 
 #define MAGIC "\x93NUMPY"
@@ -52,47 +53,35 @@ static blob_status check_args(const blob *b, blob_part part, const char *path,
     return BLOB_OK;
 }
 
-/* How elements lie in memory: their type, and whether their bytes are reversed with
- * respect to the host's order. */
-typedef struct {
+/* The .npy descr of each dtype but bfloat16, which NumPy lacks: kind and size. */
+static const struct {
+    char kind, size;
     blob_dtype dtype;
-    bool swap;
-} elem_fmt;
+} DESCRS[] = {{'f', '2', BLOB_FLOAT16}, {'f', '4', BLOB_FLOAT32}, {'f', '8', BLOB_FLOAT64},
+              {'i', '4', BLOB_INT32},   {'i', '8', BLOB_INT64},   {'u', '1', BLOB_UINT8}};
+#define NDESCRS (sizeof DESCRS / sizeof *DESCRS)
 
-static void copy_bytes(unsigned char *dst, const unsigned char *src, size_t n, bool swap)
+/* The index in DESCRS of dtype; BLOB_ENOTSUP, recorded under func, for bfloat16. */
+static blob_status descr_of(const char *func, blob_dtype dtype, size_t *out)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = src[swap ? n - 1 - i : i];
+    for (size_t i = 0; i < NDESCRS; i++)
+        if (DESCRS[i].dtype == dtype) {
+            *out = i;
+            return BLOB_OK;
+        }
+    return blob__fail(BLOB_ENOTSUP, func, "%s blobs have no .npy dtype (NumPy has no "
+                      "bfloat16; blob_convert_from gives a float32 copy)", blob_dtype_name(dtype));
 }
 
-/* Convert n elements; values change type by C conversion (f8 -> f4 rounds). */
-static void convert(void *dst, elem_fmt to, const void *src, elem_fmt from, size_t n)
+/* Reverse the bytes of each of the n elements of es bytes at p. */
+static void swap_each(unsigned char *p, size_t n, size_t es)
 {
-    size_t ds = blob_dtype_size(to.dtype), ss = blob_dtype_size(from.dtype);
-    if (to.dtype == from.dtype && to.swap == from.swap) {
-        memcpy(dst, src, n * ss);
-        return;
-    }
-    unsigned char *d = dst;
-    const unsigned char *s = src;
-    for (size_t i = 0; i < n; i++, d += ds, s += ss) {
-        unsigned char in[8], out[8];
-        copy_bytes(in, s, ss, from.swap);
-        if (to.dtype == from.dtype) {
-            memcpy(out, in, ss);
-        } else if (to.dtype == BLOB_FLOAT32) {
-            double v;
-            memcpy(&v, in, sizeof v);
-            float f = (float)v;
-            memcpy(out, &f, sizeof f);
-        } else {
-            float f;
-            memcpy(&f, in, sizeof f);
-            double v = f;
-            memcpy(out, &v, sizeof v);
+    for (size_t i = 0; i < n; i++, p += es)
+        for (size_t a = 0, b = es - 1; a < b; a++, b--) {
+            unsigned char t = p[a];
+            p[a] = p[b];
+            p[b] = t;
         }
-        copy_bytes(d, out, ds, to.swap);
-    }
 }
 
 /* ---- writing ---- */
@@ -101,11 +90,12 @@ static void convert(void *dst, elem_fmt to, const void *src, elem_fmt from, size
  * room for the first dim to grow, spaces and '\n' up to the next multiple of ALIGN.
  * Returns its length; buf must hold HEADER_WRITE_MAX bytes. */
 #define HEADER_WRITE_MAX 1024 /* 32 axes of 19 digits need about 830 */
-static size_t make_header(char *buf, blob_dtype dtype, int num_axes, const int64_t *shape)
+static size_t make_header(char *buf, size_t descr, int num_axes, const int64_t *shape)
 {
     size_t n = MAGIC_LEN + 4, spaces = 0;
-    n += (size_t)sprintf(buf + n, "{'descr': '<f%zu', 'fortran_order': False, 'shape': (",
-                         blob_dtype_size(dtype));
+    n += (size_t)sprintf(buf + n, "{'descr': '%c%c%c', 'fortran_order': False, 'shape': (",
+                         DESCRS[descr].size == '1' ? '|' : '<', DESCRS[descr].kind,
+                         DESCRS[descr].size);
     for (int i = 0; i < num_axes; i++) {
         int k = sprintf(buf + n, i ? ", %lld" : "%lld", (long long)shape[i]);
         if (i == 0)
@@ -129,6 +119,7 @@ static size_t make_header(char *buf, blob_dtype dtype, int num_axes, const int64
 typedef struct {
     const char *path;
     const blob *b;
+    size_t descr;
     const void *src;
 } save_args;
 
@@ -137,14 +128,15 @@ static blob_status write_npy(int fd, void *ctx)
     const save_args *a = ctx;
     const blob *b = a->b;
     char header[HEADER_WRITE_MAX];
-    size_t hlen = make_header(header, b->dtype, b->num_axes, b->shape);
+    size_t hlen = make_header(header, a->descr, b->num_axes, b->shape);
     BLOB_TRY(blob__write_all(SAVE, a->path, fd, header, hlen));
     size_t es = blob_dtype_size(b->dtype), per = CHUNK / es;
     unsigned char buf[CHUNK];
     for (size_t done = 0, left = (size_t)b->count; left > 0;) {
         size_t n = left < per ? left : per;
-        convert(buf, (elem_fmt){b->dtype, HOST_BIG}, (const unsigned char *)a->src + done * es,
-                (elem_fmt){b->dtype, false}, n);
+        memcpy(buf, (const unsigned char *)a->src + done * es, n * es);
+        if (HOST_BIG)
+            swap_each(buf, n, es);
         BLOB_TRY(blob__write_all(SAVE, a->path, fd, buf, n * es));
         done += n;
         left -= n;
@@ -157,7 +149,8 @@ static blob_status write_npy(int fd, void *ctx)
 blob_status blob_save_npy(blob *b, blob_part part, const char *path)
 {
     BLOB_TRY(check_args(b, part, path, SAVE));
-    save_args a = {path, b, NULL};
+    save_args a = {path, b, 0, NULL};
+    BLOB_TRY(descr_of(SAVE, b->dtype, &a.descr));
     BLOB_TRY(part == BLOB_PART_DATA ? blob_cpu_data(b, &a.src) : blob_cpu_diff(b, &a.src));
     return blob__replace_file(SAVE, path, 0666, true, write_npy, &a);
 }
@@ -283,12 +276,15 @@ static blob_status parse_descr(cursor *c, npy_header *h)
     const char *s;
     int n;
     BLOB_TRY(parse_string(c, &s, &n));
-    if (n != 3 || !strchr("<>=", s[0]) || s[1] != 'f' || (s[2] != '4' && s[2] != '8'))
-        return file_fail(BLOB_EFORMAT, LOAD, c->path,
-                         "unsupported dtype '%.*s' (only '<f4', '<f8', '>f4', '>f8')", n, s);
-    h->dtype = s[2] == '4' ? BLOB_FLOAT32 : BLOB_FLOAT64;
-    h->big_endian = s[0] == '=' ? HOST_BIG : s[0] == '>';
-    return BLOB_OK;
+    for (size_t i = 0; n == 3 && i < NDESCRS; i++)
+        if (s[1] == DESCRS[i].kind && s[2] == DESCRS[i].size && s[0] &&
+            strchr(DESCRS[i].size == '1' ? "<>=|" : "<>=", s[0])) {
+            h->dtype = DESCRS[i].dtype;
+            h->big_endian = s[0] == '=' ? HOST_BIG : s[0] == '>';
+            return BLOB_OK;
+        }
+    return file_fail(BLOB_EFORMAT, LOAD, c->path, "unsupported dtype '%.*s' (only f2, f4, f8, "
+                     "i4, i8 and u1, with '<', '>' or '=', or '|' for u1)", n, s);
 }
 
 /* The header dict: exactly the keys descr, fortran_order and shape, in any order. */
@@ -374,6 +370,10 @@ static blob_status read_header(FILE *f, const struct stat *sb, const char *path,
     }
     blob__obj_free(text);
     BLOB_TRY(st);
+    if (h->dtype != dtype && !(blob_dtype_is_float(h->dtype) && blob_dtype_is_float(dtype)))
+        return file_fail(BLOB_EFORMAT, LOAD, path, "the file's %s does not load into a %s "
+                         "blob (floats convert between float dtypes, integers load into their "
+                         "own)", blob_dtype_name(h->dtype), blob_dtype_name(dtype));
     /* The shape must fit in memory as the file's own elements, as numpy requires (the
      * dims other than 0 included), and then as the blob's. */
     if (blob__shape_count(LOAD, h->dtype, h->num_axes, h->shape, &h->count) != BLOB_OK)
@@ -407,8 +407,13 @@ static blob_status read_block(FILE *f, const char *path, const npy_header *h, bl
             st = short_read(f, path, "data");
             break;
         }
-        convert((unsigned char *)dst + done * ds, (elem_fmt){dtype, false}, buf,
-                (elem_fmt){h->dtype, h->big_endian != HOST_BIG}, n);
+        if (h->big_endian != HOST_BIG)
+            swap_each(buf, n, ss);
+        if (h->dtype == dtype)
+            memcpy((unsigned char *)dst + done * ds, buf, n * ss);
+        else
+            st = blob_cpu_convert(h->dtype, dtype, (int64_t)n, buf,
+                                  (unsigned char *)dst + done * ds);
         done += n;
         left -= n;
     }
@@ -436,6 +441,8 @@ static blob_status open_npy(const char *path, FILE **out, struct stat *sb)
 blob_status blob_load_npy(blob *b, blob_part part, const char *path)
 {
     BLOB_TRY(check_args(b, part, path, LOAD));
+    size_t descr;
+    BLOB_TRY(descr_of(LOAD, b->dtype, &descr));
     FILE *f;
     struct stat sb;
     BLOB_TRY(open_npy(path, &f, &sb));

@@ -213,6 +213,9 @@ static blob_status check_blobs(const char *func, const blob_comm *c, blob *const
         *bad = i;
         if (!blobs[i])
             return blob__fail(BLOB_EINVAL, func, "blob %d is NULL", i);
+        if (blob_get_dtype(blobs[i]) != BLOB_FLOAT32 && blob_get_dtype(blobs[i]) != BLOB_FLOAT64)
+            return blob__fail(BLOB_ENOTSUP, func, "blob %d is %s: lists take float32 and "
+                              "float64 blobs", i, blob_dtype_name(blob_get_dtype(blobs[i])));
         if (blob_get_dtype(blobs[i]) != blob_get_dtype(blobs[0]))
             return blob__fail(BLOB_EINVAL, func, "blob %d's dtype differs from blob 0's (a list "
                               "has one dtype)", i);
@@ -515,10 +518,10 @@ static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, ch
         char *piece = buf + (size_t)(from - k->begin) * l->wire_elem;
         char *diff = l->dev[i] + (size_t)(from - l->offset[i]) * l->elem;
         if (l->bf16)
-            BLOB_TRY(pack ? blob__k_f32_to_bf16(stream, to - from, (const float *)diff,
-                                                (uint16_t *)piece)
-                          : blob__k_bf16_to_f32(stream, to - from, (const uint16_t *)piece,
-                                                (float *)diff));
+            BLOB_TRY(pack ? blob__k_convert(stream, BLOB_FLOAT32, BLOB_BFLOAT16, to - from,
+                                            diff, piece)
+                          : blob__k_convert(stream, BLOB_BFLOAT16, BLOB_FLOAT32, to - from,
+                                            piece, diff));
         else
             BLOB_TRY(blob__be->copy_async(pack ? piece : diff, pack ? diff : piece,
                                           (size_t)(to - from) * l->elem, BLOB__D2D, stream));

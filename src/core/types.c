@@ -6,13 +6,42 @@ size_t blob_dtype_size(blob_dtype dtype)
 {
     switch (dtype) {
     case BLOB_FLOAT32:
-        return sizeof(float);
+        return 4;
     case BLOB_FLOAT64:
-        return sizeof(double);
+    case BLOB_INT64:
+        return 8;
+    case BLOB_BFLOAT16:
+    case BLOB_FLOAT16:
+        return 2;
+    case BLOB_INT32:
+        return 4;
+    case BLOB_UINT8:
+        return 1;
     case BLOB_DTYPE_NONE:
         break;
     }
     return 0;
+}
+
+const char *blob_dtype_name(blob_dtype dtype)
+{
+    switch (dtype) {
+    case BLOB_FLOAT32: return "float32";
+    case BLOB_FLOAT64: return "float64";
+    case BLOB_BFLOAT16: return "bfloat16";
+    case BLOB_FLOAT16: return "float16";
+    case BLOB_INT32: return "int32";
+    case BLOB_INT64: return "int64";
+    case BLOB_UINT8: return "uint8";
+    case BLOB_DTYPE_NONE: break;
+    }
+    return "invalid";
+}
+
+bool blob_dtype_is_float(blob_dtype dtype)
+{
+    return dtype == BLOB_FLOAT32 || dtype == BLOB_FLOAT64 || dtype == BLOB_BFLOAT16 ||
+           dtype == BLOB_FLOAT16;
 }
 
 size_t blob_relu_mask_bytes(int64_t M, int64_t N)

@@ -97,6 +97,15 @@ static blob_status export_check(const blob *b, blob_part part, blob_dlpack_side 
     return BLOB_OK;
 }
 
+/* Each dtype's DLPack type code and bits (1 lane). */
+static const struct {
+    blob_dtype dtype;
+    uint8_t code, bits;
+} DTYPES[] = {{BLOB_FLOAT32, kDLFloat, 32}, {BLOB_FLOAT64, kDLFloat, 64},
+              {BLOB_BFLOAT16, kDLBfloat, 16}, {BLOB_FLOAT16, kDLFloat, 16},
+              {BLOB_INT32, kDLInt, 32},   {BLOB_INT64, kDLInt, 64},
+              {BLOB_UINT8, kDLUInt, 8}};
+
 /* The access of a checked export; on success the block is retained in parts->mem. */
 static blob_status export_begin(blob *b, blob_part part, blob_dlpack_side side,
                                 unsigned flags, void *stream, export_parts *parts)
@@ -123,7 +132,9 @@ static blob_status export_begin(blob *b, blob_part part, blob_dlpack_side side,
     else
         t->device = (DLDevice){kDLCPU, 0};
     t->ndim = blob_num_axes(b);
-    t->dtype = (DLDataType){kDLFloat, blob_get_dtype(b) == BLOB_FLOAT32 ? 32 : 64, 1};
+    for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES; i++)
+        if (DTYPES[i].dtype == blob_get_dtype(b))
+            t->dtype = (DLDataType){DTYPES[i].code, DTYPES[i].bits, 1};
     t->byte_offset = 0;
     return BLOB_OK;
 }
@@ -221,12 +232,14 @@ void blob_dlpack_delete(DLManagedTensor *t)
 
 static blob_status dtype_of(const char *func, DLDataType d, blob_dtype *out)
 {
-    if (d.code == kDLFloat && d.lanes == 1 && (d.bits == 32 || d.bits == 64)) {
-        *out = d.bits == 32 ? BLOB_FLOAT32 : BLOB_FLOAT64;
-        return BLOB_OK;
-    }
-    return IMPORT_FAIL(BLOB_EINVAL, "dtype code %u, %u bits, %u lanes: only float32 and float64 "
-                     "with 1 lane", (unsigned)d.code, (unsigned)d.bits, (unsigned)d.lanes);
+    for (size_t i = 0; i < sizeof DTYPES / sizeof *DTYPES; i++)
+        if (d.code == DTYPES[i].code && d.bits == DTYPES[i].bits && d.lanes == 1) {
+            *out = DTYPES[i].dtype;
+            return BLOB_OK;
+        }
+    return IMPORT_FAIL(BLOB_EINVAL, "dtype code %u, %u bits, %u lanes: only float32, float64, "
+                     "bfloat16, float16, int32, int64 and uint8 with 1 lane", (unsigned)d.code,
+                     (unsigned)d.bits, (unsigned)d.lanes);
 }
 
 /* The dims are >= 0 and the strides (if given) describe a C-contiguous tensor; *empty

@@ -1,8 +1,6 @@
 /* Elementwise operations: one functor each, run by the grid-stride launcher `each`.
  * Functors hold scalars as double and arrays as void *, so the same launcher arguments
  * build the float and the double instance; the conversions to T are loop-invariant. */
-#include <cuda_bf16.h>
-
 #include "common.cuh"
 
 template <typename T>
@@ -62,34 +60,6 @@ struct ReluBackward {
         ((T *)dx)[i] = ((const T *)x)[i] > T(0) ? ((const T *)dy)[i] : T(0);
     }
 };
-
-struct ToBf16 {
-    const float *x;
-    uint16_t *y;
-    __device__ void operator()(int64_t i) const
-    {
-        y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
-    }
-};
-
-struct FromBf16 {
-    const uint16_t *x;
-    float *y;
-    __device__ void operator()(int64_t i) const
-    {
-        y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
-    }
-};
-
-extern "C" blob_status blob__k_f32_to_bf16(void *stream, int64_t n, const float *x, uint16_t *y)
-{
-    return each(__func__, stream, n, ToBf16{x, y});
-}
-
-extern "C" blob_status blob__k_bf16_to_f32(void *stream, int64_t n, const uint16_t *x, float *y)
-{
-    return each(__func__, stream, n, FromBf16{x, y});
-}
 
 extern "C" blob_status blob__k_axpby(void *stream, blob_dtype dtype, int64_t n, double alpha,
                                      const void *x, double beta, void *y)

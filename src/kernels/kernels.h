@@ -33,10 +33,18 @@ blob_status blob__k_scal(void *stream, blob_dtype dtype, int64_t n, double alpha
 blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x, const void *y,
                         double *out);
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out);
-/* float32 to bfloat16 (round to nearest even, NaN kept a NaN) and back (exact), the
- * bfloat16 side as raw 16-bit words. */
-blob_status blob__k_f32_to_bf16(void *stream, int64_t n, const float *x, uint16_t *y);
-blob_status blob__k_bf16_to_f32(void *stream, int64_t n, const uint16_t *x, float *y);
+/* x of float dtype `from` into y of float dtype `to` (from != to), as blob_gpu_convert. */
+blob_status blob__k_convert(void *stream, blob_dtype from, blob_dtype to, int64_t n,
+                            const void *x, void *y);
+/* axpy, scal, dot and asum on bfloat16 or float16 (half.cu): computed in float32, as the
+ * host does them. */
+blob_status blob__k_half_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                              const void *x, void *y);
+blob_status blob__k_half_scal(void *stream, blob_dtype dtype, int64_t n, double alpha, void *x);
+blob_status blob__k_half_dot(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                             const void *y, double *out);
+blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                              double *out);
 /* Make the calling thread's resources for the current device (its cuBLAS handle, bound
  * to stream, and its workspace there) exist, so that a stream capture can start. */
 blob_status blob__k_prepare(void *stream);

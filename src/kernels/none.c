@@ -23,10 +23,16 @@ blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x
                         double *out) { NO_CUDA; }
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out)
 { NO_CUDA; }
-blob_status blob__k_f32_to_bf16(void *stream, int64_t n, const float *x, uint16_t *y)
+blob_status blob__k_convert(void *stream, blob_dtype from, blob_dtype to, int64_t n,
+                            const void *x, void *y) { NO_CUDA; }
+blob_status blob__k_half_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                              const void *x, void *y) { NO_CUDA; }
+blob_status blob__k_half_scal(void *stream, blob_dtype dtype, int64_t n, double alpha, void *x)
 { NO_CUDA; }
-blob_status blob__k_bf16_to_f32(void *stream, int64_t n, const uint16_t *x, float *y)
-{ NO_CUDA; }
+blob_status blob__k_half_dot(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                             const void *y, double *out) { NO_CUDA; }
+blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                              double *out) { NO_CUDA; }
 blob_status blob__k_prepare(void *stream) { NO_CUDA; }
 blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y)
 { NO_CUDA; }

@@ -11,6 +11,7 @@
 #include "blob/conv.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
+#include "math_impl.h"
 
 /* ---- Geometry ---- */
 
@@ -127,9 +128,8 @@ static bool product(int64_t a, int64_t b, int64_t c, int64_t d, size_t elem, int
 static blob_status check_call(const char *fn, blob_dtype dtype, const blob_conv_geometry *g,
                               op_kind op, int64_t num, call_sizes *s)
 {
+    BLOB_TRY(blob__check_dtype(fn, dtype));
     const size_t elem = blob_dtype_size(dtype);
-    if (!elem)
-        return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)dtype);
     if (num < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative num = %lld", (long long)num);
     BLOB_TRY(check_geometry(fn, g, op != OP_CONV, &s->oh, &s->ow));

@@ -18,11 +18,30 @@ int64_t blob__blas_chunk = INT_MAX;
 
 /* ---- Argument checks: details are recorded under the public function's name fn. ---- */
 
-static blob_status check_dtype(const char *fn, blob_dtype dtype)
+/* The dtypes a call takes: the float math takes float32 and float64; axpy, scal, dot and
+ * asum the 16-bit floats too (computing in float32); copy any dtype. */
+typedef enum { TAKES_FLOAT, TAKES_HALF, TAKES_ANY } dtypes_taken;
+
+static bool is_half(blob_dtype dtype)
+{
+    return dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16;
+}
+
+static blob_status check_dtype_taken(const char *fn, dtypes_taken takes, blob_dtype dtype)
 {
     if (!blob_dtype_size(dtype))
         return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)dtype);
-    return BLOB_OK;
+    if (dtype == BLOB_FLOAT32 || dtype == BLOB_FLOAT64 || takes == TAKES_ANY ||
+        (takes == TAKES_HALF && is_half(dtype)))
+        return BLOB_OK;
+    return blob__fail(BLOB_ENOTSUP, fn, "%s is not supported (float32 and float64%s only)",
+                      blob_dtype_name(dtype),
+                      takes == TAKES_HALF ? ", bfloat16 and float16" : "");
+}
+
+static blob_status check_dtype(const char *fn, blob_dtype dtype)
+{
+    return check_dtype_taken(fn, TAKES_FLOAT, dtype);
 }
 
 static blob_status check_trans(const char *fn, blob_trans t)
@@ -59,10 +78,10 @@ static const char *next_name(const char *names)
 }
 
 /* dtype, n >= 0, and `count` arrays of n elements named by the list `names`. */
-static blob_status check_vec(const char *fn, blob_dtype dtype, int64_t n, const char *names,
-                             const void *const *arrays, size_t count)
+static blob_status check_vec(const char *fn, dtypes_taken takes, blob_dtype dtype, int64_t n,
+                             const char *names, const void *const *arrays, size_t count)
 {
-    BLOB_TRY(check_dtype(fn, dtype));
+    BLOB_TRY(check_dtype_taken(fn, takes, dtype));
     if (n < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative size n = %lld", (long long)n);
     BLOB_TRY(check_count(fn, dtype, 1, n));
@@ -70,9 +89,11 @@ static blob_status check_vec(const char *fn, blob_dtype dtype, int64_t n, const 
         BLOB_TRY(check_ptr(fn, names, arrays[i], n));
     return BLOB_OK;
 }
-#define CHECK_VEC(dtype, n, ...)                                                            \
-    check_vec(__func__, (dtype), (n), #__VA_ARGS__, (const void *const[]){__VA_ARGS__}, \
+#define CHECK_VEC_OF(takes, dtype, n, ...)                                                 \
+    check_vec(__func__, (takes), (dtype), (n), #__VA_ARGS__,                             \
+              (const void *const[]){__VA_ARGS__},                                        \
               sizeof((const void *const[]){__VA_ARGS__}) / sizeof(const void *))
+#define CHECK_VEC(dtype, n, ...) CHECK_VEC_OF(TAKES_FLOAT, dtype, n, __VA_ARGS__)
 
 static blob_status check_out(const char *fn, const double *out)
 {
@@ -200,6 +221,34 @@ typedef struct {
     double sums[BLOB__MAX_HOST_THREADS]; /* per part: dot and asum */
 } vec_job;
 
+/* Elements [lo, hi) of op on a 16-bit float dtype (any dtype for VEC_COPY), in float32:
+ * each product and sum rounded on its own, as the GPU's kernels do; returns the part's
+ * sum of dot or asum, accumulated in float32. */
+static double half_part(const vec_job *v, int64_t lo, int64_t hi)
+{
+    const blob_dtype dt = v->dtype;
+    if (v->op == VEC_COPY) {
+        memcpy(at(dt, v->y, lo), at(dt, v->x, lo), (size_t)(hi - lo) * blob_dtype_size(dt));
+        return 0;
+    }
+    const float a = (float)v->alpha;
+    float sum = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        const float x = v->x ? (float)blob__elem_get(dt, v->x, i) : 0;
+        const float y = v->y ? (float)blob__elem_get(dt, v->y, i) : 0;
+        const float ax = a * (v->op == VEC_SCAL ? y : x);
+        switch (v->op) {
+        case VEC_AXPY: blob__elem_set(dt, v->y, i, y + ax); break;
+        case VEC_SCAL: blob__elem_set(dt, v->y, i, ax); break;
+        case VEC_DOT: sum += x * y; break;
+        case VEC_ASUM: sum += fabsf(x); break;
+        case VEC_AXPBY: /* not taken: float math */
+        case VEC_COPY: break;
+        }
+    }
+    return sum;
+}
+
 static void vec_parts(void *ctx, int64_t p0, int64_t p1)
 {
     vec_job *v = ctx;
@@ -207,6 +256,10 @@ static void vec_parts(void *ctx, int64_t p0, int64_t p1)
     for (int64_t p = p0; p < p1; p++) {
         const int64_t lo = v->n * p / v->parts, hi = v->n * (p + 1) / v->parts;
         double sum = 0;
+        if (dt != BLOB_FLOAT32 && dt != BLOB_FLOAT64) {
+            v->sums[p] = half_part(v, lo, hi);
+            continue;
+        }
         for (int64_t off = lo; off < hi; off += blob__blas_chunk) {
             const int len = piece(hi, off);
             void *y = v->y ? at(dt, v->y, off) : NULL;
@@ -421,16 +474,17 @@ blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64
 
 blob_status blob_cpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void *x, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     vec_run(VEC_AXPY, dtype, n, alpha, x, 0, y);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void *x, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_axpy(blob_stream_get(), dtype, n, alpha, x, y);
+    return is_half(dtype) ? blob__k_half_axpy(blob_stream_get(), dtype, n, alpha, x, y)
+                          : blob__k_axpy(blob_stream_get(), dtype, n, alpha, x, y);
 }
 
 blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x,
@@ -451,21 +505,22 @@ blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
 
 blob_status blob_cpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x));
     vec_run(VEC_SCAL, dtype, n, alpha, NULL, 0, x);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_scal(blob_dtype dtype, int64_t n, double alpha, void *x)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_scal(blob_stream_get(), dtype, n, alpha, x);
+    return is_half(dtype) ? blob__k_half_scal(blob_stream_get(), dtype, n, alpha, x)
+                          : blob__k_scal(blob_stream_get(), dtype, n, alpha, x);
 }
 
 blob_status blob_cpu_dot(blob_dtype dtype, int64_t n, const void *x, const void *y, double *out)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     BLOB_TRY(check_out(__func__, out));
     *out = vec_run(VEC_DOT, dtype, n, 0, x, 0, (void *)y);
     return BLOB_OK;
@@ -473,15 +528,16 @@ blob_status blob_cpu_dot(blob_dtype dtype, int64_t n, const void *x, const void 
 
 blob_status blob_gpu_dot(blob_dtype dtype, int64_t n, const void *x, const void *y, double *out)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     BLOB_TRY(check_out(__func__, out));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_dot(blob_stream_get(), dtype, n, x, y, out);
+    return is_half(dtype) ? blob__k_half_dot(blob_stream_get(), dtype, n, x, y, out)
+                          : blob__k_dot(blob_stream_get(), dtype, n, x, y, out);
 }
 
 blob_status blob_cpu_asum(blob_dtype dtype, int64_t n, const void *x, double *out)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x));
     BLOB_TRY(check_out(__func__, out));
     *out = vec_run(VEC_ASUM, dtype, n, 0, x, 0, NULL);
     return BLOB_OK;
@@ -489,22 +545,23 @@ blob_status blob_cpu_asum(blob_dtype dtype, int64_t n, const void *x, double *ou
 
 blob_status blob_gpu_asum(blob_dtype dtype, int64_t n, const void *x, double *out)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x));
     BLOB_TRY(check_out(__func__, out));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_asum(blob_stream_get(), dtype, n, x, out);
+    return is_half(dtype) ? blob__k_half_asum(blob_stream_get(), dtype, n, x, out)
+                          : blob__k_asum(blob_stream_get(), dtype, n, x, out);
 }
 
 blob_status blob_cpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_ANY, dtype, n, x, y));
     vec_run(VEC_COPY, dtype, n, 0, x, 0, y);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_ANY, dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_copy(blob_stream_get(), dtype, n, x, y);
 }

@@ -20,11 +20,16 @@ extern int64_t blob__blas_chunk;
 blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_a,
                              blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
                              const void *B, const void *C);
-/* A valid dtype. */
+/* A dtype the float math takes: float32 or float64 (BLOB_ENOTSUP for the others). */
 blob_status blob__check_dtype(const char *fn, blob_dtype dtype);
 /* An array `name` of n >= 0 elements of dtype that is addressable and not NULL if n > 0. */
 blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
                               const void *p);
+
+/* Element i of an array of a float dtype, as a double (exact), and v stored there rounded
+ * to nearest even (overflow to Inf, NaN as the quiet NaN of its sign): convert.c. */
+double blob__elem_get(blob_dtype dtype, const void *p, int64_t i);
+void blob__elem_set(blob_dtype dtype, void *p, int64_t i, double v);
 
 /* Run by a host GEMM's thread on the block of C it has just computed: rows [i0, i1) x
  * columns [j0, j1). */

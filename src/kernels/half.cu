@@ -1,0 +1,191 @@
+/* Conversions between the float dtypes and the vector operations on 16-bit floats, as
+ * src/math/convert.c and math.c do them on the host: conversions round to nearest even
+ * with the cuda_bf16.h / cuda_fp16.h intrinsics, a NaN becomes the quiet NaN of its sign;
+ * axpy and scal compute in float32, each product and sum rounded on its own (no FMA), so
+ * both sides give the same bits; dot and asum accumulate in float32. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "blob/alloc.h"
+#include "common.cuh"
+
+/* A float dtype's value widened without rounding: float for 16-bit floats. */
+static __device__ float wide(float v) { return v; }
+static __device__ double wide(double v) { return v; }
+static __device__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
+static __device__ float wide(__half v) { return __half2float(v); }
+
+/* The quiet NaN of sign neg in To. */
+template <typename To> static __device__ To quiet_nan(bool neg);
+template <> __device__ float quiet_nan<float>(bool neg)
+{
+    return __uint_as_float(neg ? 0xffc00000u : 0x7fc00000u);
+}
+template <> __device__ double quiet_nan<double>(bool neg)
+{
+    return __longlong_as_double((long long)(neg ? 0xfff8000000000000ull : 0x7ff8000000000000ull));
+}
+template <> __device__ __nv_bfloat16 quiet_nan<__nv_bfloat16>(bool neg)
+{
+    return __ushort_as_bfloat16(neg ? 0xffc0 : 0x7fc0);
+}
+template <> __device__ __half quiet_nan<__half>(bool neg)
+{
+    return __ushort_as_half(neg ? 0xfe00 : 0x7e00);
+}
+
+/* v rounded to nearest even in To: from double in one rounding, from the others through
+ * their exact float value. */
+static __device__ float round_to(float *, double v) { return __double2float_rn(v); }
+static __device__ double round_to(double *, double v) { return v; }
+static __device__ double round_to(double *, float v) { return v; }
+static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, double v) { return __double2bfloat16(v); }
+static __device__ __half round_to(__half *, double v) { return __double2half(v); }
+static __device__ float round_to(float *, float v) { return v; }
+static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, float v) { return __float2bfloat16_rn(v); }
+static __device__ __half round_to(__half *, float v) { return __float2half_rn(v); }
+
+template <typename From, typename To>
+struct Convert {
+    const void *x;
+    void *y;
+    __device__ void operator()(int64_t i) const
+    {
+        const auto v = wide(((const From *)x)[i]);
+        ((To *)y)[i] = isnan(v) ? quiet_nan<To>(signbit(v)) : round_to((To *)nullptr, v);
+    }
+};
+
+/* Call f with a value of the element type of float dtype dt. */
+template <typename F>
+static blob_status with_type(blob_dtype dt, F f)
+{
+    switch (dt) {
+    case BLOB_FLOAT32: return f(float());
+    case BLOB_FLOAT64: return f(double());
+    case BLOB_BFLOAT16: return f(__nv_bfloat16());
+    default: return f(__half());
+    }
+}
+
+extern "C" blob_status blob__k_convert(void *stream, blob_dtype from, blob_dtype to, int64_t n,
+                                       const void *x, void *y)
+{
+    return with_type(from, [&](auto f) {
+        return with_type(to, [&](auto t) {
+            return each("blob_gpu_convert", stream, n,
+                        Convert<decltype(f), decltype(t)>{x, y});
+        });
+    });
+}
+
+template <typename T>
+struct HalfAxpy {
+    float alpha;
+    const void *x;
+    void *y;
+    __device__ void operator()(int64_t i) const
+    {
+        T *py = (T *)y;
+        const float v = __fadd_rn(wide(py[i]), __fmul_rn(alpha, wide(((const T *)x)[i])));
+        py[i] = isnan(v) ? quiet_nan<T>(signbit(v)) : round_to((T *)nullptr, v);
+    }
+};
+
+template <typename T>
+struct HalfScal {
+    float alpha;
+    void *x;
+    __device__ void operator()(int64_t i) const
+    {
+        T *px = (T *)x;
+        const float v = __fmul_rn(alpha, wide(px[i]));
+        px[i] = isnan(v) ? quiet_nan<T>(signbit(v)) : round_to((T *)nullptr, v);
+    }
+};
+
+extern "C" blob_status blob__k_half_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                                         const void *x, void *y)
+{
+    return dtype == BLOB_BFLOAT16
+               ? each(__func__, stream, n, HalfAxpy<__nv_bfloat16>{(float)alpha, x, y})
+               : each(__func__, stream, n, HalfAxpy<__half>{(float)alpha, x, y});
+}
+
+extern "C" blob_status blob__k_half_scal(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                                         void *x)
+{
+    return dtype == BLOB_BFLOAT16
+               ? each(__func__, stream, n, HalfScal<__nv_bfloat16>{(float)alpha, x})
+               : each(__func__, stream, n, HalfScal<__half>{(float)alpha, x});
+}
+
+static constexpr int64_t MAX_PARTIALS = 1024;
+
+/* partial[block] = the block's float32 sum of x[i] * y[i] (y NULL: |x[i]|). */
+template <typename T>
+static __global__ void half_sum_kernel(int64_t n, const T *x, const T *y, float *partial)
+{
+    __shared__ float s[THREADS];
+    float sum = 0;
+    GRID_LOOP(i, n)
+    sum = __fadd_rn(sum, y ? __fmul_rn(wide(x[i]), wide(y[i])) : fabsf(wide(x[i])));
+    s[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned k = THREADS / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k)
+            s[threadIdx.x] = __fadd_rn(s[threadIdx.x], s[threadIdx.x + k]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s[0];
+}
+
+/* The float32 sum of x * y (y NULL: of |x|) for func, waited for: one partial per block
+ * in a scratch block of the stream, summed in order on the host. */
+template <typename T>
+static blob_status half_sum(const char *func, void *stream, int64_t n, const void *x,
+                            const void *y, double *out)
+{
+    *out = 0;
+    if (n == 0)
+        return BLOB_OK;
+    const unsigned blocks = (unsigned)(grid_for(n, THREADS) < MAX_PARTIALS ? grid_for(n, THREADS)
+                                                                           : MAX_PARTIALS);
+    int dev;
+    BLOB_TRY(blob__current_device(&dev));
+    float *partial, host[MAX_PARTIALS];
+    BLOB_TRY(blob_place_alloc(blob_place_device(dev), blocks * sizeof(float), stream,
+                              (void **)&partial));
+    half_sum_kernel<T><<<blocks, THREADS, 0, (cudaStream_t)stream>>>(n, (const T *)x,
+                                                                    (const T *)y, partial);
+    blob_status st = launch_check("half_sum_kernel", func);
+    cudaError_t err = cudaSuccess;
+    if (st == BLOB_OK &&
+        (err = cudaMemcpyAsync(host, partial, blocks * sizeof(float), cudaMemcpyDeviceToHost,
+                               (cudaStream_t)stream)) == cudaSuccess)
+        err = cudaStreamSynchronize((cudaStream_t)stream);
+    blob_place_free(blob_place_device(dev), partial);
+    if (st == BLOB_OK && err != cudaSuccess)
+        st = blob__cuda_fail(err, "cudaMemcpyAsync", func);
+    BLOB_TRY(st);
+    float sum = 0;
+    for (unsigned b = 0; b < blocks; b++)
+        sum += host[b];
+    *out = sum;
+    return BLOB_OK;
+}
+
+extern "C" blob_status blob__k_half_dot(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                        const void *y, double *out)
+{
+    return dtype == BLOB_BFLOAT16 ? half_sum<__nv_bfloat16>(__func__, stream, n, x, y, out)
+                                  : half_sum<__half>(__func__, stream, n, x, y, out);
+}
+
+extern "C" blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t n,
+                                         const void *x, double *out)
+{
+    return dtype == BLOB_BFLOAT16 ? half_sum<__nv_bfloat16>(__func__, stream, n, x, nullptr, out)
+                                  : half_sum<__half>(__func__, stream, n, x, nullptr, out);
+}
