@@ -153,5 +153,6 @@ void bench_conv_torch_args(char *buf, size_t size);
 void bench_fused_torch_args(char *buf, size_t size);
 void bench_gpu_optim(void);      /* 8 */
 void bench_gpu_fused_gemm(void); /* 9 */
+void bench_gpu_gemm16(void);     /* H */
 
 #endif

@@ -1,8 +1,15 @@
 /* The GPU rows of the training step's building blocks (CUDA builds): 8, the multi-tensor
  * optimizer step beside a device-to-device copy of the same bytes and PyTorch's fused
  * optimizers; 9, the GEMM with its bias and ReLU fused beside cuBLAS with the bias and
- * the ReLU as separate kernels, and PyTorch's relu(linear). */
+ * the ReLU as separate kernels, and PyTorch's relu(linear); H, the GEMM with bfloat16
+ * storage beside the tf32 mode and a direct cuBLASLt call. */
+/* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
 #include <cublas_v2.h>
+#include <math.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
@@ -427,4 +434,167 @@ void bench_gpu_fused_gemm(void)
     report_note("unfused: cublasGemmEx in the mode's compute type, the bias by cublasSgemm "
                 "with a ones column, blob_gpu_relu_forward; torch: relu(F.linear(x, W, b)) "
                 "with float32 matmul precision highest / high / medium");
+}
+
+/* ---- H: GEMM with bfloat16 storage ---- */
+
+/* The linear layer's product 512x4096 x (4096x4096)^T: in bfloat16 by blob_gpu_gemm, in
+ * float32 in the tf32 mode, and by one cuBLASLt call with the fastest of the heuristic's
+ * candidates (the row's yardstick). */
+enum { H_M = 512, H_N = 4096, H_K = 4096, H_CANDIDATES = 16 };
+static const size_t H_WORKSPACE = (size_t)32 << 20;
+
+typedef struct {
+    blob_dtype dtype;
+    void *A, *B, *C; /* A: M x K, B: N x K (NT), C: M x N */
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    void *ws;
+} gemm16_ctx;
+
+static int gemm16_blob_run(void *ctx, int n)
+{
+    gemm16_ctx *g = ctx;
+    for (int i = 0; i < n; i++)
+        BTRY(blob_gpu_gemm(g->dtype, BLOB_NO_TRANS, BLOB_TRANS, H_M, H_N, H_K, 1, g->A, g->B, 0,
+                           g->C));
+    return 0;
+}
+
+static int gemm16_lt_run(void *ctx, int n)
+{
+    gemm16_ctx *g = ctx;
+    const float one = 1, zero = 0;
+    for (int i = 0; i < n; i++)
+        if (cublasLtMatmul(g->lt, g->op, &one, g->B, g->a, g->A, g->b, &zero, g->C, g->c, g->C,
+                           g->c, &g->algo, g->ws, H_WORKSPACE,
+                           (cudaStream_t)blob_stream_get()) != CUBLAS_STATUS_SUCCESS)
+            return bench_fail("cublasLtMatmul failed");
+    return 0;
+}
+
+/* The direct cuBLASLt call's descriptors (column-major C^T = B A^T, as the library maps
+ * its row-major product) and its fastest candidate: *us its time, NAN if none ran. */
+static int gemm16_lt_setup(gemm16_ctx *g, double *us)
+{
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res[H_CANDIDATES];
+    int found = 0;
+    size_t ws = H_WORKSPACE;
+    *us = NAN;
+    if (cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&g->a, CUDA_R_16BF, H_K, H_N, H_K) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&g->b, CUDA_R_16BF, H_K, H_M, H_K) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&g->c, CUDA_R_16BF, H_N, H_M, H_N) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoGetHeuristic(g->lt, g->op, g->a, g->b, g->c, g->c, pref, H_CANDIDATES,
+                                       res, &found) != CUBLAS_STATUS_SUCCESS) {
+        if (pref)
+            cublasLtMatmulPreferenceDestroy(pref);
+        return bench_fail("cuBLASLt setup for bfloat16 failed");
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    int best = -1;
+    for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > ws)
+            continue;
+        g->algo = res[i].algo;
+        const double u = time_us(gemm16_lt_run, g, 20, 5);
+        if (!isnan(u) && (best < 0 || u < *us)) {
+            best = i;
+            *us = u;
+        }
+    }
+    (void)cudaGetLastError();
+    if (best < 0)
+        return bench_fail("no cuBLASLt bfloat16 candidate ran");
+    g->algo = res[best].algo;
+    return 0;
+}
+
+static void gemm16_free(gemm16_ctx *g)
+{
+    cudaFree(g->A), cudaFree(g->B), cudaFree(g->C), cudaFree(g->ws);
+    if (g->op)
+        cublasLtMatmulDescDestroy(g->op);
+    if (g->a)
+        cublasLtMatrixLayoutDestroy(g->a);
+    if (g->b)
+        cublasLtMatrixLayoutDestroy(g->b);
+    if (g->c)
+        cublasLtMatrixLayoutDestroy(g->c);
+    if (g->lt)
+        cublasLtDestroy(g->lt);
+}
+
+/* Arrays of dtype for the row, filled with small values (never all zero). */
+static int gemm16_alloc(gemm16_ctx *g, blob_dtype dtype)
+{
+    const size_t e = blob_dtype_size(dtype);
+    g->dtype = dtype;
+    CTRY(cudaMalloc(&g->A, e * H_M * H_K));
+    CTRY(cudaMalloc(&g->B, e * H_N * H_K));
+    CTRY(cudaMalloc(&g->C, e * H_M * H_N));
+    CTRY(cudaMemset(g->A, 0x3c, e * H_M * H_K));
+    CTRY(cudaMemset(g->B, 0x3b, e * H_N * H_K));
+    return 0;
+}
+
+void bench_gpu_gemm16(void)
+{
+    static const char *const cols[] = {"bf16 us",  "TFLOP/s",     "tf32 us",
+                                       "bf16/tf32", "cublasLt us", "bf16/cublasLt"};
+    report_section("H", "GEMM 512x4096x4096 (x W^T) with bfloat16 storage, CUDA events", 6, cols);
+    const double flops = 2.0 * H_M * H_N * H_K;
+    gemm16_ctx bf = {0}, f32 = {0};
+    double v[6] = {NAN, NAN, NAN, NAN, NAN, NAN}, lt_us = NAN;
+    const bool tuning = blob_gemm_tuning_get();
+    const blob_math_mode mode = blob_math_mode_get();
+    int rc = gemm16_alloc(&bf, BLOB_BFLOAT16);
+    if (rc == 0)
+        rc = gemm16_alloc(&f32, BLOB_FLOAT32);
+    if (rc == 0 && cudaMalloc(&bf.ws, H_WORKSPACE) != cudaSuccess)
+        rc = bench_fail("cudaMalloc failed");
+    if (rc == 0)
+        rc = gemm16_lt_setup(&bf, &lt_us);
+    if (rc == 0) { /* tuned, as the yardstick chose among its candidates */
+        blob_gemm_tuning_set(true);
+        v[0] = time_us(gemm16_blob_run, &bf, 20, 9);
+        blob_math_mode_set(BLOB_MATH_TF32);
+        v[2] = time_us(gemm16_blob_run, &f32, 20, 9);
+        blob_math_mode_set(mode);
+        blob_gemm_tuning_set(tuning);
+        lt_us = time_us(gemm16_lt_run, &bf, 20, 9); /* again, beside the others */
+        rc = isnan(v[0]) || isnan(v[2]) || isnan(lt_us) ? -1 : 0;
+    }
+    if (rc == 0) {
+        v[1] = flops / v[0] / 1e6;
+        v[3] = v[2] / v[0];
+        v[4] = lt_us;
+        v[5] = lt_us / v[0];
+        report_row("512x4096x4096 bf16", v, GOAL_NONE, false);
+        report_note("goals: bf16/tf32 >= 2 (%s), bf16/cublasLt >= 0.95 (%s); cuBLASLt TFLOP/s "
+                    "%.0f", v[3] >= 2 ? "met" : "not met", v[5] >= 0.95 ? "met" : "not met",
+                    flops / lt_us / 1e6);
+    } else {
+        report_error("512x4096x4096 bf16", bench_error());
+    }
+    report_note("bf16: blob_gpu_gemm(BLOB_BFLOAT16, NT) with GEMM tuning on; tf32: the same "
+                "product on float32 arrays in the tf32 mode; cublasLt: one cublasLtMatmul "
+                "(bfloat16, CUBLAS_COMPUTE_32F) with the fastest of the heuristic's top %d "
+                "candidates; ratios are speeds",
+                H_CANDIDATES);
+    gemm16_free(&bf);
+    gemm16_free(&f32);
 }

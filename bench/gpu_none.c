@@ -16,4 +16,5 @@ void bench_gpu_close(void) {}
 void bench_fused_torch_args(char *buf, size_t size) { (void)buf, (void)size; }
 void bench_gpu_optim(void) {}
 void bench_gpu_fused_gemm(void) {}
+void bench_gpu_gemm16(void) {}
 void bench_gpu_conv(void) {}

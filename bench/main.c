@@ -86,7 +86,7 @@ static void report_head(char *host, size_t size)
 static void run_sections(bool gpu)
 {
     if (!gpu)
-        printf("\nSections 1-3, 8, 9, C and the GPU rows of 4 and 6 skipped: no GPU found.\n");
+        printf("\nSections 1-3, 8, 9, H, C and the GPU rows of 4 and 6 skipped: no GPU found.\n");
     if (gpu && want("1"))
         bench_gpu_alloc();
     if (gpu && want("2"))
@@ -103,6 +103,8 @@ static void run_sections(bool gpu)
         bench_gpu_optim();
     if (gpu && want("9"))
         bench_gpu_fused_gemm();
+    if (gpu && want("H"))
+        bench_gpu_gemm16();
     if (want("6"))
         bench_update_host();
     if (want("7"))

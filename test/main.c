@@ -22,6 +22,7 @@ Suite *npy_suite(void);
 Suite *alloc_suite(void);
 Suite *math_suite(void);
 Suite *fused_suite(void);
+Suite *gemm16_suite(void);
 Suite *optim_suite(void);
 Suite *dlpack_suite(void);
 Suite *conv_suite(void);
@@ -38,6 +39,7 @@ static Suite *(*const suites[])(void) = {
     alloc_suite,
     math_suite,
     fused_suite,
+    gemm16_suite,
     optim_suite,
     dlpack_suite,
     conv_suite,

@@ -18,9 +18,19 @@
  * axpy, scal, dot and asum take bfloat16 and float16 too (each element widened to float32,
  * products, sums and the accumulation in float32, results rounded to nearest even, so
  * axpy and scal give the same bits on both sides), and copy takes every dtype.
+ * gemm takes bfloat16 and float16 as well, A, B and C all of `dtype`, alpha and beta
+ * rounded to float32: the products summed in float32 and C rounded to nearest even once.
+ * On the GPU through cuBLASLt on the tensor cores (CUBLAS_COMPUTE_32F), its plans cached,
+ * tuned (blob_gemm_tuning_set; a problem is timed by its first call with beta 0) and
+ * replayed as blob_gpu_gemm_epilogue's are, the math mode not applying; on the host in
+ * float32 tiles (OpenBLAS's cblas_sbgemm on bfloat16 where the library has it, sgemm on
+ * panels widened to float32 otherwise). The order of the float32 sums differs between the
+ * sides, so their results may differ by a rounding of the 16-bit dtype.
  * Errors: BLOB_EINVAL (bad dtype, negative size, NULL array with a non-zero size),
- * BLOB_ENOTSUP (a dtype the call does not take, named in the detail),
- * BLOB_EOVERFLOW (on the host, a row length beyond INT_MAX), BLOB_ECUBLAS, BLOB_ECUDA.
+ * BLOB_ENOTSUP (a dtype the call does not take, named with the call in the detail),
+ * BLOB_EOVERFLOW (on the host, a row length beyond INT_MAX), BLOB_ENOMEM (the host's
+ * 16-bit gemm, its float32 tiles), BLOB_ECUBLAS, BLOB_ECUDA, BLOB_EDEVMEM (the GPU's
+ * 16-bit gemm, its cuBLASLt workspace).
  */
 #ifndef BLOB_BLAS_H
 #define BLOB_BLAS_H

@@ -27,16 +27,22 @@ extern "C" {
 
 /* C = epilogue(op(A) op(B)), row-major, as described at blob_epilogue; op(A) is M x K,
  * op(B) K x N, C M x N. bias and mask are needed only by the epilogues that name them (a
- * ReLU's mask is optional) and may be NULL otherwise. mode applies to float32 on the GPU
- * (BLOB_MATH_DEFAULT: the process-wide mode); the host is always exact. C must not
- * overlap A, B, bias or mask. With K == 0 the product is 0 (bias sums too).
+ * ReLU's mask is optional) and may be NULL otherwise. dtype is float32, float64, bfloat16
+ * or float16, of A, B, C and bias alike; the 16-bit floats accumulate in float32, run the
+ * epilogue on the float32 values (the bias sums in float32 too) and round the results to
+ * nearest even, where cuBLASLt fuses the epilogue and on the host; elsewhere on the GPU
+ * the product is rounded to the dtype before the epilogue kernels. mode applies to float32
+ * on the GPU (BLOB_MATH_DEFAULT: the process-wide mode); the host is always exact (up to
+ * the 16-bit floats' float32 sums). C must not overlap A, B, bias or mask. With K == 0
+ * the product is 0 (bias sums too).
  * The GPU side runs cuBLASLt with the epilogue fused where cuBLASLt offers it for the
  * problem, and otherwise cuBLAS and one or two kernels of its own with the same results;
  * it queues its work on the current stream and may be captured in a graph (see
  * blob_graph_begin). Matmul descriptors and the algorithm chosen are cached per thread
  * and problem, and its workspace per thread, device and stream.
  * Errors: BLOB_EINVAL (bad dtype, transpose flag, epilogue or mode, negative size, a NULL
- * array the epilogue needs, a misaligned mask), BLOB_EOVERFLOW, BLOB_ENODEV (GPU side
+ * array the epilogue needs, a misaligned mask), BLOB_ENOTSUP (an integer dtype, named with
+ * the call), BLOB_EOVERFLOW, BLOB_ENOMEM (the host's 16-bit tiles), BLOB_ENODEV (GPU side
  * without a GPU), BLOB_ECUBLAS, BLOB_ECUDA, BLOB_EDEVMEM (its workspace). */
 BLOB_API blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a,
                                             blob_trans trans_b, int64_t M, int64_t N, int64_t K,

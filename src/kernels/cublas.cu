@@ -149,7 +149,13 @@ extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans t
      * reads as its transpose. */
     const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
     const bool fits = FITS(M) && FITS(N) && FITS(K);
-    if (dtype == BLOB_FLOAT32) {
+    if (dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16) {
+        const float a = (float)alpha, b = (float)beta;
+        const cudaDataType_t t = dtype == BLOB_BFLOAT16 ? CUDA_R_16BF : CUDA_R_16F;
+        CUBLAS_SIZED(fits, cublasGemmEx, (h, op(trans_b), op(trans_a), N, M, K, &a, B, t, ldb,
+                                          A, t, lda, &b, C, t, N, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+    } else if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha, b = (float)beta;
         CUBLAS_SIZED(fits, cublasSgemm, (h, op(trans_b), op(trans_a), N, M, K, &a,
                                               (const float *)B, ldb, (const float *)A, lda, &b,

@@ -1,7 +1,9 @@
 /* The GEMM epilogues as kernels, run after a plain cuBLAS product when cuBLASLt offers no
  * fused algorithm: bias and ReLU with the bit mask in one elementwise pass, the masked
  * ReLU gradient (with its column sums when the bias gradient is asked for), and the row
- * or column sums of an input for BGRADA / BGRADB. */
+ * or column sums of an input for BGRADA / BGRADB. The 16-bit floats compute in float32
+ * (wide_t) and store rounded to nearest even. */
+#include "half.cuh"
 #include "lt.cuh"
 
 /* The mask bit of C[i,j], with row_bits bits per row of C (blob/types.h). */
@@ -24,9 +26,9 @@ static __global__ void bias_relu_mask(int64_t M, int64_t N, int64_t row_bits, T 
         const int64_t i = idx / row_bits, j = idx - i * row_bits;
         bool pos = false;
         if (j < N) {
-            T v = C[i * N + j] + (bias ? bias[j] : T(0));
-            pos = v > T(0);
-            C[i * N + j] = pos ? v : T(0);
+            const wide_t<T> v = wide(C[i * N + j]) + (bias ? wide(bias[j]) : 0);
+            pos = v > 0;
+            C[i * N + j] = narrow<T>(pos ? v : 0);
         }
         const unsigned bits = __ballot_sync(0xffffffffu, pos);
         if (idx % 32 == 0)
@@ -42,8 +44,8 @@ struct BiasRelu {
     void *C;
     __device__ void operator()(int64_t i) const
     {
-        T v = ((T *)C)[i] + (bias ? ((const T *)bias)[i % N] : T(0));
-        ((T *)C)[i] = relu && !(v > T(0)) ? T(0) : v;
+        const wide_t<T> v = wide(((T *)C)[i]) + (bias ? wide(((const T *)bias)[i % N]) : 0);
+        ((T *)C)[i] = narrow<T>(relu && !(v > 0) ? 0 : v);
     }
 };
 
@@ -55,7 +57,7 @@ struct Drelu {
     __device__ void operator()(int64_t i) const
     {
         if (!mask_bit((const unsigned char *)mask, row_bits, i / N, i % N))
-            ((T *)C)[i] = T(0);
+            ((T *)C)[i] = narrow<T>(wide_t<T>(0));
     }
 };
 
@@ -68,16 +70,14 @@ static __global__ void col_sums(int64_t rows, int64_t cols, T *X, const unsigned
 {
     GRID_LOOP(j, cols)
     {
-        T s = 0;
+        wide_t<T> s = 0;
         for (int64_t i = 0; i < rows; i++) {
-            T v = X[i * cols + j];
-            if (mask && !mask_bit(mask, row_bits, i, j)) {
-                v = T(0);
-                X[i * cols + j] = v;
-            }
-            s += v;
+            if (mask && !mask_bit(mask, row_bits, i, j))
+                X[i * cols + j] = narrow<T>(wide_t<T>(0));
+            else
+                s += wide(X[i * cols + j]);
         }
-        out[j] = s;
+        out[j] = narrow<T>(s);
     }
 }
 
@@ -88,13 +88,13 @@ static __global__ void row_sums(int64_t rows, int64_t cols, const T *X, T *out)
     const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
     const unsigned lane = threadIdx.x % 32;
     for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < rows; i += warps) {
-        T s = 0;
+        wide_t<T> s = 0;
         for (int64_t j = lane; j < cols; j += 32)
-            s += X[i * cols + j];
+            s += wide(X[i * cols + j]);
         for (int o = 16; o > 0; o >>= 1)
             s += __shfl_xor_sync(0xffffffffu, s, o);
         if (lane == 0)
-            out[i] = s;
+            out[i] = narrow<T>(s);
     }
 }
 
@@ -154,10 +154,16 @@ blob_status blob__epilogue_apply(const char *func, void *stream, blob_dtype dtyp
                                  int64_t K, const void *A, const void *B, void *C,
                                  blob_epilogue epilogue, void *bias, void *mask)
 {
-    cudaStream_t s = (cudaStream_t)stream;
-    return dtype == BLOB_FLOAT32
-               ? apply(func, s, trans_a, trans_b, M, N, K, (const float *)A, (const float *)B,
-                       (float *)C, epilogue, (float *)bias, mask)
-               : apply(func, s, trans_a, trans_b, M, N, K, (const double *)A,
-                       (const double *)B, (double *)C, epilogue, (double *)bias, mask);
+    const cudaStream_t s = (cudaStream_t)stream;
+    const auto run = [&](auto t) {
+        using T = decltype(t);
+        return apply(func, s, trans_a, trans_b, M, N, K, (const T *)A, (const T *)B, (T *)C,
+                     epilogue, (T *)bias, mask);
+    };
+    switch (dtype) {
+    case BLOB_FLOAT32: return run(float());
+    case BLOB_BFLOAT16: return run(__nv_bfloat16());
+    case BLOB_FLOAT16: return run(__half());
+    default: return run(double());
+    }
 }

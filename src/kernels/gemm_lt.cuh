@@ -65,11 +65,13 @@ struct Key {
 };
 static_assert(sizeof(Key) == 6 * 4 + 3 * 8 + 8, "Key has padding");
 
-/* A launch of a plan: where it ran, and its graph once built. */
+/* A launch of a plan: where it ran, its scalars (a graph holds their values), and its
+ * graph once built. */
 struct Launch {
     void *stream, *workspace;
     const void *A, *B;
     void *C, *bias, *mask;
+    double alpha, beta;
     unsigned generation; /* of the backend table */
     cudaGraphExec_t exec; /* NULL: seen once */
     uint64_t used;
@@ -128,6 +130,12 @@ static inline size_t workspace_bytes(int device)
     return (size_t)(major >= 9 ? 32 : 4) << 20;
 }
 
+/* The value of a scalar handed to cuBLASLt for the plan: float64 for float64, else float32. */
+static inline double scalar_value(const Plan *p, const void *s)
+{
+    return p->key.dtype == BLOB_FLOAT64 ? *(const double *)s : *(const float *)s;
+}
+
 /* Whether a heuristic result can run: valid here, and its workspace within ws bytes. */
 static inline bool usable(const cublasLtMatmulHeuristicResult_t &r, size_t ws)
 {
@@ -155,7 +163,8 @@ void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
 
 /* Time the plan's untimed candidates on stream with this call's arrays (its descriptor
  * points at its bias and mask) and keep the fastest as p->algo; the host waits for the
- * stream. If nothing could be timed the heuristic's choice stays. */
+ * stream. beta must be 0: C is written many times over. If nothing could be timed the
+ * heuristic's choice stays. */
 void blob__lt_tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
                         const void *beta, const void *A, const void *B, void *C,
                         const Workspace *w);

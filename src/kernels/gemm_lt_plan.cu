@@ -41,6 +41,8 @@ static cublasLtEpilogue_t lt_epilogue(blob_epilogue e, bool with_mask)
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+/* The 16-bit floats come with mode FP32 (the key's): CUBLAS_COMPUTE_32F, the tensor
+ * cores with float32 accumulation. */
 static cublasComputeType_t compute_type(blob_dtype dtype, blob_math_mode mode)
 {
     if (dtype == BLOB_FLOAT64)
@@ -100,16 +102,28 @@ static int choose_candidate(const cublasLtMatmulHeuristicResult_t *results, int 
     return least;
 }
 
-/* The matmul descriptor of key k, pointed at bias and mask, and the three layouts. */
+static cudaDataType_t data_type(blob_dtype dtype)
+{
+    switch (dtype) {
+    case BLOB_FLOAT64: return CUDA_R_64F;
+    case BLOB_BFLOAT16: return CUDA_R_16BF;
+    case BLOB_FLOAT16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+    }
+}
+
+/* The matmul descriptor of key k, pointed at bias and mask, and the three layouts. The
+ * scalars are float64 for float64 and float32 otherwise; the bias is of C's dtype. */
 static cublasStatus_t plan_describe(const Key &k, void *bias, void *mask, Plan *p)
 {
     const blob_dtype dtype = (blob_dtype)k.dtype;
-    const cudaDataType_t t = dtype == BLOB_FLOAT32 ? CUDA_R_32F : CUDA_R_64F;
+    const cudaDataType_t t = data_type(dtype);
+    const cudaDataType_t scale = dtype == BLOB_FLOAT64 ? CUDA_R_64F : CUDA_R_32F;
     const bool ta = k.trans_a == BLOB_TRANS, tb = k.trans_b == BLOB_TRANS;
     const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* its A: our B */
     const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* its B: our A */
     cublasStatus_t s =
-        cublasLtMatmulDescCreate(&p->op, compute_type(dtype, (blob_math_mode)k.mode), t);
+        cublasLtMatmulDescCreate(&p->op, compute_type(dtype, (blob_math_mode)k.mode), scale);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = set_desc(p->op, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
     if (s == CUBLAS_STATUS_SUCCESS)

@@ -1,7 +1,7 @@
 /* Replayed launches of the cuBLASLt GEMM's plans (gemm_lt.cuh). Outside a capture,
  * cublasLtMatmul costs 8-18 us of host time per call on the hosts measured, and a replay
  * of the same product captured in a graph about 1.5 us. So a plan remembers its recent
- * launches (the stream, the arrays, the workspace): the second time one comes, it is
+ * launches (the stream, the arrays, the workspace, the scalars): the second time one comes, it is
  * captured on a stream of the thread's own and instantiated, and from then on replayed
  * with cudaGraphLaunch on the caller's stream. A plan whose launches rarely come again
  * stops building them. Owns a plan's launches and their graphs. */
@@ -63,14 +63,14 @@ bool blob__lt_replay(LtState *st, int dev, cublasLtHandle_t h, Plan *p, void *st
 {
     if (p->builds >= MIN_BUILDS && p->replays < 4 * p->builds)
         return false;
-    const Launch now = {stream, w->ptr, A, B, C, bias, mask, blob__backend_generation,
-                        nullptr, ++st->clock};
+    const Launch now = {stream, w->ptr, A, B, C, bias, mask, scalar_value(p, alpha),
+                        scalar_value(p, beta), blob__backend_generation, nullptr, ++st->clock};
     Launch *l = nullptr;
     for (int i = 0; i < p->num_launches && !l; i++) {
         Launch *c = &p->launches[i];
         if (c->stream == now.stream && c->workspace == now.workspace && c->A == A &&
             c->B == B && c->C == C && c->bias == bias && c->mask == mask &&
-            c->generation == now.generation)
+            c->alpha == now.alpha && c->beta == now.beta && c->generation == now.generation)
             l = c;
     }
     if (!l) { /* remembered in place of the least recently used */

@@ -16,7 +16,8 @@
 extern "C" {
 #endif
 
-/* Row-major C = alpha * op(A) * op(B) + beta * C with M, N, K > 0 (beta == 0: C not read). */
+/* Row-major C = alpha * op(A) * op(B) + beta * C with M, N, K > 0 (beta == 0: C not read);
+ * bfloat16 and float16 on the tensor cores with float32 accumulation. */
 blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
                          int64_t M, int64_t N, int64_t K, double alpha, const void *A,
                          const void *B, double beta, void *C);
@@ -97,14 +98,16 @@ blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
 blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans trans_a,
                               blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                               const void *A, const void *B, double beta, void *C);
-/* C = epilogue(op(A) op(B)) as blob_gpu_gemm_epilogue, with validated arguments (any size
- * >= 0), mode resolved (BLOB_MATH_FP32 for float64), and bias / mask NULL unless the
- * epilogue uses them; with tune, a problem met for the first time has its algorithm
- * timed (blob_gemm_tuning_set). */
+/* C = epilogue(alpha * op(A) op(B) + beta * C) as blob_gpu_gemm_epilogue (alpha 1, beta 0)
+ * and blob_gpu_gemm on 16-bit floats (epilogue NONE, K > 0) do it, with validated
+ * arguments (any size >= 0), mode resolved (BLOB_MATH_FP32 but for float32), and bias /
+ * mask NULL unless the epilogue uses them; with tune, a problem met for the first time
+ * has its algorithm timed (blob_gemm_tuning_set) by a call with beta 0. */
 blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
                                   blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
-                                  int64_t K, const void *A, const void *B, void *C,
-                                  blob_epilogue epilogue, void *bias, void *mask, bool tune);
+                                  int64_t K, double alpha, const void *A, const void *B,
+                                  double beta, void *C, blob_epilogue epilogue, void *bias,
+                                  void *mask, bool tune);
 /* *fused = whether cuBLASLt fuses the epilogue of this problem on the current device
  * (for 256-byte aligned arrays); empty problems never fuse. */
 blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,

@@ -87,8 +87,9 @@ blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans tran
                               const void *A, const void *B, double beta, void *C) { NO_CUDA; }
 blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode mode,
                                   blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
-                                  int64_t K, const void *A, const void *B, void *C,
-                                  blob_epilogue epilogue, void *bias, void *mask, bool tune)
+                                  int64_t K, double alpha, const void *A, const void *B,
+                                  double beta, void *C, blob_epilogue epilogue, void *bias,
+                                  void *mask, bool tune)
 { NO_CUDA; }
 blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
                                         blob_trans trans_b, int64_t M, int64_t N, int64_t K,

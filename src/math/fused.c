@@ -1,6 +1,6 @@
 /* GEMM with fused epilogues (blob/fused.h): argument checks shared by both sides, the host
- * reference (the BLAS product, then one pass over C for the epilogue), and the GPU side
- * handing validated arguments to the launcher. */
+ * reference (the BLAS product, then one pass over C for the epilogue; gemm16.c for the
+ * 16-bit floats), and the GPU side handing validated arguments to the launcher. */
 #include <stdint.h>
 #include <string.h>
 
@@ -151,6 +151,11 @@ blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
 {
     BLOB_TRY(check_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias,
                             mask, mode));
+    if (dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16)
+        return blob__cpu_gemm16(__func__, dtype, trans_a, trans_b, M, N, K, 1.0, A, B, 0.0, C,
+                                epilogue, reads_bias(epilogue) || writes_bias(epilogue) ? bias
+                                                                                      : NULL,
+                                relu(epilogue) || reads_mask(epilogue) ? mask : NULL);
     const bool bias_grad = epilogue == BLOB_EPILOGUE_BGRADA || epilogue == BLOB_EPILOGUE_BGRADB;
     if (!bias_grad && epilogue != BLOB_EPILOGUE_NONE && M && N && K) {
         /* each thread runs the epilogue on its block of C while it is in its cache */
@@ -193,7 +198,7 @@ blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
     if (!reads_bias(epilogue) && !writes_bias(epilogue))
         bias = NULL;
     return blob__k_gemm_epilogue(blob_stream_get(), dtype, run_mode, trans_a, trans_b, M, N, K,
-                                 A, B, C, epilogue, bias, mask, tuning);
+                                 1.0, A, B, 0.0, C, epilogue, bias, mask, tuning);
 }
 
 blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,

@@ -18,8 +18,8 @@ int64_t blob__blas_chunk = INT_MAX;
 
 /* ---- Argument checks: details are recorded under the public function's name fn. ---- */
 
-/* The dtypes a call takes: the float math takes float32 and float64; axpy, scal, dot and
- * asum the 16-bit floats too (computing in float32); copy any dtype. */
+/* The dtypes a call takes: the float math takes float32 and float64; gemm, axpy, scal, dot
+ * and asum the 16-bit floats too (computing in float32); copy any dtype. */
 typedef enum { TAKES_FLOAT, TAKES_HALF, TAKES_ANY } dtypes_taken;
 
 static bool is_half(blob_dtype dtype)
@@ -106,7 +106,7 @@ static blob_status check_gemm(const char *fn, blob_dtype dtype, blob_trans trans
                               blob_trans trans_b, int64_t M, int64_t N, int64_t K,
                               const void *A, const void *B, const void *C)
 {
-    BLOB_TRY(check_dtype(fn, dtype));
+    BLOB_TRY(check_dtype_taken(fn, TAKES_HALF, dtype));
     BLOB_TRY(check_trans(fn, trans_a));
     BLOB_TRY(check_trans(fn, trans_b));
     if (M < 0 || N < 0 || K < 0)
@@ -308,17 +308,20 @@ static blob_status check_labels(const char *fn, blob_dtype dtype, int64_t rows, 
 /* ---- GPU side, and the degenerate products of both sides ---- */
 
 /* y = beta * y (n elements) for a product whose reduction is empty, which BLAS leaves
- * loosely defined; beta == 0 does not read y. */
+ * loosely defined; beta == 0 does not read y (zero bits are +0 in every float dtype). */
 static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double beta, void *y)
 {
     if (beta == 1)
         return BLOB_OK;
     if (gpu) {
         void *s = blob_stream_get();
+        if (is_half(dtype))
+            return beta == 0 ? blob__be->memset_async(y, 0, (size_t)n * blob_dtype_size(dtype), s)
+                             : blob__k_half_scal(s, dtype, n, beta, y);
         return beta == 0 ? blob__k_set(s, dtype, n, 0, y) : blob__k_scal(s, dtype, n, beta, y);
     }
     if (beta == 0)
-        cpu_set(dtype, n, 0, y);
+        memset(y, 0, (size_t)n * blob_dtype_size(dtype));
     else
         vec_run(VEC_SCAL, dtype, n, beta, NULL, 0, y);
     return BLOB_OK;
@@ -395,6 +398,9 @@ blob_status blob_cpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         return BLOB_OK;
     if (K == 0)
         return scale_empty(false, dtype, M * N, beta, C);
+    if (is_half(dtype))
+        return blob__cpu_gemm16(__func__, dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C,
+                                BLOB_EPILOGUE_NONE, NULL, NULL);
     int64_t rows, cols;
     blob__gemm_grid(M, N, K, blob_dtype_size(dtype), false, &rows, &cols);
     return blob__cpu_gemm_blocks(dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, rows,
@@ -413,6 +419,13 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         return BLOB_OK;
     if (K == 0)
         return scale_empty(true, dtype, M * N, beta, C);
+    if (is_half(dtype)) { /* cuBLASLt, its plans cached, tuned and replayed */
+        bool tuning;
+        BLOB_TRY(blob__gemm_tuning(__func__, &tuning));
+        return blob__k_gemm_epilogue(blob_stream_get(), dtype, mode, trans_a, trans_b, M, N, K,
+                                     alpha, A, B, beta, C, BLOB_EPILOGUE_NONE, NULL, NULL,
+                                     tuning);
+    }
     if (mode != BLOB_MATH_FP32)
         return blob__k_gemm_mode(blob_stream_get(), mode, trans_a, trans_b, M, N, K, alpha, A,
                                  B, beta, C);

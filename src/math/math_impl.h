@@ -43,6 +43,16 @@ blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_tra
                                   const void *B, double beta, void *C, int64_t rows,
                                   int64_t cols, blob__gemm_block_fn after, void *after_ctx);
 
+/* C = epilogue(alpha * op(A) op(B) + beta * C) on bfloat16 or float16 arrays (gemm16.c):
+ * checked arguments, alpha 1 and beta 0 with an epilogue other than NONE, bias and mask as
+ * blob_cpu_gemm_epilogue takes them (NULL where unused). Accumulates in float32, applies
+ * the epilogue there and rounds into C to nearest even; C is written only on success.
+ * Errors: BLOB_ENOMEM (its float32 tiles), recorded under fn. */
+blob_status blob__cpu_gemm16(const char *fn, blob_dtype dtype, blob_trans trans_a,
+                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                             const void *B, double beta, void *C, blob_epilogue epilogue,
+                             void *bias, void *mask);
+
 /* A math mode in the enum (mode.c). */
 blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);
 /* The mode a GPU product of dtype runs in: the process-wide one for BLOB_MATH_DEFAULT,
