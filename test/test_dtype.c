@@ -350,8 +350,8 @@ START_TEST(test_int_math_refused)
     const void *p;
     ck_ok(blob_cpu_data(b, &p));
     ck_status(blob_cpu_axpy(dt, 16, 1, p, (void *)p), BLOB_ENOTSUP);
-    ck_status(blob_cpu_gemm(BLOB_FLOAT16, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, 1, p, p, 0,
-                            (void *)p), BLOB_ENOTSUP);
+    ck_status(blob_cpu_gemv(BLOB_FLOAT16, BLOB_NO_TRANS, 1, 1, 1, p, p, 0, (void *)p),
+              BLOB_ENOTSUP);
     ck_assert_msg(strstr(blob_last_error(), "float16"), "%s", blob_last_error());
     blob_free(b);
     blob_free(copy);
