@@ -639,6 +639,9 @@ START_TEST(test_gpu_gemm16_replay)
     const blob_dtype dt = dts[_i];
     const bool tuning = blob_gemm_tuning_get();
     blob_gemm_tuning_set(true);
+    void *stream; /* a stream of its own: the default stream cannot be captured */
+    ck_ok(blob_stream_create(&stream));
+    blob_stream_set(stream);
     test_seed(1800 + (uint64_t)_i);
     const int64_t M = 96, N = 200, K = 513;
     problem p = {dt, BLOB_NO_TRANS, BLOB_TRANS, M, N, K, 0.5, -2, false, BLOB_EPILOGUE_NONE};
@@ -684,6 +687,8 @@ START_TEST(test_gpu_gemm16_replay)
     blob__be->device_free(C);
     free(host), free(got), free(want);
     free_inputs(&in);
+    blob_stream_set(NULL);
+    ck_ok(blob_stream_destroy(stream));
     blob_gemm_tuning_set(tuning);
 }
 END_TEST

@@ -13,7 +13,11 @@
 static __device__ float wide(float v) { return v; }
 static __device__ double wide(double v) { return v; }
 static __device__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
-static __device__ float wide(__half v) { return __half2float(v); }
+static __device__ float wide(__half v)
+{
+    float f = __half2float(v); /* a NaN comes back positive: its sign is put back */
+    return isnan(f) ? copysignf(f, __half_as_ushort(v) & 0x8000 ? -1.0f : 1.0f) : f;
+}
 
 /* The quiet NaN of sign neg in To. */
 template <typename To> static __device__ To quiet_nan(bool neg);
