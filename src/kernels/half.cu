@@ -3,47 +3,9 @@
  * with the cuda_bf16.h / cuda_fp16.h intrinsics, a NaN becomes the quiet NaN of its sign;
  * axpy and scal compute in float32, each product and sum rounded on its own (no FMA), so
  * both sides give the same bits; dot and asum accumulate in float32. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "blob/alloc.h"
 #include "common.cuh"
-
-/* A float dtype's value widened without rounding: float for 16-bit floats. */
-static __device__ float wide(float v) { return v; }
-static __device__ double wide(double v) { return v; }
-static __device__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
-static __device__ float wide(__half v) { return __half2float(v); }
-
-/* The quiet NaN of sign neg in To. */
-template <typename To> static __device__ To quiet_nan(bool neg);
-template <> __device__ float quiet_nan<float>(bool neg)
-{
-    return __uint_as_float(neg ? 0xffc00000u : 0x7fc00000u);
-}
-template <> __device__ double quiet_nan<double>(bool neg)
-{
-    return __longlong_as_double((long long)(neg ? 0xfff8000000000000ull : 0x7ff8000000000000ull));
-}
-template <> __device__ __nv_bfloat16 quiet_nan<__nv_bfloat16>(bool neg)
-{
-    return __ushort_as_bfloat16(neg ? 0xffc0 : 0x7fc0);
-}
-template <> __device__ __half quiet_nan<__half>(bool neg)
-{
-    return __ushort_as_half(neg ? 0xfe00 : 0x7e00);
-}
-
-/* v rounded to nearest even in To: from double in one rounding, from the others through
- * their exact float value. */
-static __device__ float round_to(float *, double v) { return __double2float_rn(v); }
-static __device__ double round_to(double *, double v) { return v; }
-static __device__ double round_to(double *, float v) { return v; }
-static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, double v) { return __double2bfloat16(v); }
-static __device__ __half round_to(__half *, double v) { return __double2half(v); }
-static __device__ float round_to(float *, float v) { return v; }
-static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, float v) { return __float2bfloat16_rn(v); }
-static __device__ __half round_to(__half *, float v) { return __float2half_rn(v); }
+#include "half.cuh"
 
 template <typename From, typename To>
 struct Convert {
@@ -51,8 +13,7 @@ struct Convert {
     void *y;
     __device__ void operator()(int64_t i) const
     {
-        const auto v = wide(((const From *)x)[i]);
-        ((To *)y)[i] = isnan(v) ? quiet_nan<To>(signbit(v)) : round_to((To *)nullptr, v);
+        ((To *)y)[i] = narrow<To>(wide(((const From *)x)[i]));
     }
 };
 
@@ -88,7 +49,7 @@ struct HalfAxpy {
     {
         T *py = (T *)y;
         const float v = __fadd_rn(wide(py[i]), __fmul_rn(alpha, wide(((const T *)x)[i])));
-        py[i] = isnan(v) ? quiet_nan<T>(signbit(v)) : round_to((T *)nullptr, v);
+        py[i] = narrow<T>(v);
     }
 };
 
@@ -100,7 +61,7 @@ struct HalfScal {
     {
         T *px = (T *)x;
         const float v = __fmul_rn(alpha, wide(px[i]));
-        px[i] = isnan(v) ? quiet_nan<T>(signbit(v)) : round_to((T *)nullptr, v);
+        px[i] = narrow<T>(v);
     }
 };
 
@@ -188,4 +149,27 @@ extern "C" blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t
 {
     return dtype == BLOB_BFLOAT16 ? half_sum<__nv_bfloat16>(__func__, stream, n, x, nullptr, out)
                                   : half_sum<__half>(__func__, stream, n, x, nullptr, out);
+}
+
+template <typename T>
+struct FindNonfinite {
+    const void *x;
+    int32_t *found;
+    __device__ void operator()(int64_t i) const
+    {
+        if (!isfinite(wide(((const T *)x)[i])))
+            *found = 1; /* every writer stores the same value */
+    }
+};
+
+extern "C" blob_status blob__k_find_nonfinite(void *stream, blob_dtype dtype, int n,
+                                              const int64_t *counts, const void *const *x,
+                                              int32_t *found)
+{
+    blob_status st = BLOB_OK;
+    for (int i = 0; i < n && st == BLOB_OK; i++)
+        st = with_type(dtype, [&](auto t) {
+            return each(__func__, stream, counts[i], FindNonfinite<decltype(t)>{x[i], found});
+        });
+    return st;
 }
