@@ -1,7 +1,8 @@
 /* Mixed precision: the optimizer step over float32 master weights with 16-bit gradients
  * and working copies (host against the float32 step on the same values, GPU against the
- * host), finding Inf and NaN, and the gradient scaler (a forced overflow skips the step
- * and backs the scale off; steps without one grow it after the interval). */
+ * host), finding Inf and NaN, the gradient scaler (a forced overflow skips the step and
+ * backs the scale off; steps without one grow it after the interval), and the ReLUs on
+ * 16-bit storage. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -314,6 +315,77 @@ START_TEST(test_mixed_errors)
     ck_status(blob_grad_scaler_set(sc, 2, 0.5, 0), BLOB_EINVAL);
     ck_assert_double_eq(blob_grad_scaler_scale(sc), 8);
     blob_grad_scaler_free(sc);
+}
+END_TEST
+
+/* ---- 16-bit layer kernels ---- */
+
+/* n 16-bit values of dtype half: signed values of every size, zeros of both signs, Inf and
+ * NaN among them. */
+static uint16_t *half_values(blob_dtype half, int64_t n)
+{
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t k = 0; k < n; k++)
+        d[k] = test_uniform(-1, 1) * pow(2, (double)(k % 40) - 20);
+    const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN};
+    for (int64_t k = 0; k < n && k < 6; k++)
+        d[k * 7 % n] = special[k];
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    ck_ok(blob_cpu_convert(BLOB_FLOAT64, half, n, d, h));
+    free(d);
+    return h;
+}
+
+/* The host's ReLUs on 16-bit floats: the element's bits where x > 0, +0 elsewhere. */
+START_TEST(test_cpu_relu_half)
+{
+    const blob_dtype half = halves[_i];
+    test_seed(5);
+    const int64_t n = 1001;
+    uint16_t *x = half_values(half, n), *dy = half_values(half, n);
+    uint16_t *y = malloc(sizeof(uint16_t) * n), *dx = malloc(sizeof(uint16_t) * n);
+    ck_ok(blob_cpu_relu_forward(half, n, x, y));
+    ck_ok(blob_cpu_relu_backward(half, n, x, dy, dx));
+    for (int64_t k = 0; k < n; k++) {
+        double v;
+        ck_ok(blob_cpu_convert(half, BLOB_FLOAT64, 1, &x[k], &v));
+        ck_assert_int_eq(y[k], v > 0 ? x[k] : 0);
+        ck_assert_int_eq(dx[k], v > 0 ? dy[k] : 0);
+    }
+    ck_ok(blob_cpu_relu_forward(half, n, x, x)); /* in place */
+    ck_assert(memcmp(x, y, sizeof(uint16_t) * n) == 0);
+    ck_status(blob_cpu_relu_forward(BLOB_INT32, 1, x, y), BLOB_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "int32"));
+    free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
+/* The GPU's ReLUs on 16-bit floats give the host's bits. */
+START_TEST(test_gpu_relu_half)
+{
+    const blob_dtype half = halves[_i];
+    test_seed(6);
+    const int64_t n = 300007;
+    const size_t bytes = sizeof(uint16_t) * (size_t)n;
+    uint16_t *x = half_values(half, n), *dy = half_values(half, n);
+    uint16_t *y = malloc(bytes), *dx = malloc(bytes), *gy = malloc(bytes), *gdx = malloc(bytes);
+    ck_ok(blob_cpu_relu_forward(half, n, x, y));
+    ck_ok(blob_cpu_relu_backward(half, n, x, dy, dx));
+    void *d[4], *s = blob_stream_get();
+    for (int a = 0; a < 4; a++)
+        ck_ok(blob__be->device_alloc(bytes, &d[a]));
+    ck_ok(blob__be->copy_async(d[0], x, bytes, BLOB__H2D, s));
+    ck_ok(blob__be->copy_async(d[1], dy, bytes, BLOB__H2D, s));
+    ck_ok(blob_gpu_relu_forward(half, n, d[0], d[2]));
+    ck_ok(blob_gpu_relu_backward(half, n, d[0], d[1], d[3]));
+    ck_ok(blob__be->copy_async(gy, d[2], bytes, BLOB__D2H, s));
+    ck_ok(blob__be->copy_async(gdx, d[3], bytes, BLOB__D2H, s));
+    ck_ok(blob__be->stream_synchronize(s));
+    ck_assert(memcmp(gy, y, bytes) == 0);
+    ck_assert(memcmp(gdx, dx, bytes) == 0);
+    for (int a = 0; a < 4; a++)
+        blob__be->device_free(d[a]);
+    free(x), free(dy), free(y), free(dx), free(gy), free(gdx);
 }
 END_TEST
 
@@ -659,6 +731,7 @@ Suite *mixed_suite(void)
     tcase_add_test(tc, test_mixed_errors);
     tcase_add_loop_test(tc, test_blob_scaler_host, 0, 2);
     tcase_add_loop_test(tc, test_blob_mixed_host, 0, 2);
+    tcase_add_loop_test(tc, test_cpu_relu_half, 0, 2);
     suite_add_tcase(s, tc);
 
     TCase *gpu = gpu_tcase("gpu");
@@ -667,6 +740,7 @@ Suite *mixed_suite(void)
     req_add_loop_test(gpu, test_gpu_mixed_vs_float32, 0, 2 * CONFIGS);
     req_add_loop_test(gpu, test_gpu_find_nonfinite, 0, 4);
     req_add_loop_test(gpu, test_gpu_blob_scaler, 0, 2);
+    req_add_loop_test(gpu, test_gpu_relu_half, 0, 2);
     suite_add_tcase(s, gpu);
     return s;
 }

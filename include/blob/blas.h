@@ -17,7 +17,8 @@
  * Every blob_gpu_* returns BLOB_ENODEV without a GPU. The dtypes are float32 and float64;
  * axpy, scal, dot and asum take bfloat16 and float16 too (each element widened to float32,
  * products, sums and the accumulation in float32, results rounded to nearest even, so
- * axpy and scal give the same bits on both sides), and copy takes every dtype.
+ * axpy and scal give the same bits on both sides), so do relu_forward and relu_backward
+ * (which copy elements, the same bits on both sides), and copy takes every dtype.
  * Errors: BLOB_EINVAL (bad dtype, negative size, NULL array with a non-zero size),
  * BLOB_ENOTSUP (a dtype the call does not take, named in the detail),
  * BLOB_EOVERFLOW (on the host, a row length beyond INT_MAX), BLOB_ECUBLAS, BLOB_ECUDA.

@@ -44,6 +44,13 @@ static __device__ float round_to(float *, float v) { return v; }
 static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, float v) { return __float2bfloat16_rn(v); }
 static __device__ __half round_to(__half *, float v) { return __float2half_rn(v); }
 
+/* Call each with Op<T> built from the arguments, T the element type of float dtype dtype. */
+#define EACH_FLOAT(func, stream, dtype, n, Op, ...)                                         \
+    ((dtype) == BLOB_FLOAT32    ? each((func), (stream), (n), Op<float>{__VA_ARGS__})         \
+     : (dtype) == BLOB_FLOAT64  ? each((func), (stream), (n), Op<double>{__VA_ARGS__})        \
+     : (dtype) == BLOB_BFLOAT16 ? each((func), (stream), (n), Op<__nv_bfloat16>{__VA_ARGS__}) \
+                                : each((func), (stream), (n), Op<__half>{__VA_ARGS__}))
+
 /* v stored in T under the rules above. */
 template <typename T, typename V>
 static __device__ T narrow(V v)
