@@ -30,6 +30,7 @@ Suite *null_args_suite(void);
 Suite *comm_suite(void);
 Suite *env_suite(void);
 Suite *dtype_suite(void);
+Suite *mixed_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -47,6 +48,7 @@ static Suite *(*const suites[])(void) = {
     comm_suite,
     env_suite,
     dtype_suite,
+    mixed_suite,
 };
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as

@@ -45,6 +45,8 @@ typedef struct {
     blob_optim optim;               /* Adam: every array of a step is needed */
     blob_optim_state *optim_state;  /* empty */
     blob_optim_state *out_optim_state;
+    blob_grad_scaler *grad_scaler;  /* scale 1024, nothing checked */
+    blob_grad_scaler *out_grad_scaler;
     void *arrays[2];                /* {host, host + 32}: a step's arrays, never used */
     blob_blas_info out_blas;
     bool out_bool;

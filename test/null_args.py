@@ -73,7 +73,10 @@ VALUES = [
     (ANY, ANY, "blob_optim_state *", "fx.optim_state"),
     (ANY, ANY, "const blob_optim_state *", "fx.optim_state"),
     (ANY, ANY, "blob_optim_state **", "&fx.out_optim_state"),
-    (r"optim_step", r"^counts$", "const int64_t *", "fx.shape"),
+    (r"optim_step|find_nonfinite", r"^counts$", "const int64_t *", "fx.shape"),
+    (ANY, ANY, "blob_grad_scaler *", "fx.grad_scaler"),
+    (ANY, ANY, "const blob_grad_scaler *", "fx.grad_scaler"),
+    (ANY, ANY, "blob_grad_scaler **", "&fx.out_grad_scaler"),
     (ANY, ANY, "void *const *", "fx.arrays"),
     (ANY, ANY, "const void *const *", "(const void *const *)fx.arrays"),
     (ANY, ANY, "blob_blas_info *", "&fx.out_blas"),
@@ -95,6 +98,7 @@ VALUES = [
     (ANY, r"path", "const char *", "fx.path"),
     (ANY, r"^hex$", "const char *", "fx.str"),
     # scalars
+    (r"_optim_step_mixed$", ANY, "blob_dtype", "BLOB_BFLOAT16"),
     (ANY, ANY, "blob_dtype", "BLOB_FLOAT32"),
     (ANY, ANY, "blob_trans", "BLOB_NO_TRANS"),
     (ANY, ANY, "blob_part", "BLOB_PART_DATA"),
@@ -124,6 +128,7 @@ MAY_BE_NULL = [
     (r"_release$", r"^(release|ctx)$", ANY),   # NULL release: a plain borrow
     (r"^blob_dlpack_delete$", ANY, ANY),       # documented no-op
     (r"_gemm_epilogue$", r"^mask$", ANY),      # a ReLU's mask is optional
+    (r"^blob_optim_step_mixed$", r"^(scaler|skipped)$", ANY),  # no loss scaling; no answer
 ]
 
 NEUTRAL = [

@@ -93,6 +93,7 @@ static void fixture_setup(void)
     fx.devices[1] = 1;
     fx.optim = blob_optim_default(BLOB_OPTIM_ADAM, 0.1);
     ck_ok(blob_optim_state_create(&fx.optim_state));
+    ck_ok(blob_grad_scaler_create(&fx.grad_scaler, 1024));
     fx.arrays[0] = fx.host;
     fx.arrays[1] = fx.host + 32;
     fx.dev = fx.host;
@@ -111,6 +112,9 @@ static void fixture_teardown(void)
     blob_optim_state_free(fx.optim_state);
     blob_optim_state_free(fx.out_optim_state);
     fx.out_optim_state = NULL;
+    blob_grad_scaler_free(fx.grad_scaler);
+    blob_grad_scaler_free(fx.out_grad_scaler);
+    fx.out_grad_scaler = NULL;
     blob_free(fx.b);
     blob_free(fx.b2);
     blob_syncedmem_free(fx.mem);

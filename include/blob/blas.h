@@ -17,7 +17,8 @@
  * Every blob_gpu_* returns BLOB_ENODEV without a GPU. The dtypes are float32 and float64;
  * axpy, scal, dot and asum take bfloat16 and float16 too (each element widened to float32,
  * products, sums and the accumulation in float32, results rounded to nearest even, so
- * axpy and scal give the same bits on both sides), and copy takes every dtype.
+ * axpy and scal give the same bits on both sides), so do relu_forward and relu_backward
+ * (which copy elements, the same bits on both sides), and copy takes every dtype.
  * gemm takes bfloat16 and float16 as well, A, B and C all of `dtype`, alpha and beta
  * rounded to float32: the products summed in float32 and C rounded to nearest even once.
  * On the GPU through cuBLASLt on the tensor cores (CUBLAS_COMPUTE_32F), its plans cached,

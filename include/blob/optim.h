@@ -34,6 +34,7 @@
 #ifndef BLOB_OPTIM_H
 #define BLOB_OPTIM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "blob/status.h"
@@ -68,7 +69,85 @@ BLOB_API blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype
                                          const void *const *diff, void *const *hist1,
                                          void *const *hist2, int64_t *step);
 
+/* The mixed-precision step: as above over float32 master weights data[i] and float32
+ * histories, with gradients diff[i] of the 16-bit float dtype `half` (bfloat16 or
+ * float16). Each gradient is widened to float32 and multiplied by inv_scale in float32
+ * (the inverse of the loss scale, see blob_grad_scaler; 1 without loss scaling), the rule
+ * runs in float32, and work[i] (counts[i] elements of half) is set to the updated data[i]
+ * rounded to nearest even: the working copy that the next forward pass reads. On the GPU
+ * the working copy is written by the step's own kernel, in the same pass over the arrays.
+ * From the same values both sides give the same working copy of the same master weights,
+ * up to the rounding of the rule (fused multiply-adds on the GPU).
+ * Errors: as blob_*_optim_step; BLOB_ENOTSUP (half not bfloat16 or float16), BLOB_EINVAL
+ * (inv_scale not positive and finite in float32, a NULL work). */
+BLOB_API blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half,
+                                               double inv_scale, int n, const int64_t *counts,
+                                               void *const *data, const void *const *diff,
+                                               void *const *hist1, void *const *hist2,
+                                               void *const *work, int64_t *step);
+BLOB_API blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype half,
+                                               double inv_scale, int n, const int64_t *counts,
+                                               void *const *data, const void *const *diff,
+                                               void *const *hist1, void *const *hist2,
+                                               void *const *work, int64_t *step);
+
+/* Set *found (one int32 in memory of the side) to 1 if any of the n arrays x[i] (counts[i]
+ * elements of float dtype) holds an Inf or a NaN; it is left alone otherwise, so that a
+ * flag cleared once collects several calls. The GPU side queues one kernel per non-empty
+ * array on the current stream and does not wait.
+ * Errors: BLOB_EINVAL (NULL found, n < 0, a NULL list or array that is needed),
+ * BLOB_ENOTSUP (an integer dtype), BLOB_ENODEV, BLOB_ECUDA. */
+BLOB_API blob_status blob_cpu_find_nonfinite(blob_dtype dtype, int n, const int64_t *counts,
+                                             const void *const *x, int32_t *found);
+BLOB_API blob_status blob_gpu_find_nonfinite(blob_dtype dtype, int n, const int64_t *counts,
+                                             const void *const *x, int32_t *found);
+
 typedef struct blob_optim_state blob_optim_state;
+
+/* Dynamic loss scaling for float16 gradients, as torch.amp.GradScaler does it: multiply the
+ * loss gradient by blob_grad_scaler_scale before the backward pass, check the gradients
+ * with blob_grad_scaler_unscale, and step with blob_optim_step_mixed, which divides them
+ * by the scale in float32 and skips the step on overflow:
+ *
+ *   blob_grad_scaler *sc;
+ *   blob_grad_scaler_create(&sc, 65536);
+ *   for (...) {
+ *       ...                                           // forward; dloss scaled by the scale
+ *       blob_grad_scaler_unscale(sc, work, n);        // a kernel sets a device flag
+ *       bool skipped;
+ *       blob_optim_step_mixed(&opt, master, work, n, state, sc, &skipped);
+ *   }
+ *
+ * After a skipped step the scale is multiplied by the backoff factor (0.5 by default);
+ * after growth_interval (2000) steps in a row without overflow, by the growth factor (2). */
+typedef struct blob_grad_scaler blob_grad_scaler;
+
+/* A scaler of scale init_scale (positive, and its inverse finite), growth factor 2,
+ * backoff 0.5, growth interval 2000; *out is NULL on failure.
+ * Errors: BLOB_EINVAL, BLOB_ENOMEM. */
+BLOB_API blob_status blob_grad_scaler_create(blob_grad_scaler **out, double init_scale);
+
+/* Free the scaler. NULL is a no-op. */
+BLOB_API void blob_grad_scaler_free(blob_grad_scaler *sc);
+
+/* Set the growth factor (> 1), the backoff factor (in (0, 1)) and the growth interval
+ * (>= 1, in steps), and restart the count of steps without overflow.
+ * Errors: BLOB_EINVAL (NULL, a value out of range; nothing changed). */
+BLOB_API blob_status blob_grad_scaler_set(blob_grad_scaler *sc, double growth_factor,
+                                          double backoff_factor, int64_t growth_interval);
+
+/* The current scale; 0 for NULL. */
+BLOB_API double blob_grad_scaler_scale(const blob_grad_scaler *sc);
+
+/* Check the gradients in the diffs of the n blobs work (one float dtype, one device) for
+ * Inf and NaN, on the side of work[0]'s diff head (blob_*_find_nonfinite into the scaler's
+ * flag: on the GPU a kernel on the current stream, nothing waited for), for the next
+ * blob_optim_step_mixed, which unscales the gradients as it reads them (in float32, so
+ * that float16 gradients lose nothing to underflow) or skips the step. Calls between two
+ * steps collect: an overflow seen by any of them skips the step.
+ * Errors: BLOB_EINVAL (NULL, n < 1, mixed dtypes or devices), BLOB_ENOTSUP (an integer
+ * dtype), accessor and math errors. */
+BLOB_API blob_status blob_grad_scaler_unscale(blob_grad_scaler *sc, blob *const *work, int n);
 
 /* An empty state; *out is NULL on failure. Errors: BLOB_EINVAL, BLOB_ENOMEM. */
 BLOB_API blob_status blob_optim_state_create(blob_optim_state **out);
@@ -90,6 +169,26 @@ BLOB_API void blob_optim_state_free(blob_optim_state *state);
  * BLOB_ESHAPE (not the parameters the state is bound to), accessor and math errors. */
 BLOB_API blob_status blob_optim_step(const blob_optim *opt, blob *const *params, int n,
                                      blob_optim_state *state);
+
+/* The mixed-precision step over n parameters: master[i] (float32) holds the master
+ * weights in its data, and work[i] (bfloat16 or float16, all of one dtype, as many
+ * elements as master[i], on the same device) the working copy in its data and the
+ * gradient in its diff, as a net's 16-bit forward and backward passes leave them. Each
+ * master[i]'s data is updated from work[i]'s diff as blob_*_optim_step_mixed does it, and
+ * work[i]'s data is set to the result rounded: one kernel on the GPU (the side chosen by
+ * master[0], as blob_optim_step does; the state and its float32 histories bind to master;
+ * master's diffs are not used). With a scaler (not NULL), each gradient is divided by its
+ * scale, and the step is skipped when the gradients hold an Inf or a NaN (checked by
+ * blob_grad_scaler_unscale, or here if it was not called since the last step): *skipped
+ * (when not NULL) says whether it was, nothing is updated and the state's step count
+ * stays; either way the scale is updated as blob_grad_scaler says. Without a scaler,
+ * *skipped is false. A scaled step reads the scaler's flag back from the device, so it
+ * waits for the work queued before it (and cannot be captured in a graph).
+ * Errors: as blob_optim_step; BLOB_EINVAL (NULL work or work[i]), BLOB_ENOTSUP (master not
+ * float32, work not bfloat16 or float16), BLOB_ESHAPE (work[i] not as large as master[i]). */
+BLOB_API blob_status blob_optim_step_mixed(const blob_optim *opt, blob *const *master,
+                                           blob *const *work, int n, blob_optim_state *state,
+                                           blob_grad_scaler *scaler, bool *skipped);
 
 /* The steps taken (read from the device if the count is there, waiting for it).
  * Errors: BLOB_EINVAL, accessor errors. */

@@ -1,7 +1,10 @@
 /* Elementwise operations: one functor each, run by the grid-stride launcher `each`.
  * Functors hold scalars as double and arrays as void *, so the same launcher arguments
- * build the float and the double instance; the conversions to T are loop-invariant. */
+ * build the float and the double instance; the conversions to T are loop-invariant. The
+ * ReLUs take the 16-bit floats too: they compare the widened value and copy the element's
+ * bits (or write +0), so every dtype gives the host's bits. */
 #include "common.cuh"
+#include "half.cuh"
 
 template <typename T>
 struct Axpby {
@@ -47,7 +50,7 @@ struct ReluForward {
     __device__ void operator()(int64_t i) const
     {
         const T v = ((const T *)x)[i];
-        ((T *)y)[i] = v > T(0) ? v : T(0);
+        ((T *)y)[i] = wide(v) > 0 ? v : T(0.0f);
     }
 };
 
@@ -57,7 +60,7 @@ struct ReluBackward {
     void *dx;
     __device__ void operator()(int64_t i) const
     {
-        ((T *)dx)[i] = ((const T *)x)[i] > T(0) ? ((const T *)dy)[i] : T(0);
+        ((T *)dx)[i] = wide(((const T *)x)[i]) > 0 ? ((const T *)dy)[i] : T(0.0f);
     }
 };
 
@@ -88,11 +91,11 @@ extern "C" blob_status blob__k_mul(void *stream, blob_dtype dtype, int64_t n, co
 extern "C" blob_status blob__k_relu_forward(void *stream, blob_dtype dtype, int64_t n,
                                             const void *x, void *y)
 {
-    return EACH(__func__, stream, dtype, n, ReluForward, x, y);
+    return EACH_FLOAT(__func__, stream, dtype, n, ReluForward, x, y);
 }
 
 extern "C" blob_status blob__k_relu_backward(void *stream, blob_dtype dtype, int64_t n,
                                              const void *x, const void *dy, void *dx)
 {
-    return EACH(__func__, stream, dtype, n, ReluBackward, x, dy, dx);
+    return EACH_FLOAT(__func__, stream, dtype, n, ReluBackward, x, dy, dx);
 }

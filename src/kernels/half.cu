@@ -4,6 +4,7 @@
  * axpy and scal compute in float32, each product and sum rounded on its own (no FMA), so
  * both sides give the same bits; dot and asum accumulate in float32. */
 #include "blob/alloc.h"
+#include "common.cuh"
 #include "half.cuh"
 
 template <typename From, typename To>
@@ -12,8 +13,7 @@ struct Convert {
     void *y;
     __device__ void operator()(int64_t i) const
     {
-        const auto v = wide(((const From *)x)[i]);
-        ((To *)y)[i] = narrow<To>(v);
+        ((To *)y)[i] = narrow<To>(wide(((const From *)x)[i]));
     }
 };
 
@@ -149,4 +149,27 @@ extern "C" blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t
 {
     return dtype == BLOB_BFLOAT16 ? half_sum<__nv_bfloat16>(__func__, stream, n, x, nullptr, out)
                                   : half_sum<__half>(__func__, stream, n, x, nullptr, out);
+}
+
+template <typename T>
+struct FindNonfinite {
+    const void *x;
+    int32_t *found;
+    __device__ void operator()(int64_t i) const
+    {
+        if (!isfinite(wide(((const T *)x)[i])))
+            *found = 1; /* every writer stores the same value */
+    }
+};
+
+extern "C" blob_status blob__k_find_nonfinite(void *stream, blob_dtype dtype, int n,
+                                              const int64_t *counts, const void *const *x,
+                                              int32_t *found)
+{
+    blob_status st = BLOB_OK;
+    for (int i = 0; i < n && st == BLOB_OK; i++)
+        st = with_type(dtype, [&](auto t) {
+            return each(__func__, stream, counts[i], FindNonfinite<decltype(t)>{x[i], found});
+        });
+    return st;
 }

@@ -1,6 +1,7 @@
-/* Internal to src/kernels: the float dtypes' element types on the device, widened
- * without rounding and stored rounded to nearest even (half.cu's conversions, the 16-bit
- * epilogues of epilogue.cu). */
+/* Internal to the .cu files of src/kernels: the 16-bit floats' element access, as
+ * src/math/convert.c does it on the host: widening is exact, rounding is to nearest even
+ * (overflow to Inf), and a NaN becomes the quiet NaN of its sign, so both sides give the
+ * same bits. */
 #ifndef BLOB_KERNELS_HALF_CUH
 #define BLOB_KERNELS_HALF_CUH
 
@@ -49,11 +50,18 @@ static __device__ float round_to(float *, float v) { return v; }
 static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, float v) { return __float2bfloat16_rn(v); }
 static __device__ __half round_to(__half *, float v) { return __float2half_rn(v); }
 
-/* v stored in To: rounded to nearest even, a NaN as the quiet NaN of its sign. */
-template <typename To, typename V>
-static __device__ To narrow(V v)
+/* Call each with Op<T> built from the arguments, T the element type of float dtype dtype. */
+#define EACH_FLOAT(func, stream, dtype, n, Op, ...)                                         \
+    ((dtype) == BLOB_FLOAT32    ? each((func), (stream), (n), Op<float>{__VA_ARGS__})         \
+     : (dtype) == BLOB_FLOAT64  ? each((func), (stream), (n), Op<double>{__VA_ARGS__})        \
+     : (dtype) == BLOB_BFLOAT16 ? each((func), (stream), (n), Op<__nv_bfloat16>{__VA_ARGS__}) \
+                                : each((func), (stream), (n), Op<__half>{__VA_ARGS__}))
+
+/* v stored in T under the rules above. */
+template <typename T, typename V>
+static __device__ T narrow(V v)
 {
-    return isnan(v) ? quiet_nan<To>(signbit(v)) : round_to((To *)nullptr, v);
+    return isnan(v) ? quiet_nan<T>(signbit(v)) : round_to((T *)nullptr, v);
 }
 
 /* What T's arithmetic runs in: float for the 16-bit floats, T otherwise. */

@@ -16,14 +16,21 @@
  * depend on the step number beyond its first; SGD reads the step only to know whether
  * it is the first.
  *
+ * A mixed step (blob_gpu_optim_step_mixed) is the same kernel with float32 master weights
+ * and histories and 16-bit gradients G: each chunk's gradients are loaded as vectors of
+ * as many G as a 16-byte vector holds floats, widened and multiplied by the inverse loss
+ * scale, and the updated weights are rounded into the working copy in the same pass.
+ *
  * The step number lives in device memory: every block reads it, and in the last launch
  * of a step the last block to finish increments it (the blocks count themselves in the
  * second word, which that block sets back to 0), so a captured graph replays correctly. */
 #include <math.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "common.cuh"
+#include "half.cuh"
 #include "optim_formula.h"
 
 static constexpr int SMALL_CAP = 32;    /* tensors per launch, small parameter struct */
@@ -42,6 +49,27 @@ struct Vec<double> {
     typedef double2 type;
 };
 
+/* E elements of a 16-bit G, loaded and stored as one vector (8 bytes for E = 4). */
+template <typename G, int E>
+struct alignas(sizeof(G) * E) Pack {
+    G e[E];
+};
+
+/* The vector of the gradients (and working copy) beside a Vec<T> of master weights. */
+template <typename T, typename G>
+using GVec = typename std::conditional<std::is_same<T, G>::value, typename Vec<T>::type,
+                                       Pack<G, 16 / sizeof(T)>>::type;
+
+/* A gradient as the update takes it: itself, or (mixed) widened and unscaled in float32. */
+template <typename T, typename G>
+static __device__ T grad_value(G g, float inv_scale)
+{
+    if constexpr (std::is_same<T, G>::value)
+        return g;
+    else
+        return __fmul_rn(wide(g), inv_scale);
+}
+
 template <typename T>
 struct Scalars {
     BLOB__OPTIM_SCALAR_FIELDS(T)
@@ -54,23 +82,27 @@ __host__ __device__ static constexpr int64_t chunk_elems()
     return (int64_t)THREADS * VECS * (16 / sizeof(T));
 }
 
-template <typename T, int CAP>
+/* G is T, or a 16-bit float in a mixed step (T float), which has the working copies. */
+template <typename T, typename G, int CAP>
 struct Args {
+    static constexpr bool MIXED = !std::is_same<T, G>::value;
     int count;                     /* tensors of this launch (none: only the step count) */
     bool last;                     /* this launch ends the step: increment it */
     int64_t chunk_start[CAP + 1];  /* first chunk of each tensor, and the total */
     int64_t n[CAP];
     T *data[CAP];
-    const T *diff[CAP];
+    const G *diff[CAP];
     T *h1[CAP], *h2[CAP];
+    G *work[MIXED ? CAP : 1];      /* mixed: the working copies written */
     Scalars<T> s;                  /* the step-dependent fields are set on the device */
+    float inv_scale;               /* mixed: the gradients' factor */
     double lr, beta1, beta2;
     unsigned long long *step;      /* [0] steps taken, [1] blocks finished */
 };
 
 /* Count this block as finished; the last one increments the step. */
-template <typename T, int CAP>
-static __device__ void finish_step(const Args<T, CAP> &a)
+template <typename T, typename G, int CAP>
+static __device__ void finish_step(const Args<T, G, CAP> &a)
 {
     if (!a.last)
         return;
@@ -85,9 +117,10 @@ static __device__ void finish_step(const Args<T, CAP> &a)
 }
 
 /* Update chunk c (of chunk_elems<T, VECS>() elements, fewer at a tensor's end). */
-template <typename T, int KIND, int CAP, int VECS>
-static __device__ void update_chunk(const Args<T, CAP> &a, const Scalars<T> &s, int64_t c)
+template <typename T, typename G, int KIND, int CAP, int VECS>
+static __device__ void update_chunk(const Args<T, G, CAP> &a, const Scalars<T> &s, int64_t c)
 {
+    constexpr bool MIXED = Args<T, G, CAP>::MIXED;
     /* the tensor holding chunk c: the last one starting at or before it */
     int lo = 0, hi = a.count - 1;
     while (lo < hi) {
@@ -101,18 +134,22 @@ static __device__ void update_chunk(const Args<T, CAP> &a, const Scalars<T> &s, 
     const int64_t off = (c - a.chunk_start[lo]) * CHUNK, rest = a.n[lo] - off;
     const int64_t len = rest < CHUNK ? rest : CHUNK;
     T *__restrict__ w = a.data[lo] + off;
-    const T *__restrict__ g = a.diff[lo] + off;
+    const G *__restrict__ g = a.diff[lo] + off;
     T *__restrict__ h = a.h1[lo] ? a.h1[lo] + off : nullptr;
     T *__restrict__ v = a.h2[lo] ? a.h2[lo] + off : nullptr;
-    if (len == CHUNK && (((uintptr_t)w | (uintptr_t)g | (uintptr_t)h | (uintptr_t)v) & 15) == 0) {
-        typedef typename Vec<T>::type V;
+    G *__restrict__ wk = MIXED ? a.work[MIXED ? lo : 0] + off : nullptr;
+    typedef typename Vec<T>::type V;
+    typedef GVec<T, G> GV;
+    if (len == CHUNK && (((uintptr_t)w | (uintptr_t)h | (uintptr_t)v) & 15) == 0 &&
+        (((uintptr_t)g | (uintptr_t)wk) & (sizeof(GV) - 1)) == 0) {
         constexpr int E = 16 / sizeof(T);
-        V wv[VECS], gv[VECS], hv[VECS], vv[VECS];
+        V wv[VECS], hv[VECS], vv[VECS];
+        GV gv[VECS];
 #pragma unroll
         for (int k = 0; k < VECS; k++) {
             const int i = threadIdx.x + k * THREADS;
             wv[k] = ((const V *)w)[i];
-            gv[k] = ((const V *)g)[i];
+            gv[k] = ((const GV *)g)[i];
             if (h)
                 hv[k] = ((const V *)h)[i];
             if (v)
@@ -120,15 +157,22 @@ static __device__ void update_chunk(const Args<T, CAP> &a, const Scalars<T> &s, 
         }
 #pragma unroll
         for (int k = 0; k < VECS; k++) {
-            T *pw = (T *)&wv[k], *pg = (T *)&gv[k], *ph = (T *)&hv[k], *pv = (T *)&vv[k];
+            T *pw = (T *)&wv[k], *ph = (T *)&hv[k], *pv = (T *)&vv[k];
+            G *pg = (G *)&gv[k];
 #pragma unroll
-            for (int e = 0; e < E; e++)
-                BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, pw[e], pg[e], ph[e], pv[e]);
+            for (int e = 0; e < E; e++) {
+                BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, pw[e], (grad_value<T, G>(pg[e], a.inv_scale)),
+                                    ph[e], pv[e]);
+                if (MIXED)
+                    pg[e] = narrow<G>(pw[e]); /* the gradient's slot takes the working copy */
+            }
         }
 #pragma unroll
         for (int k = 0; k < VECS; k++) {
             const int i = threadIdx.x + k * THREADS;
             ((V *)w)[i] = wv[k];
+            if (MIXED)
+                ((GV *)wk)[i] = gv[k];
             if (h)
                 ((V *)h)[i] = hv[k];
             if (v)
@@ -137,7 +181,10 @@ static __device__ void update_chunk(const Args<T, CAP> &a, const Scalars<T> &s, 
     } else {
         for (int64_t i = threadIdx.x; i < len; i += THREADS) {
             T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
-            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], g[i], hi_, vi_);
+            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], (grad_value<T, G>(g[i], a.inv_scale)),
+                                hi_, vi_);
+            if (MIXED)
+                wk[i] = narrow<G>(w[i]);
             if (h)
                 h[i] = hi_;
             if (v)
@@ -147,9 +194,9 @@ static __device__ void update_chunk(const Args<T, CAP> &a, const Scalars<T> &s, 
 }
 
 /* Blocks loop over the chunks of all tensors of the launch. */
-template <typename T, int KIND, int CAP, int VECS>
+template <typename T, typename G, int KIND, int CAP, int VECS>
 static __global__ void __launch_bounds__(THREADS)
-    optim_kernel(const __grid_constant__ Args<T, CAP> a)
+    optim_kernel(const __grid_constant__ Args<T, G, CAP> a)
 {
     __shared__ Scalars<T> shared;
     if (threadIdx.x == 0) {
@@ -166,7 +213,7 @@ static __global__ void __launch_bounds__(THREADS)
     const Scalars<T> s = shared;
     const int64_t chunks = a.count > 0 ? a.chunk_start[a.count] : 0;
     for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x)
-        update_chunk<T, KIND, CAP, VECS>(a, s, c);
+        update_chunk<T, G, KIND, CAP, VECS>(a, s, c);
     finish_step(a);
 }
 
@@ -186,58 +233,68 @@ static blob_status resident_blocks(const char *func, int64_t *out)
     return BLOB_OK;
 }
 
+/* The arrays of a step (blob__k_optim_step's arguments). */
+struct Lists {
+    const int64_t *counts;
+    void *const *data;
+    const void *const *diff;
+    void *const *hist1, *const *hist2, *const *work;
+    float inv_scale;
+    int64_t *step;
+};
+
 /* Launch the tensors [first, end) of the non-empty ones (idx) with a CAP-sized struct,
  * on at most `most` blocks. */
-template <typename T, int KIND, int CAP, int VECS>
+template <typename T, typename G, int KIND, int CAP, int VECS>
 static blob_status launch(const char *func, cudaStream_t stream, const blob_optim *opt,
-                          const int *idx, int first, int end, bool last, const int64_t *counts,
-                          void *const *data, const void *const *diff, void *const *hist1,
-                          void *const *hist2, int64_t *step, int64_t most)
+                          const int *idx, int first, int end, bool last, const Lists &l,
+                          int64_t most)
 {
-    static_assert(sizeof(Args<T, CAP>) <= 32764, "kernel parameters over 32 KB");
-    Args<T, CAP> a; /* every field read by the kernel is set below */
+    typedef Args<T, G, CAP> A;
+    static_assert(sizeof(A) <= 32764, "kernel parameters over 32 KB");
+    A a; /* every field read by the kernel is set below */
     a.count = end - first;
     a.last = last;
     constexpr int64_t chunk = chunk_elems<T, VECS>();
     a.chunk_start[0] = 0;
     for (int j = 0; j < a.count; j++) {
         const int i = idx[first + j];
-        a.n[j] = counts[i];
-        a.data[j] = (T *)data[i];
-        a.diff[j] = (const T *)diff[i];
-        a.h1[j] = hist1 ? (T *)hist1[i] : nullptr;
-        a.h2[j] = hist2 ? (T *)hist2[i] : nullptr;
-        a.chunk_start[j + 1] = a.chunk_start[j] + (counts[i] + chunk - 1) / chunk;
+        a.n[j] = l.counts[i];
+        a.data[j] = (T *)l.data[i];
+        a.diff[j] = (const G *)l.diff[i];
+        a.h1[j] = l.hist1 ? (T *)l.hist1[i] : nullptr;
+        a.h2[j] = l.hist2 ? (T *)l.hist2[i] : nullptr;
+        if (A::MIXED)
+            a.work[A::MIXED ? j : 0] = (G *)l.work[i];
+        a.chunk_start[j + 1] = a.chunk_start[j] + (l.counts[i] + chunk - 1) / chunk;
     }
     BLOB__OPTIM_FILL(T, a.s, opt, 1);
+    a.inv_scale = l.inv_scale;
     a.lr = opt->lr;
     a.beta1 = opt->beta1;
     a.beta2 = opt->beta2;
-    a.step = (unsigned long long *)step;
+    a.step = (unsigned long long *)l.step;
     /* as many rounds of chunks as `most` blocks need, over as few blocks as take the
      * chunks in that many rounds: each block has `rounds` chunks or one fewer */
     const int64_t chunks = a.chunk_start[a.count] > 0 ? a.chunk_start[a.count] : 1;
     const int64_t rounds = (chunks + most - 1) / most;
     const unsigned blocks = (unsigned)((chunks + rounds - 1) / rounds);
-    optim_kernel<T, KIND, CAP, VECS><<<blocks, THREADS, 0, stream>>>(a);
+    optim_kernel<T, G, KIND, CAP, VECS><<<blocks, THREADS, 0, stream>>>(a);
     return launch_check("optim_kernel", func);
 }
 
 /* The non-empty tensors (idx, m of them), in launches of at most LARGE_CAP. */
-template <typename T, int KIND, int VECS>
+template <typename T, typename G, int KIND, int VECS>
 static blob_status launch_all(const char *func, cudaStream_t stream, const blob_optim *opt,
-                              const int *idx, int m, const int64_t *counts, void *const *data,
-                              const void *const *diff, void *const *hist1, void *const *hist2,
-                              int64_t *step, int64_t most)
+                              const int *idx, int m, const Lists &l, int64_t most)
 {
     if (m <= SMALL_CAP)
-        return launch<T, KIND, SMALL_CAP, VECS>(func, stream, opt, idx, 0, m, true, counts,
-                                                data, diff, hist1, hist2, step, most);
+        return launch<T, G, KIND, SMALL_CAP, VECS>(func, stream, opt, idx, 0, m, true, l, most);
     blob_status st = BLOB_OK;
     for (int first = 0; first < m && st == BLOB_OK; first += LARGE_CAP) {
         const int end = m - first > LARGE_CAP ? first + LARGE_CAP : m;
-        st = launch<T, KIND, LARGE_CAP, VECS>(func, stream, opt, idx, first, end, end == m,
-                                              counts, data, diff, hist1, hist2, step, most);
+        st = launch<T, G, KIND, LARGE_CAP, VECS>(func, stream, opt, idx, first, end, end == m, l,
+                                                 most);
     }
     return st;
 }
@@ -246,11 +303,9 @@ static blob_status launch_all(const char *func, cudaStream_t stream, const blob_
  * the SMs' resident blocks with those (the parameters of a small net): twice the blocks
  * move the same bytes sooner (measured on an H200: 1.4 us less a training step of an
  * MLP of 235K parameters). */
-template <typename T, int KIND>
-static blob_status step_all(const char *func, cudaStream_t stream, const blob_optim *opt,
-                            int n, const int64_t *counts, void *const *data,
-                            const void *const *diff, void *const *hist1, void *const *hist2,
-                            int64_t *step)
+template <typename T, typename G, int KIND>
+static blob_status step_all(const char *func, cudaStream_t stream, const blob_optim *opt, int n,
+                            const Lists &l)
 {
     int64_t resident;
     BLOB_TRY(resident_blocks(func, &resident));
@@ -261,49 +316,49 @@ static blob_status step_all(const char *func, cudaStream_t stream, const blob_op
         return blob__fail(BLOB_ENOMEM, func, "no host memory for %d tensor indices", n);
     int64_t chunks = 0;
     for (int i = 0; i < n; i++)
-        if (counts[i] > 0) {
+        if (l.counts[i] > 0) {
             idx[m++] = i;
-            chunks += (counts[i] + chunk_elems<T, 2>() - 1) / chunk_elems<T, 2>();
+            chunks += (l.counts[i] + chunk_elems<T, 2>() - 1) / chunk_elems<T, 2>();
         }
-    blob_status st =
-        chunks < resident
-            ? launch_all<T, KIND, 1>(func, stream, opt, idx, m, counts, data, diff, hist1,
-                                     hist2, step, most)
-            : launch_all<T, KIND, 2>(func, stream, opt, idx, m, counts, data, diff, hist1,
-                                     hist2, step, most);
+    blob_status st = chunks < resident
+                         ? launch_all<T, G, KIND, 1>(func, stream, opt, idx, m, l, most)
+                         : launch_all<T, G, KIND, 2>(func, stream, opt, idx, m, l, most);
     if (idx != small)
         free(idx);
     return st;
 }
 
-template <typename T>
+template <typename T, typename G>
 static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim *opt, int n,
-                              const int64_t *counts, void *const *data, const void *const *diff,
-                              void *const *hist1, void *const *hist2, int64_t *step)
+                              Lists l)
 {
     const int hist = blob_optim_history_count(opt);
-    void *const *h1 = hist >= 1 ? hist1 : nullptr, *const *h2 = hist >= 2 ? hist2 : nullptr;
+    if (hist < 1)
+        l.hist1 = nullptr;
+    if (hist < 2)
+        l.hist2 = nullptr;
     switch (opt->kind) {
-    case BLOB_OPTIM_SGD:
-        return step_all<T, BLOB_OPTIM_SGD>(func, s, opt, n, counts, data, diff, h1, h2, step);
-    case BLOB_OPTIM_SGD_CAFFE:
-        return step_all<T, BLOB_OPTIM_SGD_CAFFE>(func, s, opt, n, counts, data, diff, h1, h2,
-                                                 step);
-    case BLOB_OPTIM_ADAM:
-        return step_all<T, BLOB_OPTIM_ADAM>(func, s, opt, n, counts, data, diff, h1, h2, step);
-    case BLOB_OPTIM_ADAMW:
-        return step_all<T, BLOB_OPTIM_ADAMW>(func, s, opt, n, counts, data, diff, h1, h2, step);
+    case BLOB_OPTIM_SGD: return step_all<T, G, BLOB_OPTIM_SGD>(func, s, opt, n, l);
+    case BLOB_OPTIM_SGD_CAFFE: return step_all<T, G, BLOB_OPTIM_SGD_CAFFE>(func, s, opt, n, l);
+    case BLOB_OPTIM_ADAM: return step_all<T, G, BLOB_OPTIM_ADAM>(func, s, opt, n, l);
+    case BLOB_OPTIM_ADAMW: return step_all<T, G, BLOB_OPTIM_ADAMW>(func, s, opt, n, l);
     }
     return blob__fail(BLOB_EINVAL, func, "bad optimizer kind %d", (int)opt->kind);
 }
 
 extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype,
-                                          int n, const int64_t *counts, void *const *data,
-                                          const void *const *diff, void *const *hist1,
-                                          void *const *hist2, int64_t *step)
+                                          blob_dtype gdtype, int n, const int64_t *counts,
+                                          void *const *data, const void *const *diff,
+                                          void *const *hist1, void *const *hist2,
+                                          void *const *work, double inv_scale, int64_t *step)
 {
+    const char *func = gdtype == dtype ? "blob_gpu_optim_step" : "blob_gpu_optim_step_mixed";
     cudaStream_t s = (cudaStream_t)stream;
-    return dtype == BLOB_FLOAT32
-               ? step_typed<float>(__func__, s, opt, n, counts, data, diff, hist1, hist2, step)
-               : step_typed<double>(__func__, s, opt, n, counts, data, diff, hist1, hist2, step);
+    const Lists l = {counts, data, diff, hist1, hist2, work, (float)inv_scale, step};
+    switch (gdtype) {
+    case BLOB_FLOAT64: return step_typed<double, double>(func, s, opt, n, l);
+    case BLOB_BFLOAT16: return step_typed<float, __nv_bfloat16>(func, s, opt, n, l);
+    case BLOB_FLOAT16: return step_typed<float, __half>(func, s, opt, n, l);
+    default: return step_typed<float, float>(func, s, opt, n, l);
+    }
 }

@@ -18,8 +18,8 @@ int64_t blob__blas_chunk = INT_MAX;
 
 /* ---- Argument checks: details are recorded under the public function's name fn. ---- */
 
-/* The dtypes a call takes: the float math takes float32 and float64; gemm, axpy, scal, dot
- * and asum the 16-bit floats too (computing in float32); copy any dtype. */
+/* The dtypes a call takes: the float math takes float32 and float64; gemm, axpy, scal,
+ * dot, asum and the ReLUs the 16-bit floats too (computing in float32); copy any dtype. */
 typedef enum { TAKES_FLOAT, TAKES_HALF, TAKES_ANY } dtypes_taken;
 
 static bool is_half(blob_dtype dtype)
@@ -632,9 +632,18 @@ typedef struct {
     void *y, *z, *w;
 } loop_args;
 
+/* The ReLUs on 16-bit floats compare the exact value and copy the element's bits (or
+ * write +0), as the kernels do. */
 static void relu_forward_range(void *args, int64_t lo, int64_t hi)
 {
     const loop_args *l = args;
+    if (is_half(l->dtype)) {
+        const uint16_t *px = l->a;
+        uint16_t *py = l->y;
+        for (int64_t i = lo; i < hi; i++)
+            py[i] = blob__elem_get(l->dtype, px, i) > 0 ? px[i] : 0;
+        return;
+    }
     TYPED(l->dtype, const T *px = l->a; T *py = l->y;
           for (int64_t i = lo; i < hi; i++) py[i] = px[i] > 0 ? px[i] : 0;);
 }
@@ -642,6 +651,13 @@ static void relu_forward_range(void *args, int64_t lo, int64_t hi)
 static void relu_backward_range(void *args, int64_t lo, int64_t hi)
 {
     const loop_args *l = args;
+    if (is_half(l->dtype)) {
+        const uint16_t *pdy = l->b;
+        uint16_t *pdx = l->y;
+        for (int64_t i = lo; i < hi; i++)
+            pdx[i] = blob__elem_get(l->dtype, l->a, i) > 0 ? pdy[i] : 0;
+        return;
+    }
     TYPED(l->dtype, const T *px = l->a; const T *pdy = l->b; T *pdx = l->y;
           for (int64_t i = lo; i < hi; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
 }
@@ -691,7 +707,7 @@ static void softmax_loss_backward_range(void *args, int64_t lo, int64_t hi)
 
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     loop_args l = {.dtype = dtype, .a = x, .y = y};
     blob__host_for(blob__host_threads(n), n, relu_forward_range, &l);
     return BLOB_OK;
@@ -699,7 +715,7 @@ blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, vo
 
 blob_status blob_gpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_relu_forward(blob_stream_get(), dtype, n, x, y);
 }
@@ -707,7 +723,7 @@ blob_status blob_gpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, vo
 blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, const void *dy,
                                    void *dx)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, dy, dx));
     loop_args l = {.dtype = dtype, .a = x, .b = dy, .y = dx};
     blob__host_for(blob__host_threads(n), n, relu_backward_range, &l);
     return BLOB_OK;
@@ -716,7 +732,7 @@ blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
 blob_status blob_gpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, const void *dy,
                                    void *dx)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, dy, dx));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, dy, dx));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_relu_backward(blob_stream_get(), dtype, n, x, dy, dx);
 }

@@ -40,10 +40,23 @@ static blob_status check_optim(const char *fn, const blob_optim *opt)
     return BLOB_OK;
 }
 
-static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype dtype, int n,
-                              const int64_t *counts, void *const *data,
+/* A 16-bit float dtype (BLOB_ENOTSUP naming the dtype for the others). */
+static blob_status check_half(const char *fn, blob_dtype half)
+{
+    if (!blob_dtype_size(half))
+        return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)half);
+    if (half != BLOB_BFLOAT16 && half != BLOB_FLOAT16)
+        return blob__fail(BLOB_ENOTSUP, fn, "%s is not supported (bfloat16 and float16 only)",
+                          blob_dtype_name(half));
+    return BLOB_OK;
+}
+
+/* The arguments of a step: data and histories of dtype, diff of gdtype, and with a mixed
+ * step (gdtype != dtype) the working copies work of gdtype. */
+static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype dtype,
+                              blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
                               const void *const *diff, void *const *hist1, void *const *hist2,
-                              const int64_t *step)
+                              void *const *work, const int64_t *step)
 {
     BLOB_TRY(check_optim(fn, opt));
     BLOB_TRY(blob__check_dtype(fn, dtype));
@@ -52,18 +65,23 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
     if (n < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative tensor count %d", n);
     const int hist = blob_optim_history_count(opt);
-    const void *lists[] = {counts, data, diff, hist1, hist2};
-    static const char *const names[] = {"counts", "data", "diff", "hist1", "hist2"};
-    for (int l = 0; n > 0 && l < 3 + hist; l++)
-        if (!lists[l])
+    const bool mixed = gdtype != dtype;
+    /* data, diff, the histories used, and work when mixed */
+    const void *lists[] = {counts, data, diff, hist1, hist2, work};
+    static const char *const names[] = {"counts", "data", "diff", "hist1", "hist2", "work"};
+    const bool used[] = {true, true, true, hist >= 1, hist >= 2, mixed};
+    for (int l = 0; n > 0 && l < 6; l++)
+        if (used[l] && !lists[l])
             return blob__fail(BLOB_EINVAL, fn, "%s is NULL with %d tensors", names[l], n);
     for (int i = 0; i < n; i++) {
-        const void *arrays[] = {data[i], diff[i], hist >= 1 ? hist1[i] : NULL,
-                                hist >= 2 ? hist2[i] : NULL};
-        for (int a = 0; a < 2 + hist; a++) {
+        const void *arrays[] = {NULL, data[i], diff[i], used[3] ? hist1[i] : NULL,
+                                used[4] ? hist2[i] : NULL, mixed ? work[i] : NULL};
+        for (int l = 1; l < 6; l++) {
             char name[32];
-            snprintf(name, sizeof name, "%s[%d]", names[1 + a], i);
-            BLOB_TRY(blob__check_array(fn, dtype, counts[i], name, arrays[a]));
+            snprintf(name, sizeof name, "%s[%d]", names[l], i);
+            if (used[l])
+                BLOB_TRY(blob__check_array(fn, l == 2 || l == 5 ? gdtype : dtype, counts[i],
+                                           name, arrays[l]));
         }
     }
     return BLOB_OK;
@@ -81,12 +99,16 @@ typedef struct {
 } scalars_f64;
 
 /* The arguments of one tensor's loop: the scalars of the step (of the element type) and
- * the arrays (h and v NULL when unused). */
+ * the arrays (h and v NULL when unused); a mixed step's gradient dtype, the gradients'
+ * factor and the working copy. */
 typedef struct {
     const void *s;
     void *w;
     const void *g;
     void *h, *v;
+    blob_dtype half;
+    float inv_scale;
+    void *work;
 } step_args;
 
 /* The update's formula runs on vectors of elements as on scalars (math_impl.h). */
@@ -151,30 +173,73 @@ STEP_RANGE(sgd_caffe_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM
 STEP_RANGE(adam_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADAM)
 STEP_RANGE(adamw_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADAMW)
 
-/* [dtype][kind] */
-static const blob__range_fn step_ranges[2][4] = {
+/* NAME: the elements [lo, hi) of one tensor of a mixed step, for kind K: each gradient
+ * widened and multiplied by the factor in float32 (as the kernel does), the update in
+ * float32, and the weight rounded into the working copy. */
+#define STEP_RANGE_MIXED(NAME, K)                                                         \
+    static void NAME(void *args, int64_t lo, int64_t hi)                                  \
+    {                                                                                     \
+        const step_args *a = args;                                                        \
+        const scalars_f32 s = *(const scalars_f32 *)a->s;                                 \
+        float *w = a->w, *h = a->h, *v = a->v;                                            \
+        for (int64_t j = lo; j < hi; j++) {                                               \
+            float h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                   \
+            const float gw = (float)blob__elem_get(a->half, a->g, j) * a->inv_scale;      \
+            BLOB__OPTIM_ELEMENT(float, K, s, sqrtf, w[j], gw, h_, v_);                    \
+            blob__elem_set(a->half, a->work, j, w[j]);                                    \
+            if (h)                                                                        \
+                h[j] = h_;                                                                \
+            if (v)                                                                        \
+                v[j] = v_;                                                                \
+        }                                                                                 \
+    }
+STEP_RANGE_MIXED(sgd_mixed, BLOB_OPTIM_SGD)
+STEP_RANGE_MIXED(sgd_caffe_mixed, BLOB_OPTIM_SGD_CAFFE)
+STEP_RANGE_MIXED(adam_mixed, BLOB_OPTIM_ADAM)
+STEP_RANGE_MIXED(adamw_mixed, BLOB_OPTIM_ADAMW)
+
+/* [dtype][kind]; the mixed steps' third */
+static const blob__range_fn step_ranges[3][4] = {
     {sgd_f32, sgd_caffe_f32, adam_f32, adamw_f32},
     {sgd_f64, sgd_caffe_f64, adam_f64, adamw_f64},
+    {sgd_mixed, sgd_caffe_mixed, adam_mixed, adamw_mixed},
 };
+
+/* The host step of checked arguments (gdtype != dtype: mixed). */
+static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype,
+                     double inv_scale, int n, const int64_t *counts, void *const *data,
+                     const void *const *diff, void *const *hist1, void *const *hist2,
+                     void *const *work, int64_t *step)
+{
+    const int hist = blob_optim_history_count(opt);
+    const int table = gdtype != dtype ? 2 : dtype == BLOB_FLOAT32 ? 0 : 1;
+    scalars_f32 s32;
+    scalars_f64 s64;
+    BLOB__OPTIM_FILL(float, s32, opt, step[0] + 1);
+    BLOB__OPTIM_FILL(double, s64, opt, step[0] + 1);
+    for (int i = 0; i < n; i++) {
+        step_args a = {dtype == BLOB_FLOAT32 ? (const void *)&s32 : (const void *)&s64,
+                       data[i],
+                       diff[i],
+                       hist >= 1 ? hist1[i] : NULL,
+                       hist >= 2 ? hist2[i] : NULL,
+                       gdtype,
+                       (float)inv_scale,
+                       work ? work[i] : NULL};
+        blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[table][opt->kind],
+                       &a);
+    }
+    step[0]++;
+}
 
 blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const int64_t *counts, void *const *data,
                                 const void *const *diff, void *const *hist1,
                                 void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_step(__func__, opt, dtype, n, counts, data, diff, hist1, hist2, step));
-    const int hist = blob_optim_history_count(opt);
-    scalars_f32 s32;
-    scalars_f64 s64;
-    BLOB__OPTIM_FILL(float, s32, opt, step[0] + 1);
-    BLOB__OPTIM_FILL(double, s64, opt, step[0] + 1);
-    for (int i = 0; i < n; i++) {
-        step_args a = {dtype == BLOB_FLOAT32 ? (const void *)&s32 : (const void *)&s64, data[i],
-                       diff[i], hist >= 1 ? hist1[i] : NULL, hist >= 2 ? hist2[i] : NULL};
-        blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[dtype][opt->kind],
-                       &a);
-    }
-    step[0]++;
+    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL,
+                        step));
+    cpu_step(opt, dtype, dtype, 1, n, counts, data, diff, hist1, hist2, NULL, step);
     return BLOB_OK;
 }
 
@@ -183,8 +248,87 @@ blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const void *const *diff, void *const *hist1,
                                 void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_step(__func__, opt, dtype, n, counts, data, diff, hist1, hist2, step));
+    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL,
+                        step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, dtype, n, counts, data, diff, hist1, hist2,
-                              step);
+    return blob__k_optim_step(blob_stream_get(), opt, dtype, dtype, n, counts, data, diff, hist1,
+                              hist2, NULL, 1, step);
+}
+
+/* The checks of a mixed step: a 16-bit half and a finite positive inv_scale, then the arrays. */
+static blob_status check_mixed(const char *fn, const blob_optim *opt, blob_dtype half,
+                               double inv_scale, int n, const int64_t *counts,
+                               void *const *data, const void *const *diff, void *const *hist1,
+                               void *const *hist2, void *const *work, const int64_t *step)
+{
+    BLOB_TRY(check_half(fn, half));
+    BLOB_NEED(inv_scale > 0 && isfinite(inv_scale) && isfinite((float)inv_scale), fn,
+              "bad gradient factor %g (not finite and positive in float32)", inv_scale);
+    return check_step(fn, opt, BLOB_FLOAT32, half, n, counts, data, diff, hist1, hist2, work,
+                      step);
+}
+
+blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, double inv_scale,
+                                      int n, const int64_t *counts, void *const *data,
+                                      const void *const *diff, void *const *hist1,
+                                      void *const *hist2, void *const *work, int64_t *step)
+{
+    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2,
+                         work, step));
+    cpu_step(opt, BLOB_FLOAT32, half, inv_scale, n, counts, data, diff, hist1, hist2, work, step);
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, double inv_scale,
+                                      int n, const int64_t *counts, void *const *data,
+                                      const void *const *diff, void *const *hist1,
+                                      void *const *hist2, void *const *work, int64_t *step)
+{
+    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2,
+                         work, step));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, half, n, counts, data, diff,
+                              hist1, hist2, work, inv_scale, step);
+}
+
+/* ---- Finding Inf and NaN ---- */
+
+static blob_status check_find(const char *fn, blob_dtype dtype, int n, const int64_t *counts,
+                              const void *const *x, const int32_t *found)
+{
+    if (!blob_dtype_size(dtype))
+        return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)dtype);
+    if (!blob_dtype_is_float(dtype))
+        return blob__fail(BLOB_ENOTSUP, fn, "%s is not a float dtype", blob_dtype_name(dtype));
+    BLOB_NEED(found, fn, "found is NULL");
+    BLOB_NEED(n >= 0, fn, "negative tensor count %d", n);
+    BLOB_NEED(n == 0 || (counts && x), fn, "%s is NULL with %d tensors", counts ? "x" : "counts",
+              n);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "x[%d]", i);
+        BLOB_TRY(blob__check_array(fn, dtype, counts[i], name, x[i]));
+    }
+    return BLOB_OK;
+}
+
+blob_status blob_cpu_find_nonfinite(blob_dtype dtype, int n, const int64_t *counts,
+                                    const void *const *x, int32_t *found)
+{
+    BLOB_TRY(check_find(__func__, dtype, n, counts, x, found));
+    for (int i = 0; i < n && !*found; i++)
+        for (int64_t j = 0; j < counts[i]; j++)
+            if (!isfinite(blob__elem_get(dtype, x[i], j))) {
+                *found = 1;
+                break;
+            }
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_find_nonfinite(blob_dtype dtype, int n, const int64_t *counts,
+                                    const void *const *x, int32_t *found)
+{
+    BLOB_TRY(check_find(__func__, dtype, n, counts, x, found));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_find_nonfinite(blob_stream_get(), dtype, n, counts, x, found);
 }

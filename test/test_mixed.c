@@ -1,0 +1,746 @@
+/* Mixed precision: the optimizer step over float32 master weights with 16-bit gradients
+ * and working copies (host against the float32 step on the same values, GPU against the
+ * host), finding Inf and NaN, the gradient scaler (a forced overflow skips the step and
+ * backs the scale off; steps without one grow it after the interval), and the ReLUs on
+ * 16-bit storage. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/core/core.h"
+#include "testutil.h"
+
+static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
+
+/* The optimizers under test: every kind, with the options that change the arithmetic. */
+static blob_optim config(int c)
+{
+    blob_optim o;
+    switch (c) {
+    case 0:
+        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
+        o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
+        return o;
+    case 1:
+        o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
+        o.momentum = 0.9, o.weight_decay = 5e-4;
+        return o;
+    case 2:
+        o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
+        o.weight_decay = 1e-2;
+        return o;
+    default:
+        return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
+    }
+}
+enum { CONFIGS = 4 };
+
+/* ---- n tensors of a mixed step, on one side: w, h, v (float32), g and work (16-bit) ---- */
+
+enum { W, H, V, G, WORK, ARRAYS };
+
+typedef struct {
+    blob_dtype half;
+    bool gpu;
+    int n;
+    int64_t *counts, *offset, total;
+    void *host[ARRAYS]; /* all tensors of each array, host copies */
+    void *side[ARRAYS];
+    void **ptr[ARRAYS]; /* per-tensor pointers into side[] */
+    int64_t *step;
+} mixed;
+
+static blob_dtype dtype_of(const mixed *m, int a)
+{
+    return a == G || a == WORK ? m->half : BLOB_FLOAT32;
+}
+
+static size_t bytes_of(const mixed *m, int a)
+{
+    return (size_t)(m->total + 8) * blob_dtype_size(dtype_of(m, a));
+}
+
+/* Random weights in [-1, 1), zero histories; with gap, odd tensors start one element late
+ * (misaligned for the kernel's vectors). */
+static mixed mixed_new(blob_dtype half, bool gpu, int n, const int64_t *counts, bool gap)
+{
+    mixed m = {.half = half, .gpu = gpu, .n = n};
+    m.counts = malloc(sizeof(int64_t) * (size_t)n + 8);
+    m.offset = malloc(sizeof(int64_t) * (size_t)n + 8);
+    for (int i = 0; i < n; i++) {
+        m.counts[i] = counts[i];
+        m.total += gap && i % 2 ? 1 : (8 - m.total % 8) % 8;
+        m.offset[i] = m.total;
+        m.total += counts[i];
+    }
+    for (int a = 0; a < ARRAYS; a++) {
+        const size_t bytes = bytes_of(&m, a), es = blob_dtype_size(dtype_of(&m, a));
+        m.host[a] = calloc(1, bytes);
+        if (gpu)
+            ck_ok(blob__be->device_alloc(bytes, &m.side[a]));
+        else
+            m.side[a] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        m.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
+        for (int i = 0; i < n; i++)
+            m.ptr[a][i] = (char *)m.side[a] + (size_t)m.offset[i] * es;
+    }
+    test_fill(BLOB_FLOAT32, m.host[W], m.total, -1, 1);
+    const size_t sb = BLOB_OPTIM_STEP_WORDS * sizeof(int64_t);
+    if (gpu)
+        ck_ok(blob__be->device_alloc(sb, (void **)&m.step));
+    else
+        m.step = malloc(sb);
+    return m;
+}
+
+/* Copy array a between the host copy and the side. */
+static void mixed_sync(mixed *m, int a, bool up)
+{
+    const size_t bytes = bytes_of(m, a);
+    if (!m->gpu) {
+        up ? memcpy(m->side[a], m->host[a], bytes) : memcpy(m->host[a], m->side[a], bytes);
+        return;
+    }
+    void *s = blob_stream_get();
+    ck_ok(up ? blob__be->copy_async(m->side[a], m->host[a], bytes, BLOB__H2D, s)
+             : blob__be->copy_async(m->host[a], m->side[a], bytes, BLOB__D2H, s));
+    ck_ok(blob__be->stream_synchronize(s));
+}
+
+static void mixed_init(mixed *m)
+{
+    for (int a = 0; a < ARRAYS; a++)
+        mixed_sync(m, a, true);
+    int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
+    if (m->gpu) {
+        ck_ok(blob__be->copy_async(m->step, zero, sizeof zero, BLOB__H2D, blob_stream_get()));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+    } else {
+        memcpy(m->step, zero, sizeof zero);
+    }
+}
+
+static void mixed_free(mixed *m)
+{
+    for (int a = 0; a < ARRAYS; a++) {
+        free(m->host[a]);
+        m->gpu ? blob__be->device_free(m->side[a]) : free(m->side[a]);
+        free(m->ptr[a]);
+    }
+    m->gpu ? blob__be->device_free(m->step) : free(m->step);
+    free(m->counts);
+    free(m->offset);
+}
+
+/* Fresh 16-bit gradients in [-1, 1) times scale (a power of two: exact), on the side. */
+static void fill_grads(mixed *m, double scale)
+{
+    float *g = malloc(sizeof(float) * (size_t)m->total + 8);
+    test_fill(BLOB_FLOAT32, g, m->total, -1, 1);
+    for (int64_t k = 0; k < m->total; k++)
+        g[k] = (float)(g[k] * scale);
+    ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->half, m->total, g, m->host[G]));
+    free(g);
+    mixed_sync(m, G, true);
+}
+
+static blob_status mixed_step(mixed *m, const blob_optim *o, double inv_scale)
+{
+    return (m->gpu ? blob_gpu_optim_step_mixed : blob_cpu_optim_step_mixed)(
+        o, m->half, inv_scale, m->n, m->counts, m->ptr[W], (const void *const *)m->ptr[G],
+        m->ptr[H], m->ptr[V], m->ptr[WORK], m->step);
+}
+
+/* The working copy of every tensor is the master weights rounded (as blob_cpu_convert does
+ * it): the same bits. Both arrays read back from the side. */
+static void expect_work_is_rounded(mixed *m, const char *what)
+{
+    mixed_sync(m, W, false);
+    mixed_sync(m, WORK, false);
+    uint16_t *r = malloc(sizeof(uint16_t) * (size_t)m->total + 8);
+    ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->half, m->total, m->host[W], r));
+    const uint16_t *got = m->host[WORK];
+    for (int i = 0; i < m->n; i++)
+        for (int64_t j = 0; j < m->counts[i]; j++) {
+            const int64_t k = m->offset[i] + j;
+            ck_assert_msg(got[k] == r[k], "%s: work of tensor %d [%lld] = 0x%04x, rounded "
+                          "master 0x%04x", what, i, (long long)j, got[k], r[k]);
+        }
+    free(r);
+}
+
+/* Float array a of x within tol * max(|y|, 1) of y's, per element (both read back). */
+static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what)
+{
+    mixed_sync(x, a, false);
+    mixed_sync(y, a, false);
+    const float *p = x->host[a], *q = y->host[a];
+    int bad = 0;
+    for (int i = 0; i < x->n; i++)
+        for (int64_t j = 0; j < x->counts[i]; j++) {
+            const int64_t kx = x->offset[i] + j, ky = y->offset[i] + j;
+            if (!(fabs((double)p[kx] - q[ky]) <= tol * fmax(fabs(q[ky]), 1)) && bad++ < 5)
+                fprintf(stderr, "%s: array %d of tensor %d [%lld] = %.9g, expected %.9g\n",
+                        what, a, i, (long long)j, p[kx], q[ky]);
+        }
+    ck_assert_msg(!bad, "%s: %d values of array %d differ (see above)", what, bad, a);
+}
+
+/* ---- Host ---- */
+
+/* The mixed host step against the float32 host step on the widened gradients: the same
+ * arithmetic, so the same bits; and a loss scale of 1024 divided back out changes nothing
+ * (a power of two, exact in both 16-bit dtypes for gradients in [-1024, 1024]). */
+START_TEST(test_cpu_mixed_matches_float32)
+{
+    const blob_dtype half = halves[_i % 2];
+    const blob_optim o = config(_i / 2);
+    test_seed(3 + (uint64_t)_i);
+    const int64_t counts[] = {1, 7, 4096 + 3, 33};
+    mixed m = mixed_new(half, false, 4, counts, _i % 2);
+    mixed scaled = mixed_new(half, false, 4, counts, _i % 2); /* m's offsets */
+    const size_t wb = bytes_of(&m, W);
+    memcpy(scaled.host[W], m.host[W], wb);
+    /* the float32 step's own w, g, h, v, at m's offsets */
+    float *w = malloc(wb), *g = malloc(wb), *h = calloc(1, wb), *v = calloc(1, wb);
+    memcpy(w, m.host[W], wb);
+    void *pw[4], *pg[4], *ph[4], *pv[4];
+    for (int i = 0; i < 4; i++) {
+        pw[i] = w + m.offset[i], pg[i] = g + m.offset[i];
+        ph[i] = h + m.offset[i], pv[i] = v + m.offset[i];
+    }
+    mixed_init(&m);
+    mixed_init(&scaled);
+    int64_t step32[BLOB_OPTIM_STEP_WORDS] = {0};
+    for (int s = 0; s < 5; s++) {
+        test_seed(100 + (uint64_t)s);
+        fill_grads(&m, 1);
+        test_seed(100 + (uint64_t)s);
+        fill_grads(&scaled, 1024);
+        ck_ok(blob_cpu_convert(half, BLOB_FLOAT32, m.total, m.host[G], g));
+        ck_ok(mixed_step(&m, &o, 1));
+        ck_ok(mixed_step(&scaled, &o, 1.0 / 1024));
+        ck_ok(blob_cpu_optim_step(&o, BLOB_FLOAT32, 4, counts, pw, (const void *const *)pg, ph,
+                                  pv, step32));
+    }
+    ck_assert_int_eq(m.step[0], 5);
+    mixed_sync(&m, W, false);
+    mixed_sync(&m, H, false);
+    mixed_sync(&scaled, W, false);
+    const float *mw = m.host[W], *sw = scaled.host[W], *mh = m.host[H];
+    for (int i = 0; i < 4; i++)
+        for (int64_t j = 0; j < counts[i]; j++) {
+            const int64_t k = m.offset[i] + j;
+            ck_assert_msg(mw[k] == w[k] && mh[k] == h[k], "tensor %d [%lld]: mixed %.9g %.9g, "
+                          "float32 %.9g %.9g", i, (long long)j, mw[k], mh[k], w[k], h[k]);
+            ck_assert_msg(sw[k] == mw[k], "tensor %d [%lld]: scaled %.9g, unscaled %.9g", i,
+                          (long long)j, sw[k], mw[k]);
+        }
+    expect_work_is_rounded(&m, "host");
+    free(w), free(g), free(h), free(v);
+    mixed_free(&m);
+    mixed_free(&scaled);
+}
+END_TEST
+
+START_TEST(test_cpu_find_nonfinite)
+{
+    const blob_dtype dt = (blob_dtype)_i; /* every float dtype */
+    const int64_t counts[] = {5, 0, 9};
+    double src[14];
+    for (int k = 0; k < 14; k++)
+        src[k] = k - 6.5;
+    char a[14 * 8], b[14 * 8];
+    ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, 14, src, a));
+    const size_t es = blob_dtype_size(dt);
+    const void *x[] = {a, a + 5 * es, a + 5 * es};
+    int32_t found = 0;
+    ck_ok(blob_cpu_find_nonfinite(dt, 3, counts, x, &found));
+    ck_assert_int_eq(found, 0);
+    const double bad[] = {INFINITY, -INFINITY, NAN};
+    for (int t = 0; t < 3; t++) {
+        memcpy(b, a, sizeof b);
+        ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, 1, &bad[t], b + 12 * es));
+        const void *y[] = {b, b + 5 * es, b + 5 * es};
+        found = 0;
+        ck_ok(blob_cpu_find_nonfinite(dt, 3, counts, y, &found));
+        ck_assert_int_eq(found, 1);
+        ck_ok(blob_cpu_find_nonfinite(dt, 3, counts, x, &found)); /* stays set */
+        ck_assert_int_eq(found, 1);
+    }
+}
+END_TEST
+
+START_TEST(test_mixed_errors)
+{
+    const blob_optim o = config(2);
+    float w[4] = {0}, h[4] = {0}, v[4] = {0};
+    uint16_t g[4] = {0}, work[4] = {0};
+    const int64_t counts[] = {4};
+    void *pw[] = {w}, *ph[] = {h}, *pv[] = {v}, *pk[] = {work};
+    const void *pg[] = {g};
+    int64_t step[BLOB_OPTIM_STEP_WORDS] = {0};
+    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT32, 1, 1, counts, pw, pg, ph, pv, pk, step),
+              BLOB_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "float32"));
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "blob_cpu_optim_step_mixed"));
+    ck_status(blob_gpu_optim_step_mixed(&o, BLOB_INT32, 1, 1, counts, pw, pg, ph, pv, pk, step),
+              BLOB_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "int32"));
+    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 0, 1, counts, pw, pg, ph, pv, pk, step),
+              BLOB_EINVAL);
+    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, INFINITY, 1, counts, pw, pg, ph, pv, pk,
+                                        step),
+              BLOB_EINVAL);
+    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 1, 1, counts, pw, pg, ph, pv, NULL,
+                                        step),
+              BLOB_EINVAL);
+    void *nowork[] = {NULL};
+    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 1, 1, counts, pw, pg, ph, pv, nowork,
+                                        step),
+              BLOB_EINVAL);
+    ck_assert_int_eq(step[0], 0);
+    int32_t found = 0;
+    const void *ints[] = {w};
+    ck_status(blob_cpu_find_nonfinite(BLOB_INT32, 1, counts, ints, &found), BLOB_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "int32"));
+    blob_grad_scaler *sc;
+    ck_status(blob_grad_scaler_create(&sc, 0), BLOB_EINVAL);
+    ck_assert_ptr_null(sc);
+    ck_ok(blob_grad_scaler_create(&sc, 8));
+    ck_status(blob_grad_scaler_set(sc, 1, 0.5, 10), BLOB_EINVAL);
+    ck_status(blob_grad_scaler_set(sc, 2, 1, 10), BLOB_EINVAL);
+    ck_status(blob_grad_scaler_set(sc, 2, 0.5, 0), BLOB_EINVAL);
+    ck_assert_double_eq(blob_grad_scaler_scale(sc), 8);
+    blob_grad_scaler_free(sc);
+}
+END_TEST
+
+/* ---- 16-bit layer kernels ---- */
+
+/* n 16-bit values of dtype half: signed values of every size, zeros of both signs, Inf and
+ * NaN among them. */
+static uint16_t *half_values(blob_dtype half, int64_t n)
+{
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t k = 0; k < n; k++)
+        d[k] = test_uniform(-1, 1) * pow(2, (double)(k % 40) - 20);
+    const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN};
+    for (int64_t k = 0; k < n && k < 6; k++)
+        d[k * 7 % n] = special[k];
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    ck_ok(blob_cpu_convert(BLOB_FLOAT64, half, n, d, h));
+    free(d);
+    return h;
+}
+
+/* The host's ReLUs on 16-bit floats: the element's bits where x > 0, +0 elsewhere. */
+START_TEST(test_cpu_relu_half)
+{
+    const blob_dtype half = halves[_i];
+    test_seed(5);
+    const int64_t n = 1001;
+    uint16_t *x = half_values(half, n), *dy = half_values(half, n);
+    uint16_t *y = malloc(sizeof(uint16_t) * n), *dx = malloc(sizeof(uint16_t) * n);
+    ck_ok(blob_cpu_relu_forward(half, n, x, y));
+    ck_ok(blob_cpu_relu_backward(half, n, x, dy, dx));
+    for (int64_t k = 0; k < n; k++) {
+        double v;
+        ck_ok(blob_cpu_convert(half, BLOB_FLOAT64, 1, &x[k], &v));
+        ck_assert_int_eq(y[k], v > 0 ? x[k] : 0);
+        ck_assert_int_eq(dx[k], v > 0 ? dy[k] : 0);
+    }
+    ck_ok(blob_cpu_relu_forward(half, n, x, x)); /* in place */
+    ck_assert(memcmp(x, y, sizeof(uint16_t) * n) == 0);
+    ck_status(blob_cpu_relu_forward(BLOB_INT32, 1, x, y), BLOB_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(blob_last_error(), "int32"));
+    free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
+/* The GPU's ReLUs on 16-bit floats give the host's bits. */
+START_TEST(test_gpu_relu_half)
+{
+    const blob_dtype half = halves[_i];
+    test_seed(6);
+    const int64_t n = 300007;
+    const size_t bytes = sizeof(uint16_t) * (size_t)n;
+    uint16_t *x = half_values(half, n), *dy = half_values(half, n);
+    uint16_t *y = malloc(bytes), *dx = malloc(bytes), *gy = malloc(bytes), *gdx = malloc(bytes);
+    ck_ok(blob_cpu_relu_forward(half, n, x, y));
+    ck_ok(blob_cpu_relu_backward(half, n, x, dy, dx));
+    void *d[4], *s = blob_stream_get();
+    for (int a = 0; a < 4; a++)
+        ck_ok(blob__be->device_alloc(bytes, &d[a]));
+    ck_ok(blob__be->copy_async(d[0], x, bytes, BLOB__H2D, s));
+    ck_ok(blob__be->copy_async(d[1], dy, bytes, BLOB__H2D, s));
+    ck_ok(blob_gpu_relu_forward(half, n, d[0], d[2]));
+    ck_ok(blob_gpu_relu_backward(half, n, d[0], d[1], d[3]));
+    ck_ok(blob__be->copy_async(gy, d[2], bytes, BLOB__D2H, s));
+    ck_ok(blob__be->copy_async(gdx, d[3], bytes, BLOB__D2H, s));
+    ck_ok(blob__be->stream_synchronize(s));
+    ck_assert(memcmp(gy, y, bytes) == 0);
+    ck_assert(memcmp(gdx, dx, bytes) == 0);
+    for (int a = 0; a < 4; a++)
+        blob__be->device_free(d[a]);
+    free(x), free(dy), free(y), free(dx), free(gy), free(gdx);
+}
+END_TEST
+
+/* ---- Blob level: master and working-copy blobs, the scaler ---- */
+
+typedef struct {
+    blob *master[2], *work[2];
+} net;
+
+static net net_new(int device, blob_dtype half)
+{
+    net t;
+    const int64_t shapes[2][2] = {{33, 17}, {1, 10}};
+    for (int i = 0; i < 2; i++) {
+        ck_ok(blob_create(&t.master[i], BLOB_FLOAT32, device, 2, shapes[i]));
+        ck_ok(blob_create(&t.work[i], half, device, 2, shapes[i]));
+        void *p;
+        ck_ok(blob_mutable_cpu_data(t.master[i], &p));
+        test_fill(BLOB_FLOAT32, p, blob_count(t.master[i]), -1, 1);
+    }
+    return t;
+}
+
+static void net_free(net *t)
+{
+    for (int i = 0; i < 2; i++) {
+        blob_free(t->master[i]);
+        blob_free(t->work[i]);
+    }
+}
+
+/* Gradients in [-1, 1) times scale into the works' diffs (host side), and, with bad, an
+ * Inf or NaN among them. */
+static void net_grads(net *t, double scale, double bad)
+{
+    for (int i = 0; i < 2; i++) {
+        const int64_t n = blob_count(t->work[i]);
+        float *g = malloc(sizeof(float) * (size_t)n);
+        test_fill(BLOB_FLOAT32, g, n, -1, 1);
+        for (int64_t k = 0; k < n; k++)
+            g[k] = (float)(g[k] * scale);
+        if (bad != 0 && i == 1)
+            g[n / 2] = (float)bad;
+        void *p;
+        ck_ok(blob_mutable_cpu_diff(t->work[i], &p));
+        ck_ok(blob_cpu_convert(BLOB_FLOAT32, blob_get_dtype(t->work[i]), n, g, p));
+        free(g);
+    }
+}
+
+/* Bring the blobs' data and diffs to the GPU, so that the steps run there. */
+static void net_to_gpu(net *t)
+{
+    const void *p;
+    for (int i = 0; i < 2; i++) {
+        ck_ok(blob_gpu_data(t->master[i], &p));
+        ck_ok(blob_gpu_diff(t->work[i], &p));
+    }
+}
+
+static float *master_values(net *t, int i)
+{
+    const void *p;
+    ck_ok(blob_cpu_data(t->master[i], &p));
+    const size_t bytes = sizeof(float) * (size_t)blob_count(t->master[i]);
+    return memcpy(malloc(bytes), p, bytes);
+}
+
+/* Each working copy is its master rounded. */
+static void net_expect_work(net *t)
+{
+    for (int i = 0; i < 2; i++) {
+        const int64_t n = blob_count(t->master[i]);
+        const void *m, *w;
+        ck_ok(blob_cpu_data(t->master[i], &m));
+        ck_ok(blob_cpu_data(t->work[i], &w));
+        uint16_t *r = malloc(sizeof(uint16_t) * (size_t)n);
+        ck_ok(blob_cpu_convert(BLOB_FLOAT32, blob_get_dtype(t->work[i]), n, m, r));
+        ck_assert_msg(memcmp(r, w, sizeof(uint16_t) * (size_t)n) == 0,
+                      "param %d: the working copy is not the master rounded", i);
+        free(r);
+    }
+}
+
+/* A forced overflow: the step is skipped (nothing written, no step counted) and the scale
+ * halves; steps without overflow leave the scale until the interval, then double it. */
+static void check_scaler(int device, bool gpu, blob_dtype half)
+{
+    test_seed(21 + (uint64_t)gpu);
+    net t = net_new(device, half);
+    const blob_optim o = config(3);
+    blob_optim_state *state;
+    ck_ok(blob_optim_state_create(&state));
+    blob_grad_scaler *sc;
+    ck_ok(blob_grad_scaler_create(&sc, 1024));
+    ck_ok(blob_grad_scaler_set(sc, 2, 0.5, 3));
+    bool skipped = true;
+    int64_t steps;
+    for (int s = 1; s <= 2; s++) {
+        net_grads(&t, blob_grad_scaler_scale(sc), 0);
+        if (gpu)
+            net_to_gpu(&t);
+        ck_ok(blob_grad_scaler_unscale(sc, t.work, 2));
+        ck_ok(blob_optim_step_mixed(&o, t.master, t.work, 2, state, sc, &skipped));
+        ck_assert(!skipped);
+        ck_assert_double_eq(blob_grad_scaler_scale(sc), 1024);
+    }
+    net_expect_work(&t);
+    /* the overflow: an Inf (float16 past 65504 is Inf too), then a NaN */
+    const double bads[2] = {INFINITY, NAN};
+    double scale = 1024;
+    for (int b = 0; b < 2; b++) {
+        float *before = master_values(&t, 1);
+        net_grads(&t, blob_grad_scaler_scale(sc), bads[b]);
+        if (gpu)
+            net_to_gpu(&t);
+        ck_ok(blob_grad_scaler_unscale(sc, t.work, 2));
+        ck_ok(blob_optim_step_mixed(&o, t.master, t.work, 2, state, sc, &skipped));
+        ck_assert_msg(skipped, "an overflow did not skip the step");
+        scale /= 2;
+        ck_assert_double_eq(blob_grad_scaler_scale(sc), scale);
+        ck_ok(blob_optim_state_steps(state, &steps));
+        ck_assert_int_eq(steps, 2);
+        float *after = master_values(&t, 1);
+        ck_assert_msg(memcmp(before, after, sizeof(float) * 10) == 0,
+                      "a skipped step changed the master weights");
+        free(before), free(after);
+    }
+    /* three good steps (the step checks by itself when unscale was not called): growth */
+    for (int s = 1; s <= 3; s++) {
+        net_grads(&t, blob_grad_scaler_scale(sc), 0);
+        if (gpu)
+            net_to_gpu(&t);
+        ck_ok(blob_optim_step_mixed(&o, t.master, t.work, 2, state, sc, &skipped));
+        ck_assert(!skipped);
+        ck_assert_double_eq(blob_grad_scaler_scale(sc), s < 3 ? scale : 2 * scale);
+    }
+    ck_ok(blob_optim_state_steps(state, &steps));
+    ck_assert_int_eq(steps, 5);
+    net_expect_work(&t);
+    blob_grad_scaler_free(sc);
+    blob_optim_state_free(state);
+    net_free(&t);
+}
+
+START_TEST(test_blob_scaler_host)
+{
+    check_scaler(BLOB_HOST_ONLY, false, halves[_i]);
+}
+END_TEST
+
+/* A scaled step is the unscaled step on the unscaled gradients (a power-of-two scale). */
+START_TEST(test_blob_mixed_host)
+{
+    const blob_dtype half = halves[_i];
+    test_seed(61);
+    net a = net_new(BLOB_HOST_ONLY, half);
+    test_seed(61);
+    net b = net_new(BLOB_HOST_ONLY, half);
+    const blob_optim o = config(0);
+    blob_optim_state *sa, *sb;
+    ck_ok(blob_optim_state_create(&sa));
+    ck_ok(blob_optim_state_create(&sb));
+    blob_grad_scaler *sc;
+    ck_ok(blob_grad_scaler_create(&sc, 256));
+    for (int s = 0; s < 3; s++) {
+        test_seed(70 + (uint64_t)s);
+        net_grads(&a, 1, 0);
+        test_seed(70 + (uint64_t)s);
+        net_grads(&b, 256, 0);
+        bool skipped = true;
+        ck_ok(blob_optim_step_mixed(&o, a.master, a.work, 2, sa, NULL, &skipped));
+        ck_assert(!skipped);
+        ck_ok(blob_optim_step_mixed(&o, b.master, b.work, 2, sb, sc, &skipped));
+        ck_assert(!skipped);
+    }
+    for (int i = 0; i < 2; i++) {
+        float *x = master_values(&a, i), *y = master_values(&b, i);
+        ck_assert(memcmp(x, y, sizeof(float) * (size_t)blob_count(a.master[i])) == 0);
+        free(x), free(y);
+    }
+    net_expect_work(&a);
+    /* wrong blobs */
+    blob_optim_state *fresh;
+    ck_ok(blob_optim_state_create(&fresh));
+    ck_status(blob_optim_step_mixed(&o, a.work, a.master, 2, fresh, NULL, NULL), BLOB_ENOTSUP);
+    blob_optim_state_free(fresh);
+    ck_status(blob_optim_step_mixed(&o, a.master, (blob *const[]){a.work[1], a.work[0]}, 2, sa,
+                                    NULL, NULL),
+              BLOB_ESHAPE);
+    ck_status(blob_optim_step_mixed(&o, a.master, NULL, 2, sa, NULL, NULL), BLOB_EINVAL);
+    blob_grad_scaler_free(sc);
+    blob_optim_state_free(sa);
+    blob_optim_state_free(sb);
+    net_free(&a);
+    net_free(&b);
+}
+END_TEST
+
+/* ---- Real GPU ---- */
+
+/* The GPU's mixed step against the host's on the same values: every kind, both 16-bit
+ * dtypes, odd sizes, misaligned arrays, more tensors than one launch takes, and a loss
+ * scale. The GPU contracts the rule into fused multiply-adds, so master weights and
+ * histories agree to a few float32 roundings per step, not bit for bit; each side's
+ * working copy is its own master weights rounded, bit for bit. */
+START_TEST(test_gpu_mixed_vs_host)
+{
+    const blob_dtype half = halves[_i % 2];
+    const int c = _i / 2;
+    const blob_optim o = config(c);
+    int64_t many[600];
+    for (int i = 0; i < 600; i++)
+        many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300;
+    const int64_t odd[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 600001};
+    for (int shape = 0; shape < 2; shape++) {
+        const int n = shape ? 600 : 8;
+        const int64_t *counts = shape ? many : odd;
+        test_seed(7 + (uint64_t)_i);
+        mixed g = mixed_new(half, true, n, counts, c % 2), h = mixed_new(half, false, n, counts,
+                                                                        false);
+        for (int i = 0; i < n; i++)
+            memcpy((float *)h.host[W] + h.offset[i], (float *)g.host[W] + g.offset[i],
+                   sizeof(float) * (size_t)counts[i]);
+        mixed_init(&g);
+        mixed_init(&h);
+        const int steps = 4;
+        for (int s = 0; s < steps; s++) {
+            test_seed(300 + (uint64_t)s);
+            fill_grads(&g, 512);
+            test_seed(300 + (uint64_t)s);
+            fill_grads(&h, 512);
+            ck_ok(mixed_step(&g, &o, 1.0 / 512));
+            ck_ok(mixed_step(&h, &o, 1.0 / 512));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gpu %s config %d, %d tensors", blob_dtype_name(half), c, n);
+        const double tol = 16 * FLT_EPSILON * steps;
+        expect_close(&g, &h, W, tol, what);
+        for (int a = H; a < H + blob_optim_history_count(&o); a++)
+            expect_close(&g, &h, a, tol, what);
+        expect_work_is_rounded(&g, what);
+        int64_t st[BLOB_OPTIM_STEP_WORDS];
+        ck_ok(blob__be->copy_async(st, g.step, sizeof st, BLOB__D2H, blob_stream_get()));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+        ck_assert_int_eq(st[0], steps);
+        ck_assert_int_eq(st[1], 0);
+        mixed_free(&g);
+        mixed_free(&h);
+    }
+}
+END_TEST
+
+/* The GPU's mixed step against its float32 step on the widened gradients: the same rule
+ * in float32 on the same values; the two kernels may contract differently, hence the
+ * tolerance of test_gpu_mixed_vs_host. */
+START_TEST(test_gpu_mixed_vs_float32)
+{
+    const blob_dtype half = halves[_i % 2];
+    const blob_optim o = config(_i / 2);
+    const int64_t counts[] = {4000003, 5, 2051};
+    test_seed(17 + (uint64_t)_i);
+    mixed m = mixed_new(half, true, 3, counts, false), f = mixed_new(half, true, 3, counts, false);
+    memcpy(f.host[W], m.host[W], bytes_of(&m, W));
+    mixed_init(&m);
+    mixed_init(&f);
+    for (int s = 0; s < 3; s++) {
+        fill_grads(&m, 1);
+        /* f's float32 gradients: the same values widened, in a device array of their own */
+        float *g32 = malloc(bytes_of(&m, W));
+        ck_ok(blob_cpu_convert(half, BLOB_FLOAT32, m.total, m.host[G], g32));
+        void *dg;
+        ck_ok(blob__be->device_alloc(bytes_of(&m, W), &dg));
+        ck_ok(blob__be->copy_async(dg, g32, bytes_of(&m, W), BLOB__H2D, blob_stream_get()));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+        const void *pg[3];
+        for (int i = 0; i < 3; i++)
+            pg[i] = (const float *)dg + f.offset[i];
+        ck_ok(mixed_step(&m, &o, 1));
+        ck_ok(blob_gpu_optim_step(&o, BLOB_FLOAT32, 3, counts, f.ptr[W], pg, f.ptr[H], f.ptr[V],
+                                  f.step));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+        blob__be->device_free(dg);
+        free(g32);
+    }
+    expect_close(&m, &f, W, 16 * FLT_EPSILON * 3, "mixed vs float32");
+    expect_work_is_rounded(&m, "mixed vs float32");
+    mixed_free(&m);
+    mixed_free(&f);
+}
+END_TEST
+
+START_TEST(test_gpu_find_nonfinite)
+{
+    const blob_dtype dt = (blob_dtype)_i;
+    const int64_t n = 100003, counts[] = {n, 0, 7};
+    double *src = malloc(sizeof(double) * (size_t)(n + 7));
+    for (int64_t k = 0; k < n + 7; k++)
+        src[k] = (double)(k % 100) - 50;
+    const size_t es = blob_dtype_size(dt), bytes = (size_t)(n + 7) * es;
+    char *host = malloc(bytes);
+    void *dev;
+    int32_t *flag, found;
+    ck_ok(blob__be->device_alloc(bytes, &dev));
+    ck_ok(blob__be->device_alloc(sizeof(int32_t), (void **)&flag));
+    const void *x[] = {dev, (char *)dev + (size_t)n * es, (char *)dev + (size_t)n * es};
+    void *s = blob_stream_get();
+    for (int t = 0; t < 3; t++) {
+        ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, n + 7, src, host));
+        const double bad = t == 1 ? INFINITY : NAN;
+        if (t)
+            ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, 1, &bad, host + (size_t)(t == 1 ? n - 1 : n + 3) * es));
+        found = 0;
+        ck_ok(blob__be->copy_async(dev, host, bytes, BLOB__H2D, s));
+        ck_ok(blob__be->copy_async(flag, &found, sizeof found, BLOB__H2D, s));
+        ck_ok(blob_gpu_find_nonfinite(dt, 3, counts, x, flag));
+        ck_ok(blob__be->copy_async(&found, flag, sizeof found, BLOB__D2H, s));
+        ck_ok(blob__be->stream_synchronize(s));
+        ck_assert_int_eq(found, t ? 1 : 0);
+    }
+    blob__be->device_free(dev);
+    blob__be->device_free(flag);
+    free(host);
+    free(src);
+}
+END_TEST
+
+START_TEST(test_gpu_blob_scaler)
+{
+    int dev;
+    ck_ok(blob_device_get(&dev));
+    check_scaler(dev, true, halves[_i]);
+}
+END_TEST
+
+Suite *mixed_suite(void)
+{
+    Suite *s = suite_create("mixed");
+    TCase *tc = tcase_create("host");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_cpu_mixed_matches_float32, 0, 2 * CONFIGS);
+    tcase_add_loop_test(tc, test_cpu_find_nonfinite, 0, 4);
+    tcase_add_test(tc, test_mixed_errors);
+    tcase_add_loop_test(tc, test_blob_scaler_host, 0, 2);
+    tcase_add_loop_test(tc, test_blob_mixed_host, 0, 2);
+    tcase_add_loop_test(tc, test_cpu_relu_half, 0, 2);
+    suite_add_tcase(s, tc);
+
+    TCase *gpu = gpu_tcase("gpu");
+    tcase_set_timeout(gpu, 300);
+    req_add_loop_test(gpu, test_gpu_mixed_vs_host, 0, 2 * CONFIGS);
+    req_add_loop_test(gpu, test_gpu_mixed_vs_float32, 0, 2 * CONFIGS);
+    req_add_loop_test(gpu, test_gpu_find_nonfinite, 0, 4);
+    req_add_loop_test(gpu, test_gpu_blob_scaler, 0, 2);
+    req_add_loop_test(gpu, test_gpu_relu_half, 0, 2);
+    suite_add_tcase(s, gpu);
+    return s;
+}
