@@ -836,33 +836,14 @@ END_TEST
 Suite *alloc_suite(void)
 {
     Suite *s = suite_create("alloc");
-    TCase *tc = tcase_create("fake");
-    tcase_add_checked_fixture(tc, alloc_setup, alloc_teardown);
+    TCase *tc = suite_case(s, "fake", NULL, alloc_setup, alloc_teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_size_zero);
-    tcase_add_test(tc, test_bad_places);
-    tcase_add_test(tc, test_split_merge_small);
-    tcase_add_test(tc, test_split_merge_large);
-    tcase_add_test(tc, test_best_fit);
-    tcase_add_test(tc, test_stats_device);
-    tcase_add_test(tc, test_stats_pinned);
-    tcase_add_test(tc, test_stats_host);
-    tcase_add_test(tc, test_stream_owner);
-    tcase_add_test(tc, test_stream_event);
-    tcase_add_test(tc, test_empty_cache_waits);
-    tcase_add_test(tc, test_event_failure);
-    tcase_add_test(tc, test_oom_retry);
-    tcase_add_test(tc, test_oom_persistent);
-    tcase_add_test(tc, test_cache_limit);
-    tcase_add_test(tc, test_caching_off);
-    tcase_add_test(tc, test_pinned_waste);
-    tcase_add_test(tc, test_two_devices);
-    tcase_add_test(tc, test_backend_contract);
-    tcase_add_test(tc, test_threads);
-    suite_add_tcase(s, tc);
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_test(gpu, test_gpu_cache);
-    req_add_test(gpu, test_gpu_stream_event);
-    suite_add_tcase(s, gpu);
+    add_tests(tc, test_size_zero, test_bad_places, test_split_merge_small, test_split_merge_large,
+              test_best_fit, test_stats_device, test_stats_pinned, test_stats_host,
+              test_stream_owner, test_stream_event, test_empty_cache_waits, test_event_failure,
+              test_oom_retry, test_oom_persistent, test_cache_limit, test_caching_off,
+              test_pinned_waste, test_two_devices, test_backend_contract, test_threads);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_tests(tc, test_gpu_cache, test_gpu_stream_event);
     return s;
 }

@@ -2192,65 +2192,33 @@ END_TEST
 Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
-    TCase *tc = tcase_create("rendezvous");
+    TCase *tc = suite_case(s, "rendezvous", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_hex_round_trip);
-    tcase_add_test(tc, test_record_round_trip);
-    tcase_add_test(tc, test_record_damage);
-    tcase_add_test(tc, test_file_round_trip);
-    tcase_add_test(tc, test_file_missing_deadline);
-    tcase_add_test(tc, test_file_bad_at_once);
-    tcase_add_test(tc, test_file_not_trusted);
-    tcase_add_test(tc, test_file_writer_paths);
-    tcase_add_test(tc, test_file_awaited);
-    tcase_add_test(tc, test_env_defaults);
-    tcase_add_test(tc, test_env_torchrun);
-    tcase_add_test(tc, test_env_bad_values);
-    tcase_add_test(tc, test_env_launchers);
-    suite_add_tcase(s, tc);
+    add_tests(tc, test_hex_round_trip, test_record_round_trip, test_record_damage,
+              test_file_round_trip, test_file_missing_deadline, test_file_bad_at_once,
+              test_file_not_trusted, test_file_writer_paths, test_file_awaited, test_env_defaults,
+              test_env_torchrun, test_env_bad_values, test_env_launchers);
 
-    tc = tcase_create("one_rank");
-    tcase_add_loop_test(tc, test_one_rank, 0, 2);
-    tcase_add_test(tc, test_several_ranks_need_nccl_and_gpu);
-    tcase_add_test(tc, test_null_arguments);
-    tcase_add_test(tc, test_plan);
-    tcase_add_test(tc, test_contiguous);
-    tcase_add_test(tc, test_compare_tables);
-    tcase_add_test(tc, test_table_length);
-    suite_add_tcase(s, tc);
+    tc = suite_case(s, "one_rank", NULL, NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_one_rank);
+    add_tests(tc, test_several_ranks_need_nccl_and_gpu, test_null_arguments, test_plan,
+              test_contiguous, test_compare_tables, test_table_length);
 
-    tc = tcase_create("one_rank_fake");
-    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
-    tcase_add_test(tc, test_one_rank_alloc_failures);
-    suite_add_tcase(s, tc);
+    tc = suite_case(s, "one_rank_fake", NULL, fake_setup, fake_teardown);
+    add_tests(tc, test_one_rank_alloc_failures);
 
-    tc = tcase_create("fake_ranks");
+    tc = suite_case(s, "fake_ranks", NULL, fake_ccl_setup, fake_ccl_teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_checked_fixture(tc, fake_ccl_setup, fake_ccl_teardown);
-    tcase_add_loop_test(tc, test_fake_reduce, 0, NUM_VARIANTS);
-    tcase_add_loop_test(tc, test_fake_overlapped, 0, 2);
-    tcase_add_test(tc, test_fake_replay_refused);
-    tcase_add_test(tc, test_fake_broadcast);
-    tcase_add_test(tc, test_fake_mismatch);
-    tcase_add_test(tc, test_fake_bad_registration);
-    tcase_add_test(tc, test_fake_missing_peer);
-    tcase_add_test(tc, test_fake_transport_error);
-    tcase_add_test(tc, test_fake_alloc_failures);
-    tcase_add_test(tc, test_fake_blobs_outlive);
-    tcase_add_test(tc, test_fake_world_too_large);
-    tcase_add_test(tc, test_fake_file_rendezvous);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, NUM_VARIANTS, test_fake_reduce);
+    add_loop_tests(tc, 0, 2, test_fake_overlapped);
+    add_tests(tc, test_fake_replay_refused, test_fake_broadcast, test_fake_mismatch,
+              test_fake_bad_registration, test_fake_missing_peer, test_fake_transport_error,
+              test_fake_alloc_failures, test_fake_blobs_outlive, test_fake_world_too_large,
+              test_fake_file_rendezvous);
 
-    tc = multi_gpu_tcase("gpus");
-    req_add_test(tc, test_gpu_reduce);
-    req_add_test(tc, test_gpu_overlapped);
-    req_add_test(tc, test_gpu_bf16);
-    req_add_test(tc, test_gpu_broadcast);
-    req_add_test(tc, test_gpu_mismatch);
-    req_add_test(tc, test_gpu_missing_peer);
-    req_add_test(tc, test_gpu_missing_peer_replayed);
-    req_add_test(tc, test_gpu_world_too_large);
-    req_add_test(tc, test_gpu_blobs_outlive);
-    suite_add_tcase(s, tc);
+    tc = suite_case(s, "gpus", "gpu gpu2", NULL, NULL);
+    add_tests(tc, test_gpu_reduce, test_gpu_overlapped, test_gpu_bf16, test_gpu_broadcast,
+              test_gpu_mismatch, test_gpu_missing_peer, test_gpu_missing_peer_replayed,
+              test_gpu_world_too_large, test_gpu_blobs_outlive);
     return s;
 }

@@ -1084,32 +1084,20 @@ END_TEST
 Suite *conv_suite(void)
 {
     Suite *s = suite_create("conv");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_output_sizes);
-    tcase_add_test(tc, test_bad_geometry);
-    tcase_add_loop_test(tc, test_cpu_im2col, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_conv_gemm, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_col2im, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_pool, 0, 2);
-    tcase_add_test(tc, test_cpu_pool_by_hand);
-    tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
-    tcase_add_loop_test(tc, test_big_sizes, 0, 2);
-    tcase_add_loop_test(tc, test_empty, 0, 2);
-    tcase_add_test(tc, test_gpu_without_gpu);
-    suite_add_tcase(s, tc);
+    add_tests(tc, test_output_sizes, test_bad_geometry);
+    add_loop_tests(tc, 0, 2, test_cpu_im2col, test_cpu_conv_gemm, test_cpu_col2im, test_cpu_pool);
+    add_tests(tc, test_cpu_pool_by_hand);
+    add_loop_tests(tc, 0, 2, test_bad_arguments, test_big_sizes, test_empty);
+    add_tests(tc, test_gpu_without_gpu);
 
-    if (!blob_built_with_cuda()) {
-        TCase *fake = tcase_create("no-cuda");
-        tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-        tcase_add_test(fake, test_launchers_without_cuda);
-        suite_add_tcase(s, fake);
-    }
+    if (!blob_built_with_cuda())
+        add_tests(suite_case(s, "no-cuda", NULL, fake_setup, fake_teardown),
+                  test_launchers_without_cuda);
 
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_loop_test(gpu, test_gpu_ops, 0, 2);
-    req_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
-    req_add_test(gpu, test_gpu_beyond_int_max);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_gpu_ops, test_gpu_ops_on_stream);
+    add_tests(tc, test_gpu_beyond_int_max);
     return s;
 }

@@ -1203,45 +1203,31 @@ END_TEST
 Suite *dlpack_suite(void)
 {
     Suite *s = suite_create("dlpack");
-    TCase *tc = tcase_create("fake");
-    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
-    tcase_add_loop_test(tc, test_export_host, 0, 4);
-    tcase_add_loop_test(tc, test_export_heads, 0, 2);
-    tcase_add_test(tc, test_export_other_device);
-    tcase_add_test(tc, test_export_stream_order);
-    tcase_add_test(tc, test_export_lifetimes);
-    tcase_add_test(tc, test_export_special_shapes);
-    tcase_add_test(tc, test_export_bad_arguments);
-    tcase_add_loop_test(tc, test_export_alloc_failure, 0, 4);
-    tcase_add_loop_test(tc, test_import_host, 0, 4);
-    tcase_add_loop_test(tc, test_import_lifetimes, 0, LIFE_COUNT);
-    tcase_add_loop_test(tc, test_import_device, 0, FAKE_DEVICES);
-    tcase_add_test(tc, test_import_device_freed_elsewhere);
-    tcase_add_test(tc, test_import_device_no_wait);
-    tcase_add_loop_test(tc, test_round_trip, 0, 4);
-    tcase_add_loop_test(tc, test_import_bad_input, 0, N_BAD_CASES);
-    tcase_add_test(tc, test_import_bad_arguments);
-    tcase_add_loop_test(tc, test_import_alloc_failure, 0, 3);
-    tcase_add_test(tc, test_syncedmem_release);
-    suite_add_tcase(s, tc);
+    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    add_loop_tests(tc, 0, 4, test_export_host);
+    add_loop_tests(tc, 0, 2, test_export_heads);
+    add_tests(tc, test_export_other_device, test_export_stream_order, test_export_lifetimes,
+              test_export_special_shapes, test_export_bad_arguments);
+    add_loop_tests(tc, 0, 4, test_export_alloc_failure, test_import_host);
+    add_loop_tests(tc, 0, LIFE_COUNT, test_import_lifetimes);
+    add_loop_tests(tc, 0, FAKE_DEVICES, test_import_device);
+    add_tests(tc, test_import_device_freed_elsewhere, test_import_device_no_wait);
+    add_loop_tests(tc, 0, 4, test_round_trip);
+    add_loop_tests(tc, 0, N_BAD_CASES, test_import_bad_input);
+    add_tests(tc, test_import_bad_arguments);
+    add_loop_tests(tc, 0, 3, test_import_alloc_failure);
+    add_tests(tc, test_syncedmem_release);
 
-    TCase *host = tcase_create("host");
-    tcase_set_timeout(host, 120);
-    tcase_add_test(host, test_million_round_trips);
-    tcase_add_test(host, test_import_missing_gpu);
-    suite_add_tcase(s, host);
+    tc = suite_case(s, "host", NULL, NULL, NULL);
+    tcase_set_timeout(tc, 120);
+    add_tests(tc, test_million_round_trips, test_import_missing_gpu);
 
-    TCase *versioned = req_tcase("versioned", "dlpack1");
-    tcase_add_checked_fixture(versioned, fake_setup, fake_teardown);
-    req_add_loop_test(versioned, test_versioned_export, 0, 2);
-    req_add_test(versioned, test_versioned_import);
-    req_add_test(versioned, test_versioned_round_trip);
-    req_add_test(versioned, test_versioned_alloc_failure);
-    suite_add_tcase(s, versioned);
+    tc = suite_case(s, "versioned", "dlpack1", fake_setup, fake_teardown);
+    add_loop_tests(tc, 0, 2, test_versioned_export);
+    add_tests(tc, test_versioned_import, test_versioned_round_trip, test_versioned_alloc_failure);
 
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_loop_test(gpu, test_gpu_round_trip, 0, 2);
-    req_add_test(gpu, test_gpu_pinned_host);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_gpu_round_trip);
+    add_tests(tc, test_gpu_pinned_host);
     return s;
 }

@@ -1027,68 +1027,49 @@ START_TEST(test_save_alloc_failure)
 }
 END_TEST
 
+/* A case of the suite with its root directory, made once for the case (dir_setup makes
+ * each test's directory in it). */
+static TCase *files_case(Suite *s, const char *name, const char *tags)
+{
+    TCase *tc = suite_case(s, name, tags, NULL, NULL);
+    tcase_add_unchecked_fixture(tc, root_setup, root_teardown);
+    return tc;
+}
+
 Suite *npy_suite(void)
 {
     Suite *s = suite_create("npy");
-    TCase *tc = tcase_create("files");
-    tcase_add_unchecked_fixture(tc, root_setup, root_teardown);
+    TCase *tc = files_case(s, "files", NULL);
     tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-    tcase_add_loop_test(tc, test_round_trip, 0, N_SHAPES * 4);
-    tcase_add_loop_test(tc, test_convert_dtype, 0, 2);
-    tcase_add_loop_test(tc, test_numpy_fixtures, 0,
-                        (int)(sizeof fixtures / sizeof fixtures[0]) * 2);
-    tcase_add_test(tc, test_numpy_rejects);
-    tcase_add_test(tc, test_header_variants);
-    tcase_add_test(tc, test_bad_magic);
-    tcase_add_test(tc, test_bad_version);
-    tcase_add_test(tc, test_truncated_preamble);
-    tcase_add_test(tc, test_truncated_header);
-    tcase_add_test(tc, test_oversized_header);
-    tcase_add_test(tc, test_header_syntax);
-    tcase_add_test(tc, test_missing_key);
-    tcase_add_test(tc, test_duplicate_key);
-    tcase_add_test(tc, test_unknown_key);
-    tcase_add_test(tc, test_unknown_dtype);
-    tcase_add_test(tc, test_fortran_order);
-    tcase_add_test(tc, test_too_many_axes);
-    tcase_add_test(tc, test_negative_dim);
-    tcase_add_test(tc, test_absurd_dim);
-    tcase_add_test(tc, test_count_overflow);
-    tcase_add_test(tc, test_data_short);
-    tcase_add_test(tc, test_data_long);
-    tcase_add_test(tc, test_read_errors);
-    tcase_add_test(tc, test_bad_arguments);
-    tcase_add_test(tc, test_save_unwritable);
-    tcase_add_loop_test(tc, test_save_not_regular, 0, 2);
-    tcase_add_loop_test(tc, test_save_through_symlink, 0, 2);
-    tcase_add_loop_test(tc, test_save_modes, 0, 2);
-    tcase_add_loop_test(tc, test_save_syncs, 0, 2);
-    tcase_add_loop_test(tc, test_save_killed, 1, 2);
-    tcase_add_loop_test(tc, test_save_removes_stale, 0, 2);
-    tcase_add_loop_test(tc, test_count_zero_huge_dims, 0, 2);
-    tcase_add_test(tc, test_failed_write_keeps_old_file);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, N_SHAPES * 4, test_round_trip);
+    add_loop_tests(tc, 0, 2, test_convert_dtype);
+    add_loop_tests(tc, 0, (int)(sizeof fixtures / sizeof fixtures[0]) * 2, test_numpy_fixtures);
+    add_tests(tc, test_numpy_rejects, test_header_variants, test_bad_magic, test_bad_version,
+              test_truncated_preamble, test_truncated_header, test_oversized_header,
+              test_header_syntax, test_missing_key, test_duplicate_key, test_unknown_key,
+              test_unknown_dtype, test_fortran_order, test_too_many_axes, test_negative_dim,
+              test_absurd_dim, test_count_overflow, test_data_short, test_data_long,
+              test_read_errors, test_bad_arguments, test_save_unwritable);
+    add_loop_tests(tc, 0, 2, test_save_not_regular, test_save_through_symlink, test_save_modes,
+                   test_save_syncs);
+    add_loop_tests(tc, 1, 2, test_save_killed);
+    add_loop_tests(tc, 0, 2, test_save_removes_stale, test_count_zero_huge_dims);
+    add_tests(tc, test_failed_write_keeps_old_file);
 
-    TCase *numpy = req_tcase("numpy", "numpy");
-    tcase_add_unchecked_fixture(numpy, root_setup, root_teardown);
-    tcase_add_checked_fixture(numpy, dir_setup, dir_teardown);
-    req_add_test(numpy, test_numpy_reads_ours);
-    suite_add_tcase(s, numpy);
+    tc = files_case(s, "numpy", "numpy");
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    add_tests(tc, test_numpy_reads_ours);
 
-    TCase *tmpfile = req_tcase("tmpfile", "tmpfile");
-    tcase_add_unchecked_fixture(tmpfile, root_setup, root_teardown);
-    tcase_add_checked_fixture(tmpfile, dir_setup, dir_teardown);
-    req_add_loop_test(tmpfile, test_save_killed, 0, 1);
-    suite_add_tcase(s, tmpfile);
+    tc = files_case(s, "tmpfile", "tmpfile");
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    add_loop_tests(tc, 0, 1, test_save_killed);
 
-    TCase *fake = tcase_create("fake");
-    tcase_add_unchecked_fixture(fake, root_setup, root_teardown);
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_checked_fixture(fake, no_cache_setup, no_cache_teardown);
-    tcase_add_checked_fixture(fake, dir_setup, dir_teardown);
-    tcase_add_test(fake, test_gpu_resident);
-    tcase_add_loop_test(fake, test_load_alloc_failure, 0, 4);
-    tcase_add_loop_test(fake, test_save_alloc_failure, 0, 2);
-    suite_add_tcase(s, fake);
+    tc = files_case(s, "fake", NULL);
+    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
+    tcase_add_checked_fixture(tc, no_cache_setup, no_cache_teardown);
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    add_tests(tc, test_gpu_resident);
+    add_loop_tests(tc, 0, 4, test_load_alloc_failure);
+    add_loop_tests(tc, 0, 2, test_save_alloc_failure);
     return s;
 }

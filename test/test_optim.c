@@ -691,29 +691,22 @@ END_TEST
 Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_cpu_optim_rules, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_adam_many_steps, 0, 4);
-    tcase_add_test(tc, test_optim_defaults);
-    tcase_add_loop_test(tc, test_optim_bad_arguments, 0, 2);
-    tcase_add_loop_test(tc, test_blob_optim_host, 0, 2);
-    tcase_add_test(tc, test_blob_optim_errors);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, 2, test_cpu_optim_rules);
+    add_loop_tests(tc, 0, 4, test_cpu_adam_many_steps);
+    add_tests(tc, test_optim_defaults);
+    add_loop_tests(tc, 0, 2, test_optim_bad_arguments, test_blob_optim_host);
+    add_tests(tc, test_blob_optim_errors);
 
-    TCase *fake = tcase_create("fake");
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_test(fake, test_blob_optim_alloc_failure);
-    suite_add_tcase(s, fake);
+    add_tests(suite_case(s, "fake", NULL, fake_setup, fake_teardown),
+              test_blob_optim_alloc_failure);
 
-    TCase *gpu = gpu_tcase("gpu");
-    tcase_set_timeout(gpu, 300);
-    req_add_loop_test(gpu, test_gpu_optim_rules, 0, 2);
-    req_add_loop_test(gpu, test_gpu_optim_large, 0, 2);
-    req_add_loop_test(gpu, test_gpu_adam_many_steps, 0, 4);
-    req_add_loop_test(gpu, test_gpu_optim_graph, 0, 2);
-    req_add_loop_test(gpu, test_gpu_blob_optim, 0, 2);
-    req_add_test(gpu, test_gpu_blob_optim_graph);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tcase_set_timeout(tc, 300);
+    add_loop_tests(tc, 0, 2, test_gpu_optim_rules, test_gpu_optim_large);
+    add_loop_tests(tc, 0, 4, test_gpu_adam_many_steps);
+    add_loop_tests(tc, 0, 2, test_gpu_optim_graph, test_gpu_blob_optim);
+    add_tests(tc, test_gpu_blob_optim_graph);
     return s;
 }

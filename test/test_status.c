@@ -474,26 +474,12 @@ END_TEST
 Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_names_and_messages);
-    tcase_add_test(tc, test_last_error_detail);
-    tcase_add_test(tc, test_details_name_the_call);
-    tcase_add_test(tc, test_graph_arguments);
-    suite_add_tcase(s, tc);
-    TCase *fake = tcase_create("fake");
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_test(fake, test_stream_wait_stream);
-    tcase_add_test(fake, test_event);
-    tcase_add_test(fake, test_stream_priority);
-    suite_add_tcase(s, fake);
-    TCase *nogpu = req_tcase("nogpu", "nogpu");
-    req_add_test(nogpu, test_no_gpu_reports);
-    suite_add_tcase(s, nogpu);
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_test(gpu, test_gpu_graph_replay);
-    req_add_test(gpu, test_gpu_stream_fork_join);
-    req_add_test(gpu, test_gpu_event_in_graph);
-    req_add_test(gpu, test_gpu_stream_priority);
-    suite_add_tcase(s, gpu);
+    add_tests(suite_case(s, "core", NULL, NULL, NULL), test_names_and_messages,
+              test_last_error_detail, test_details_name_the_call, test_graph_arguments);
+    add_tests(suite_case(s, "fake", NULL, fake_setup, fake_teardown), test_stream_wait_stream,
+              test_event, test_stream_priority);
+    add_tests(suite_case(s, "nogpu", "nogpu", NULL, NULL), test_no_gpu_reports);
+    add_tests(suite_case(s, "gpu", "gpu", NULL, NULL), test_gpu_graph_replay,
+              test_gpu_stream_fork_join, test_gpu_event_in_graph, test_gpu_stream_priority);
     return s;
 }

@@ -150,17 +150,23 @@ TCase *req_tcase(const char *name, const char *tags)
     return tc;
 }
 
-TCase *gpu_tcase(const char *name) { return req_tcase(name, "gpu"); }
-TCase *multi_gpu_tcase(const char *name) { return req_tcase(name, "gpu gpu2"); }
-
-void req_count(TCase *tc, int tests)
+TCase *suite_case(Suite *s, const char *name, const char *tags, SFun setup, SFun teardown)
 {
+    TCase *tc = tags ? req_tcase(name, tags) : tcase_create(name);
+    if (setup || teardown)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+void add_loop_test_list(TCase *tc, int start, int end, const TTest *const *tests)
+{
+    int n = 0;
+    for (; tests[n]; n++)
+        tcase_add_loop_test(tc, tests[n], start, end);
     for (int i = 0; i < num_cases; i++)
-        if (cases[i].tc == tc) {
-            cases[i].tests += tests;
-            return;
-        }
-    die("req_count: a test case not made by req_tcase", "");
+        if (cases[i].tc == tc)
+            cases[i].tests += n * (end - start);
 }
 
 /* In a child: the GPU count, and whether GPU 0 holds the "gpumem" buffers. */

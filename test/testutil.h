@@ -34,22 +34,19 @@
  *   "forkthreads" threads started in a forked child of a threaded process (not under
  *             ThreadSanitizer)
  * req_tcase takes the tags a case needs, separated by spaces ("gpu gpumem"); a skipped
- * test is counted under the first unmet one. Add tests to such a case with
- * req_add_test / req_add_loop_test, which keep the counts. */
+ * test is counted under the first unmet one. */
 TCase *req_tcase(const char *name, const char *tags);
-TCase *gpu_tcase(const char *name);       /* req_tcase(name, "gpu") */
-TCase *multi_gpu_tcase(const char *name); /* req_tcase(name, "gpu gpu2") */
-void req_count(TCase *tc, int tests);
-#define req_add_test(tc, tf)        \
-    do {                            \
-        tcase_add_test((tc), (tf)); \
-        req_count((tc), 1);         \
-    } while (0)
-#define req_add_loop_test(tc, tf, start, end)            \
-    do {                                                 \
-        tcase_add_loop_test((tc), (tf), (start), (end)); \
-        req_count((tc), (end) - (start));                \
-    } while (0)
+
+/* A case of suite s, added to it at once: req_tcase's when tags are given (NULL: it needs
+ * nothing), its tests run under the checked fixture setup/teardown (NULL: none). */
+TCase *suite_case(Suite *s, const char *name, const char *tags, SFun setup, SFun teardown);
+
+/* Add tests to tc, each a loop test over _i in [start, end) (a plain test is [0, 1)),
+ * counted for the needs of a req_tcase case. */
+void add_loop_test_list(TCase *tc, int start, int end, const TTest *const *tests);
+#define add_loop_tests(tc, start, end, ...) \
+    add_loop_test_list((tc), (start), (end), (const TTest *const[]){__VA_ARGS__, NULL})
+#define add_tests(tc, ...) add_loop_tests((tc), 0, 1, __VA_ARGS__)
 
 /* Bytes of each of the two device buffers that "gpumem" tests allocate: 2^31 + 37
  * floats, past INT_MAX elements. */
