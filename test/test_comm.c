@@ -411,25 +411,10 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-static int dir_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
 /* A file of n bytes at path, mode 0600 as rank 0 writes its record. */
 static void write_bytes(const char *path, const void *p, size_t n)
 {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
-    fclose(f);
+    test_write_file(path, p, n);
     ck_assert_int_eq(chmod(path, 0600), 0);
 }
 
@@ -531,7 +516,7 @@ START_TEST(test_file_round_trip)
     snprintf(path, sizeof path, "%s/id", dir);
     blob_comm_id id = some_id(2), back;
     ck_ok(blob_comm_id_write_file(&id, 4, path));
-    ck_assert_int_eq(dir_entries(dir), 1); /* no temporary file left */
+    ck_assert_int_eq(test_dir_entries(dir), 1); /* no temporary file left */
     struct stat sb;
     ck_assert_int_eq(stat(path, &sb), 0);
     ck_assert_int_eq(sb.st_mode & 0777, 0600);
@@ -547,7 +532,7 @@ START_TEST(test_file_round_trip)
     snprintf(missing, sizeof missing, "%s/no/such/dir/id", dir);
     ck_status(blob_comm_id_write_file(&id, 2, missing), BLOB_EIO);
     ck_status(blob_comm_id_write_file(&id, 2, ""), BLOB_EINVAL);
-    ck_assert_int_eq(dir_entries(dir), 1);
+    ck_assert_int_eq(test_dir_entries(dir), 1);
     remove_dir(dir);
 }
 END_TEST
@@ -684,7 +669,7 @@ START_TEST(test_file_writer_paths)
     struct stat sb;
     ck_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
     ck_status(blob_comm_id_write_file(&id, 2, dir), BLOB_EIO);
-    ck_assert_int_eq(dir_entries(dir), 1);
+    ck_assert_int_eq(test_dir_entries(dir), 1);
 
     ck_assert_int_eq(mkdir(sub, 0700), 0);
     ck_assert_int_eq(symlink("shared/comm-id", link), 0);
@@ -699,9 +684,9 @@ START_TEST(test_file_writer_paths)
     ck_ok(blob_comm_id_read_file(&out, &world, link, 0));
     ck_assert(!memcmp(&out, &id, sizeof id) && world == 4);
     ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
-    ck_assert_int_eq(dir_entries(sub), 1);
+    ck_assert_int_eq(test_dir_entries(sub), 1);
     blob__comm_id_remove_file(link); /* rank 0's removal: the record, not the link */
-    ck_assert_int_eq(dir_entries(sub), 0);
+    ck_assert_int_eq(test_dir_entries(sub), 0);
     ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
     blob__comm_id_remove_file(link); /* nothing there: nothing done */
     unlink(link);
@@ -725,7 +710,7 @@ START_TEST(test_file_writer_paths)
     ck_ok(blob_comm_id_write_file(&id, 2, path));
     for (int i = 0; i < 6; i++)
         ck_assert_msg(access(p[i], F_OK) == (stale[i] ? -1 : 0), "%s", names[i]);
-    ck_assert_int_eq(dir_entries(dir), 6); /* fifo, id and the four kept */
+    ck_assert_int_eq(test_dir_entries(dir), 6); /* fifo, id and the four kept */
 
     double t0 = blob__now();
     ck_status(blob_comm_id_read_file(&out, &world, "", 30), BLOB_EINVAL);
@@ -2004,7 +1989,7 @@ START_TEST(test_fake_file_rendezvous)
         pthread_join(th[r], NULL);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(fc.st[r] == BLOB_OK, "rank %d: %s", r, fc.msg[r]);
-    ck_assert_int_eq(dir_entries(dir), 0); /* rank 0 removed the file */
+    ck_assert_int_eq(test_dir_entries(dir), 0); /* rank 0 removed the file */
 
     /* a file of another world size */
     blob_comm_id id = some_id(1);

@@ -751,19 +751,15 @@ END_TEST
 
 /* ---- The GPU side without a GPU, and without CUDA ---- */
 
-static int no_devices(void) { return 0; }
-
 START_TEST(test_gpu_without_gpu)
 {
-    blob__backend none = *blob__backend_default();
-    none.device_count = no_devices;
-    blob__backend_install(&none);
+    test_hide_gpus();
     const blob_conv_geometry g = GEO(2, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, FLOOR);
     for (int op = 0; op < N_OPS; op++) {
         ck_status(call_op(&gpu_side, op, BLOB_FLOAT32, &g, 1, -1, err_buf), BLOB_ENODEV);
         ck_assert(strstr(blob_last_error(), "no GPU"));
     }
-    blob__backend_install(NULL);
+    test_show_gpus();
 }
 END_TEST
 

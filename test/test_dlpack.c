@@ -219,8 +219,7 @@ START_TEST(test_export_stream_order)
     double *ref;
     blob *b = random_blob(BLOB_FLOAT32, 0, &ref);
     void *producer_stream, *consumer_stream;
-    ck_ok(blob_stream_create(&producer_stream));
-    ck_ok(blob_stream_create(&consumer_stream));
+    test_streams_create(&producer_stream, &consumer_stream);
     ck_ok(blob_syncedmem_async_gpu_push(blob_data_mem(b), producer_stream));
     fake_reset_counts();
     ck_assert_int_eq(fake_queued(), 1); /* the copy is in flight */
@@ -247,8 +246,7 @@ START_TEST(test_export_stream_order)
     blob_dlpack_delete(u);
     blob_dlpack_delete(t);
     blob_free(b);
-    ck_ok(blob_stream_destroy(producer_stream));
-    ck_ok(blob_stream_destroy(consumer_stream));
+    test_streams_destroy(producer_stream, consumer_stream);
     free(ref);
 }
 END_TEST

@@ -560,14 +560,10 @@ END_TEST
 
 /* ---- Without a GPU ---- */
 
-static int no_devices(void) { return 0; }
-
 START_TEST(test_epilogue_without_gpu)
 {
     static _Alignas(16) float buf[64];
-    blob__backend none = *blob__backend_default();
-    none.device_count = no_devices;
-    blob__backend_install(&none);
+    test_hide_gpus();
     bool fused = true;
     ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf,
                                      buf, buf, BLOB_EPILOGUE_BIAS_RELU, buf, buf, 0),
@@ -576,7 +572,7 @@ START_TEST(test_epilogue_without_gpu)
     ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
                                            BLOB_EPILOGUE_NONE, false, 0, &fused), BLOB_ENODEV);
     ck_assert(!fused);
-    blob__backend_install(NULL);
+    test_show_gpus();
 }
 END_TEST
 

@@ -629,20 +629,16 @@ END_TEST
 
 /* ---- The GPU side without a GPU, and without CUDA ---- */
 
-static int no_devices(void) { return 0; }
-
 /* With no GPU every blob_gpu_* says so, for valid arguments of any size. */
 START_TEST(test_gpu_without_gpu)
 {
-    blob__backend none = *blob__backend_default();
-    none.device_count = no_devices;
-    blob__backend_install(&none);
+    test_hide_gpus();
     for (int op = 0; op < N_OPS; op++) {
         ck_status(call_op(&gpu_side, op, BLOB_FLOAT32, 2, -1, err_buf), BLOB_ENODEV);
         ck_assert(strstr(blob_last_error(), "no GPU"));
         ck_status(call_op(&gpu_side, op, BLOB_FLOAT64, 0, -1, err_buf), BLOB_ENODEV);
     }
-    blob__backend_install(NULL);
+    test_show_gpus();
 }
 END_TEST
 

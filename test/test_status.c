@@ -228,8 +228,7 @@ START_TEST(test_stream_wait_stream)
 {
     void *a, *b;
     unsigned char *p;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     ck_ok(blob_place_alloc(blob_place_device(0), 64, b, (void **)&p));
     memset(p, 0, 64);
     ck_ok(blob__be->memset_async(p, 7, 64, b));
@@ -253,8 +252,7 @@ START_TEST(test_stream_wait_stream)
     ck_assert_uint_eq(fake_get_stats().events_created, 2);
     ck_ok(blob_device_set(0));
     blob_place_free(blob_place_device(0), p);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_assert_uint_eq(fake_get_stats().violations, 0);
 }
 END_TEST
@@ -282,8 +280,7 @@ START_TEST(test_stream_priority)
     ck_status(blob_stream_create_with_priority(&c, 3), BLOB_ECUDA);
     ck_assert_ptr_null(c);
     ck_assert_uint_eq(fake_get_stats().streams_created, made);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -307,8 +304,7 @@ START_TEST(test_event)
     }
     fake_fail_alloc_at(0, false);
     ck_assert_uint_eq(fake_get_stats().events_created, 0);
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     ck_ok(blob_place_alloc(blob_place_device(0), 64, b, (void **)&p));
     memset(p, 0, 64);
     ck_ok(blob_event_create(&e));
@@ -332,8 +328,7 @@ START_TEST(test_event)
     ck_assert_int_eq(p[63], 9);
     blob_event_free(e);
     blob_place_free(blob_place_device(0), p);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_assert_uint_eq(fake_get_stats().violations, 0);
 }
 END_TEST
@@ -349,8 +344,7 @@ START_TEST(test_gpu_event_in_graph)
     blob *xy, *z;
     void *s, *copy, *x, *y, *dz;
     blob_event *ready;
-    ck_ok(blob_stream_create(&s));
-    ck_ok(blob_stream_create(&copy));
+    test_streams_create(&s, &copy);
     ck_ok(blob_event_create(&ready));
     blob_stream_set(s);
     ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
@@ -403,8 +397,7 @@ START_TEST(test_gpu_event_in_graph)
     blob_event_free(ready);
     blob_free(xy);
     blob_free(z);
-    ck_ok(blob_stream_destroy(copy));
-    ck_ok(blob_stream_destroy(s));
+    test_streams_destroy(copy, s);
 }
 END_TEST
 
@@ -417,8 +410,7 @@ START_TEST(test_gpu_stream_fork_join)
     int64_t shape[] = {N};
     blob *xy, *z;
     void *s, *side, *x, *y, *dz;
-    ck_ok(blob_stream_create(&s));
-    ck_ok(blob_stream_create(&side));
+    test_streams_create(&s, &side);
     blob_stream_set(s);
     ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
     ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
@@ -466,8 +458,7 @@ START_TEST(test_gpu_stream_fork_join)
     blob_stream_set(NULL);
     blob_free(xy);
     blob_free(z);
-    ck_ok(blob_stream_destroy(side));
-    ck_ok(blob_stream_destroy(s));
+    test_streams_destroy(side, s);
 }
 END_TEST
 

@@ -321,8 +321,7 @@ END_TEST
 START_TEST(test_cross_stream_reuse)
 {
     void *a, *b, *d;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     ck_ok(blob_alloc_set_caching(true));
     blob_stream_set(a);
     blob_syncedmem *m1 = block_at(BLOB_HEAD_UNINITIALIZED);
@@ -339,8 +338,7 @@ START_TEST(test_cross_stream_reuse)
     ck_assert_ptr_ne(d2, d); /* b has not finished with it */
     blob_syncedmem_free(m2);
     blob_stream_set(NULL);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_assert_int_eq(fake_get_stats().violations, 0);
 }
 END_TEST
@@ -349,8 +347,7 @@ END_TEST
 START_TEST(test_cross_stream_order)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     blob_stream_set(a);
     blob_syncedmem *m = block_at(BLOB_HEAD_UNINITIALIZED);
     const void *d, *h;
@@ -361,8 +358,7 @@ START_TEST(test_cross_stream_order)
     assert_contents(h, true);
     blob_stream_set(NULL);
     blob_syncedmem_free(m);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 

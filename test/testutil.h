@@ -78,6 +78,20 @@ extern bool test_real_gpu;
 void fake_setup(void);
 void fake_teardown(void);
 
+/* The default backend seeing no GPU, installed for the blob_gpu_* calls that must say so,
+ * until test_show_gpus reinstalls the default. */
+void test_hide_gpus(void);
+void test_show_gpus(void);
+
+/* Two streams for work across streams, created and destroyed (asserted). */
+void test_streams_create(void **a, void **b);
+void test_streams_destroy(void *a, void *b);
+
+/* path written with the n bytes (asserted), and the number of entries of the directory dir
+ * but "." and "..". */
+void test_write_file(const char *path, const void *bytes, size_t n);
+int test_dir_entries(const char *dir);
+
 /* TEST_TIME_SCALE from the environment (a number >= 1, default 1): the factor the
  * communicator tests stretch their deadlines by, for runs under compute-sanitizer. */
 double test_time_scale(void);
