@@ -326,6 +326,17 @@ START_TEST(test_export_bad_arguments)
 }
 END_TEST
 
+/* An export failed at its k-th allocation: out of memory, no tensor (t NULL), b's head as
+ * before. */
+static void assert_export_failed(blob_status st, uint64_t k, const void *t, blob *b,
+                                 blob_head before)
+{
+    ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s", (unsigned long long)k,
+                  blob_status_name(st));
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(head(b), before);
+}
+
 /* The k-th allocation of an export fails, once or from then on: a clean error, no
  * tensor, the blob's head and values as before, no reference left on the block (the
  * fixture checks for leaks). A single failed allocation of a side is absorbed by the
@@ -360,10 +371,7 @@ START_TEST(test_export_alloc_failure)
                 blob_dlpack_delete(t);
                 break;
             }
-            ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
-                          (unsigned long long)k, blob_status_name(st));
-            ck_assert_ptr_null(t);
-            ck_assert_int_eq(head(b), before);
+            assert_export_failed(st, k, t, b, before);
             if (device) {
                 const void *p;
                 ck_ok(blob_cpu_data(b, &p));
@@ -650,6 +658,13 @@ typedef struct {
     void (*mutate)(producer *p, float *buf);
 } bad_case;
 
+/* The tensor given with strides (s0, s1). */
+static void with_strides(producer *p, int64_t s0, int64_t s1)
+{
+    p->strides[0] = s0, p->strides[1] = s1;
+    p->t.dl_tensor.strides = p->strides;
+}
+
 static void m_int32(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLInt, 32, 1}; }
 static void m_f16(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLFloat, 16, 1}; }
 static void m_lanes(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype.lanes = 2; }
@@ -668,18 +683,8 @@ static void m_ndim_neg(producer *p, float *b) { (void)b; p->t.dl_tensor.ndim = -
 static void m_shape_null(producer *p, float *b) { (void)b; p->t.dl_tensor.shape = NULL; }
 static void m_dim_neg(producer *p, float *b) { (void)b; p->shape[1] = -3; }
 static void m_overflow(producer *p, float *b) { (void)b; p->shape[0] = (int64_t)1 << 62; }
-static void m_transposed(producer *p, float *b)
-{
-    (void)b;
-    p->strides[0] = 1, p->strides[1] = 2;
-    p->t.dl_tensor.strides = p->strides;
-}
-static void m_gapped(producer *p, float *b)
-{
-    (void)b;
-    p->strides[0] = 6, p->strides[1] = 2;
-    p->t.dl_tensor.strides = p->strides;
-}
+static void m_transposed(producer *p, float *b) { (void)b; with_strides(p, 1, 2); }
+static void m_gapped(producer *p, float *b) { (void)b; with_strides(p, 6, 2); }
 static void m_offset_odd(producer *p, float *b) { (void)b; p->t.dl_tensor.byte_offset = 2; }
 static void m_offset_wraps(producer *p, float *b) { (void)b; p->t.dl_tensor.byte_offset = UINT64_MAX - 3; }
 static void m_misaligned(producer *p, float *b) { p->t.dl_tensor.data = (char *)b + 1; }
@@ -692,12 +697,7 @@ static void m_cpu_id(producer *p, float *b) { (void)b; p->t.dl_tensor.device.dev
 static void m_cuda_missing(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDA, FAKE_DEVICES}; }
 static void m_cuda_neg(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDA, -1}; }
 /* accepted */
-static void m_compact(producer *p, float *b)
-{
-    (void)b;
-    p->strides[0] = 3, p->strides[1] = 1;
-    p->t.dl_tensor.strides = p->strides;
-}
+static void m_compact(producer *p, float *b) { (void)b; with_strides(p, 3, 1); }
 static void m_unit_dims(producer *p, float *b)
 {
     (void)b;
@@ -710,8 +710,7 @@ static void m_empty(producer *p, float *b)
 {
     (void)b;
     p->shape[0] = 0;
-    p->strides[0] = 12345, p->strides[1] = -1; /* count 0: any strides, no data */
-    p->t.dl_tensor.strides = p->strides;
+    with_strides(p, 12345, -1); /* count 0: any strides, no data */
     p->t.dl_tensor.data = NULL;
 }
 static void m_scalar(producer *p, float *b) { (void)b; p->t.dl_tensor.ndim = 0; p->t.dl_tensor.shape = NULL; }
@@ -1187,10 +1186,7 @@ START_TEST(test_versioned_alloc_failure)
             blob_dlpack_versioned_delete(t);
             break;
         }
-        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
-                      (unsigned long long)k, blob_status_name(st));
-        ck_assert_ptr_null(t);
-        ck_assert_int_eq(head(b), before);
+        assert_export_failed(st, k, t, b, before);
         blob_free(b);
         ck_assert_msg(k < 8, "never succeeded");
     }

@@ -253,15 +253,21 @@ START_TEST(test_cpu_optim_rules)
 }
 END_TEST
 
-/* Adam and AdamW over many steps stay with the double-precision loop. */
+/* Adam and AdamW (loop i: the dtype i / 2, AdamW when odd) over 300 steps of tensors of
+ * `first` and 33 parameters stay with the double-precision loop. */
+static void check_adam_many_steps(int i, bool gpu, int64_t first)
+{
+    const blob_dtype dt = (blob_dtype)(i / 2);
+    test_seed(57 + (uint64_t)i);
+    const int64_t counts[] = {first, 33};
+    tensors t = tensors_new(dt, gpu, 2, counts, false);
+    run_and_check(&t, i % 2 ? 6 : 5, 300, step_tol(dt, 300), gpu ? "gpu" : "cpu");
+    tensors_free(&t);
+}
+
 START_TEST(test_cpu_adam_many_steps)
 {
-    const blob_dtype dt = (blob_dtype)(_i / 2);
-    test_seed(57 + (uint64_t)_i);
-    const int64_t counts[] = {1000, 33};
-    tensors t = tensors_new(dt, false, 2, counts, false);
-    run_and_check(&t, _i % 2 ? 6 : 5, 300, step_tol(dt, 300), "cpu");
-    tensors_free(&t);
+    check_adam_many_steps(_i, false, 1000);
 }
 END_TEST
 
@@ -563,12 +569,7 @@ END_TEST
 
 START_TEST(test_gpu_adam_many_steps)
 {
-    const blob_dtype dt = (blob_dtype)(_i / 2);
-    test_seed(57 + (uint64_t)_i);
-    const int64_t counts[] = {100000, 33};
-    tensors t = tensors_new(dt, true, 2, counts, false);
-    run_and_check(&t, _i % 2 ? 6 : 5, 300, step_tol(dt, 300), "gpu");
-    tensors_free(&t);
+    check_adam_many_steps(_i, true, 100000);
 }
 END_TEST
 
