@@ -175,13 +175,9 @@ static int conv_setup(conv_ctx *k)
 
 static void conv_teardown(conv_ctx *k)
 {
-    cudaFree(k->image);
-    cudaFree(k->image2);
-    cudaFree(k->other);
-    cudaFree(k->other2);
-    cudaFree(k->argmax);
-    cudaFree(k->copy_src);
-    cudaFree(k->copy_dst);
+    void *p[] = {k->image, k->image2, k->other, k->other2, k->argmax, k->copy_src, k->copy_dst};
+    for (size_t i = 0; i < COUNT(p); i++)
+        cudaFree(p[i]);
     (void)cudaGetLastError();
 }
 
