@@ -238,15 +238,24 @@ static double blob_uncached_us(int (*run)(void *, int), alloc_ctx *a, int batch,
     return us;
 }
 
+/* The allocator at a's place with caching on, batches of `batch` calls, and off, `slow`
+ * calls a batch and `reps` batches: us per call into v[0] and v[1] (each only when the one
+ * before it was measured), the driver allocs+frees of the cached batches into *drv. 0, or
+ * -1 when either is missing. */
+static int place_us(alloc_ctx *a, int batch, int slow, int reps, double *v, double *drv)
+{
+    v[0] = blob_cached_us(place_run, a, a->place, batch, drv);
+    if (!isnan(v[0]))
+        v[1] = blob_uncached_us(place_run, a, slow, reps);
+    return isnan(v[1]) ? -1 : 0;
+}
+
 static int alloc_row(size_t size, double *v)
 {
     alloc_ctx a = {size, blob_place_device(device)};
     int big = size >= 16 * MIB;
     double drv = NAN, block_drv = NAN;
-    v[0] = blob_cached_us(place_run, &a, a.place, big ? 20 : 200, &drv);
-    if (!isnan(v[0]))
-        v[1] = blob_uncached_us(place_run, &a, 10, 7);
-    if (!isnan(v[1]))
+    if (place_us(&a, big ? 20 : 200, 10, 7, v, &drv) == 0)
         v[2] = time_us(cuda_malloc_run, drain, &a, 10, 7, &bench_wall);
     if (!isnan(v[2]))
         v[3] = time_us(cuda_malloc_async_run, drain, &a, 200, 15, &bench_wall);
@@ -296,10 +305,7 @@ static int pinned_row(size_t size, double *v)
     alloc_ctx a = {size, blob_place_pinned()};
     int batch = size >= MIB ? (int)(16 * MIB / size) + 1 : 200, slow = size >= 16 * MIB ? 1 : 5;
     double drv = NAN, block_drv = NAN;
-    v[0] = blob_cached_us(place_run, &a, a.place, batch, &drv);
-    if (!isnan(v[0]))
-        v[1] = blob_uncached_us(place_run, &a, slow, 5);
-    if (!isnan(v[1]))
+    if (place_us(&a, batch, slow, 5, v, &drv) == 0)
         v[2] = time_us(cuda_malloc_host_run, NULL, &a, slow, 5, &bench_wall);
     if (!isnan(v[2]))
         v[3] = blob_cached_us(blob_block_run, &a, a.place, batch, &block_drv);
@@ -338,29 +344,21 @@ typedef struct {
     void *dev, *pinned, *pageable;
 } sync_ctx;
 
-static int blob_h2d_run(void *ctx, int n)
-{
-    sync_ctx *s = ctx;
-    void *p;
-    const void *c;
-    for (int i = 0; i < n; i++) {
-        BTRY(blob_syncedmem_mutable_cpu_data(s->m, &p));
-        BTRY(blob_syncedmem_gpu_data(s->m, &c));
+/* The block's copy: a write of one side, then a read of the other. */
+#define BLOB_SYNC_RUN(name, write, read)        \
+    static int name(void *ctx, int n)           \
+    {                                           \
+        sync_ctx *s = ctx;                      \
+        void *p;                                \
+        const void *c;                          \
+        for (int i = 0; i < n; i++) {           \
+            BTRY(write(s->m, &p));              \
+            BTRY(read(s->m, &c));               \
+        }                                       \
+        return 0;                               \
     }
-    return 0;
-}
-
-static int blob_d2h_run(void *ctx, int n)
-{
-    sync_ctx *s = ctx;
-    void *p;
-    const void *c;
-    for (int i = 0; i < n; i++) {
-        BTRY(blob_syncedmem_mutable_gpu_data(s->m, &p));
-        BTRY(blob_syncedmem_cpu_data(s->m, &c));
-    }
-    return 0;
-}
+BLOB_SYNC_RUN(blob_h2d_run, blob_syncedmem_mutable_cpu_data, blob_syncedmem_gpu_data)
+BLOB_SYNC_RUN(blob_d2h_run, blob_syncedmem_mutable_gpu_data, blob_syncedmem_cpu_data)
 
 #define COPY_RUN(name, dst, src, kind)                  \
     static int name(void *ctx, int n)                   \

@@ -16,6 +16,18 @@ blob_status blob__fail(blob_status status, const char *func, const char *fmt, ..
 blob_status blob__fail_path(blob_status status, const char *func, const char *path,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* A public query, `type func(const obj_type *arg)`: expr, or for arg NULL the neutral value
+ * with the detail "what is NULL" recorded. */
+#define BLOB__QUERY_FN(type, func, obj_type, arg, what, neutral, expr) \
+    type func(const obj_type *arg)                                   \
+    {                                                                \
+        if (!arg) {                                                  \
+            blob__fail(BLOB_EINVAL, #func, what " is NULL");         \
+            return neutral;                                          \
+        }                                                            \
+        return expr;                                                 \
+    }
+
 /* CUDA builds: record a failed CUDA runtime call (err is its cudaError_t) under func,
  * clear the sticky error, and map it: out of memory is BLOB_EDEVMEM, no device or driver
  * BLOB_ENODEV, anything else BLOB_ECUDA. */
