@@ -133,13 +133,19 @@ START_TEST(test_graph_arguments)
 }
 END_TEST
 
+/* A float32 blob of n elements, for the tests on a GPU. */
+static blob *gpu_vector(int64_t n)
+{
+    blob *b;
+    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, &n));
+    return b;
+}
+
 /* Capture y += 2x on a stream once, replay it three times. */
 START_TEST(test_gpu_graph_replay)
 {
     enum { N = 1000 };
-    int64_t shape[] = {N};
-    blob *b;
-    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *b = gpu_vector(N);
     float *x, *y;
     ck_ok(blob_mutable_cpu_data(b, (void **)&y));
     ck_ok(blob_mutable_cpu_diff(b, (void **)&x));
@@ -186,9 +192,7 @@ END_TEST
 START_TEST(test_gpu_stream_priority)
 {
     enum { N = 4096 };
-    int64_t shape[] = {N};
-    blob *b;
-    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *b = gpu_vector(N);
     void *urgent, *most, *plain, *y;
     ck_ok(blob_stream_create_with_priority(&urgent, 1));
     ck_ok(blob_stream_create_with_priority(&most, 1000));
@@ -340,15 +344,12 @@ END_TEST
 START_TEST(test_gpu_event_in_graph)
 {
     enum { N = 1 << 22, LATER = 8 };
-    int64_t shape[] = {N};
-    blob *xy, *z;
     void *s, *copy, *x, *y, *dz;
     blob_event *ready;
     test_streams_create(&s, &copy);
     ck_ok(blob_event_create(&ready));
     blob_stream_set(s);
-    ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
-    ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *xy = gpu_vector(N), *z = gpu_vector(N);
     ck_ok(blob_mutable_gpu_data(xy, &x));
     ck_ok(blob_mutable_gpu_diff(xy, &y));
     ck_ok(blob_mutable_gpu_data(z, &dz));
@@ -407,13 +408,10 @@ END_TEST
 START_TEST(test_gpu_stream_fork_join)
 {
     enum { N = 1 << 22 };
-    int64_t shape[] = {N};
-    blob *xy, *z;
     void *s, *side, *x, *y, *dz;
     test_streams_create(&s, &side);
     blob_stream_set(s);
-    ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
-    ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *xy = gpu_vector(N), *z = gpu_vector(N);
     ck_ok(blob_mutable_gpu_data(xy, &x));
     ck_ok(blob_mutable_gpu_diff(xy, &y));
     ck_ok(blob_mutable_gpu_data(z, &dz));
