@@ -137,7 +137,8 @@ typedef struct {
     const int32_t *argmax;
 } call_arrays;
 
-/* A valid call of fn on the host or (gpu) the GPU: its sizes into *c. */
+/* A valid call of fn on the host or (gpu) the GPU: its dtype, geometry and sizes (into *c),
+ * its arrays a, and on the GPU side a GPU. */
 static blob_status check_call(const char *fn, bool gpu, blob_dtype dtype,
                               const blob_conv_geometry *g, op_kind op, int64_t num,
                               call_arrays a, blob__conv_call *c)
