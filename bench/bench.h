@@ -12,6 +12,7 @@
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
+#define COUNT(a) (sizeof(a) / sizeof((a)[0])) /* elements of the array a */
 
 /* ---- timing.c ---- */
 
@@ -50,6 +51,11 @@ double bench_now_ns(void);
  * per call, or NAN on failure (bench_error() says why). reps <= BENCH_MAX_REPS. */
 #define BENCH_MAX_REPS 64
 double bench_time(const bench_op *op, int batch, int reps, const bench_clock *clock);
+/* bench_time of a and b in the order a, b, b, a, so that neither gains from running
+ * second (clocks, caches): each one's figure is the mean of its two medians, into *a_ns
+ * and *b_ns. 0, or -1 on failure (bench_error() says why). */
+int bench_time_pair(const bench_op *a, const bench_op *b, int batch, int reps,
+                    const bench_clock *clock, double *a_ns, double *b_ns);
 
 /* ---- report.c: the table on stdout and the JSON file ---- */
 

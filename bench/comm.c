@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "bench.h"
+#include "bench_cuda.h"
 
 #define MAX_RANKS 8
 #define GOAL_RATIO 0.95
@@ -20,12 +19,6 @@
 static const size_t sizes[] = {4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB};
 #define NUM_SIZES (sizeof sizes / sizeof sizes[0])
 
-#define CTRY(expr)                                                                   \
-    do {                                                                             \
-        cudaError_t ctry_ = (expr);                                                  \
-        if (ctry_ != cudaSuccess)                                                    \
-            return bench_fail("%s: %s", #expr, cudaGetErrorName(ctry_));             \
-    } while (0)
 #define NTRY(expr)                                                                   \
     do {                                                                             \
         ncclResult_t ntry_ = (expr);                                                 \

@@ -175,13 +175,9 @@ static int conv_setup(conv_ctx *k)
 
 static void conv_teardown(conv_ctx *k)
 {
-    cudaFree(k->image);
-    cudaFree(k->image2);
-    cudaFree(k->other);
-    cudaFree(k->other2);
-    cudaFree(k->argmax);
-    cudaFree(k->copy_src);
-    cudaFree(k->copy_dst);
+    void *p[] = {k->image, k->image2, k->other, k->other2, k->argmax, k->copy_src, k->copy_dst};
+    for (size_t i = 0; i < COUNT(p); i++)
+        cudaFree(p[i]);
     (void)cudaGetLastError();
 }
 
@@ -194,18 +190,15 @@ static int conv_row(int index, double *v)
     const double bytes = rc == 0 ? bytes_moved(&k) : 0;
     const int batch = bytes > 1e9 ? 3 : bytes > 1e8 ? 10 : 200, reps = bytes > 1e9 ? 7 : 11;
     bench_op op = {conv_run, NULL, &k}, copy = {copy_run, NULL, &k};
-    double o1 = NAN, c1 = NAN, c2 = NAN, o2 = NAN;
-    if (rc == 0 && (isnan(o1 = bench_time(&op, batch, reps, &bench_gpu_events)) ||
-                    isnan(c1 = bench_time(&copy, batch, reps, &bench_gpu_events)) ||
-                    isnan(c2 = bench_time(&copy, batch, reps, &bench_gpu_events)) ||
-                    isnan(o2 = bench_time(&op, batch, reps, &bench_gpu_events))))
-        rc = -1;
+    double op_ns, copy_ns;
+    if (rc == 0)
+        rc = bench_time_pair(&op, &copy, batch, reps, &bench_gpu_events, &op_ns, &copy_ns);
     conv_teardown(&k);
     if (rc)
         return rc;
-    v[0] = (o1 + o2) / 2e3;
+    v[0] = op_ns / 1e3;
     v[1] = bytes / (v[0] * 1e3);
-    v[2] = (c1 + c2) / 2e3;
+    v[2] = copy_ns / 1e3;
     v[3] = v[2] / v[0];
     v[4] = torch_ref(op_keys[cases[index].op], index) / 1e3;
     return 0;

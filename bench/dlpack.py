@@ -7,10 +7,10 @@ the consumer's deleter is part of it. The blob is 1024 float32.
 
     BLOB_LIBRARY=build/cuda/libblob.so python3 bench/dlpack.py
 """
-import statistics
 import sys
-import time
 from pathlib import Path
+
+from torch_ref import wall_ns  # the timing loop of the PyTorch figures (bench/)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
@@ -21,15 +21,7 @@ BATCH, REPS = 2000, 15
 
 
 def us_per_call(fn):
-    samples = []
-    for rep in range(REPS + 1):
-        t0 = time.perf_counter_ns()
-        for _ in range(BATCH):
-            fn()
-        t = time.perf_counter_ns() - t0
-        if rep:
-            samples.append(t / BATCH / 1e3)
-    return statistics.median(samples)
+    return wall_ns(fn, BATCH, REPS, lambda: None) / 1e3
 
 
 def row(label, ours, reference=None, ref_label="", goal=None):

@@ -10,21 +10,11 @@
 #pragma GCC diagnostic pop
 #include <cublas_v2.h>
 #include <math.h>
-#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "bench.h"
+#include "bench_cuda.h"
 
-#define CTRY(expr)                                                                   \
-    do {                                                                             \
-        cudaError_t ctry_ = (expr);                                                  \
-        if (ctry_ != cudaSuccess) {                                                  \
-            (void)cudaGetLastError();                                                \
-            return bench_fail("%s: %s", #expr, cudaGetErrorName(ctry_));             \
-        }                                                                            \
-    } while (0)
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Parameters of the optimizer rows, float32 elements (64 MiB and 256 MiB). */
 static const int64_t optim_sizes[] = {(int64_t)16 << 20, (int64_t)64 << 20};
@@ -59,12 +49,6 @@ void bench_fused_torch_args(char *buf, size_t size)
         len += (size_t)snprintf(buf + len, size - len, i ? ",%lldx%lldx%lld" : "%lldx%lldx%lld",
                                 (long long)linear_shapes[i][0], (long long)linear_shapes[i][1],
                                 (long long)linear_shapes[i][2]);
-}
-
-static double time_us(int (*run)(void *, int), void *ctx, int batch, int reps)
-{
-    bench_op op = {run, NULL, ctx};
-    return bench_time(&op, batch, reps, &bench_gpu_events) / 1e3;
 }
 
 /* ---- 8: the optimizer step ---- */
@@ -135,18 +119,16 @@ static int optim_row(const blob_optim *opt, const char *torch_key, int64_t n, do
     optim_ctx o = {.opt = *opt};
     const bool big = n > ((int64_t)16 << 20);
     const int batch = big ? 3 : 10, reps = big ? 7 : 9;
+    const bench_op blob_op = {optim_run, NULL, &o}, copy_op = {optim_copy_run, NULL, &o};
+    double blob_ns, copy_ns;
     int rc = optim_setup(&o, n);
-    /* blob, copy, copy, blob: each the mean of its two medians */
-    double b1 = NAN, c1 = NAN, c2 = NAN, b2 = NAN;
-    if (rc == 0 && (isnan(b1 = time_us(optim_run, &o, batch, reps)) ||
-                    isnan(c1 = time_us(optim_copy_run, &o, batch, reps)) ||
-                    isnan(c2 = time_us(optim_copy_run, &o, batch, reps)) ||
-                    isnan(b2 = time_us(optim_run, &o, batch, reps))))
-        rc = -1;
+    if (rc == 0)
+        rc = bench_time_pair(&blob_op, &copy_op, batch, reps, &bench_gpu_events, &blob_ns,
+                             &copy_ns);
     if (rc == 0) {
         const double moved = 2.0 * (double)o.copy_bytes;
-        v[0] = (b1 + b2) / 2;
-        v[1] = (c1 + c2) / 2;
+        v[0] = blob_ns / 1e3;
+        v[1] = copy_ns / 1e3;
         v[2] = moved / (v[0] * 1e3);
         v[3] = moved / (v[1] * 1e3);
         v[4] = v[2] / v[3];
@@ -265,13 +247,13 @@ static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, doubl
                     linear_shapes[shape][2], NULL, NULL, NULL, NULL, NULL, NULL};
     const double flops = 2.0 * (double)(l.B * l.I * l.O);
     const int batch = flops > 1e10 ? 20 : 200, reps = 11;
+    const bench_op fused_op = {linear_fused_run, NULL, &l};
+    const bench_op unfused_op = {linear_unfused_run, NULL, &l};
+    double fused_ns, unfused_ns;
     int rc = linear_setup(&l);
-    double f1 = NAN, u1 = NAN, u2 = NAN, f2 = NAN;
-    if (rc == 0 && (isnan(f1 = time_us(linear_fused_run, &l, batch, reps)) ||
-                    isnan(u1 = time_us(linear_unfused_run, &l, batch, reps)) ||
-                    isnan(u2 = time_us(linear_unfused_run, &l, batch, reps)) ||
-                    isnan(f2 = time_us(linear_fused_run, &l, batch, reps))))
-        rc = -1;
+    if (rc == 0)
+        rc = bench_time_pair(&fused_op, &unfused_op, batch, reps, &bench_gpu_events, &fused_ns,
+                             &unfused_ns);
     bool fused = false;
     if (rc == 0 && blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l.B, l.O,
                                                 l.I, BLOB_EPILOGUE_BIAS_RELU, true, mode,
@@ -280,8 +262,8 @@ static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, doubl
     if (rc == 0) {
         char key[24];
         snprintf(key, sizeof key, "linear_%s", blob_math_mode_name(mode));
-        v[0] = (f1 + f2) / 2;
-        v[1] = (u1 + u2) / 2;
+        v[0] = fused_ns / 1e3;
+        v[1] = unfused_ns / 1e3;
         v[2] = v[1] / v[0];
         v[3] = torch_ref(key, (double)shape) / 1e3;
         v[4] = flops / (v[0] * 1e6);
@@ -437,6 +419,13 @@ void bench_gpu_fused_gemm(void)
 }
 
 /* ---- H: GEMM with bfloat16 storage ---- */
+
+/* us per call of run (batch calls a sample, the median of reps), by CUDA events. */
+static double time_us(int (*run)(void *, int), void *ctx, int batch, int reps)
+{
+    bench_op op = {run, NULL, ctx};
+    return bench_time(&op, batch, reps, &bench_gpu_events) / 1e3;
+}
 
 /* The linear layer's product 512x4096 x (4096x4096)^T: in bfloat16 by blob_gpu_gemm, in
  * float32 in the tf32 mode, and by one cuBLASLt call with the fastest of the heuristic's

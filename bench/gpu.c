@@ -1,27 +1,17 @@
 /* The GPU rows (CUDA builds): 1 device alloc+free, 2 pinned alloc+free, 3 H<->D sync
  * bandwidth, 6 blob_update, each beside the raw CUDA call and PyTorch. */
 #include <cublas_v2.h>
-#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "bench_cuda.h"
 
-#define CTRY(expr)                                                                   \
-    do {                                                                             \
-        cudaError_t ctry_ = (expr);                                                  \
-        if (ctry_ != cudaSuccess) {                                                  \
-            (void)cudaGetLastError();                                                \
-            return bench_fail("%s: %s", #expr, cudaGetErrorName(ctry_));             \
-        }                                                                            \
-    } while (0)
 
 static const size_t alloc_sizes[] = {512, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 256 * MIB};
 static const size_t pinned_sizes[] = {512, 4 * KIB, 64 * KIB, MIB, 64 * MIB};
 static const size_t sync_sizes[] = {4 * KIB, 64 * KIB, MIB, 16 * MIB, 256 * MIB, GIB};
 static const size_t update_sizes[] = {1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28}; /* floats */
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static int device;
 static cublasHandle_t cublas;
@@ -175,69 +165,40 @@ static int place_run(void *ctx, int n)
     return 0;
 }
 
-/* The blob path: a block bound to the GPU, its first device touch (allocation and a
- * queued zero-fill), its free. */
-static int blob_device_run(void *ctx, int n)
+/* The blob path: a block bound to the GPU, its first touch of the side at the place, its
+ * free: on the device an allocation and a queued zero-fill, in pinned memory a host
+ * zero-fill. */
+static int blob_block_run(void *ctx, int n)
 {
     alloc_ctx *a = ctx;
     for (int i = 0; i < n; i++) {
         blob_syncedmem *m;
         void *p;
         BTRY(blob_syncedmem_create(&m, a->size, device));
-        blob_status st = blob_syncedmem_mutable_gpu_data(m, &p);
+        blob_status st = a->place.kind == BLOB_PLACE_DEVICE
+                             ? blob_syncedmem_mutable_gpu_data(m, &p)
+                             : blob_syncedmem_mutable_cpu_data(m, &p);
         blob_syncedmem_free(m);
         BTRY(st);
     }
     return 0;
 }
 
-/* Its first host touch: pinned memory, zero-filled on the host. */
-static int blob_pinned_run(void *ctx, int n)
-{
-    alloc_ctx *a = ctx;
-    for (int i = 0; i < n; i++) {
-        blob_syncedmem *m;
-        void *p;
-        BTRY(blob_syncedmem_create(&m, a->size, device));
-        blob_status st = blob_syncedmem_mutable_cpu_data(m, &p);
-        blob_syncedmem_free(m);
-        BTRY(st);
+/* The raw calls: n allocations, each freed at once. */
+#define CUDA_ALLOC_RUN(name, alloc, free)   \
+    static int name(void *ctx, int n)       \
+    {                                       \
+        alloc_ctx *a = ctx;                 \
+        for (int i = 0; i < n; i++) {       \
+            void *p;                        \
+            CTRY(alloc);                    \
+            CTRY(free);                     \
+        }                                   \
+        return 0;                           \
     }
-    return 0;
-}
-
-static int cuda_malloc_run(void *ctx, int n)
-{
-    alloc_ctx *a = ctx;
-    for (int i = 0; i < n; i++) {
-        void *p;
-        CTRY(cudaMalloc(&p, a->size));
-        CTRY(cudaFree(p));
-    }
-    return 0;
-}
-
-static int cuda_malloc_async_run(void *ctx, int n)
-{
-    alloc_ctx *a = ctx;
-    for (int i = 0; i < n; i++) {
-        void *p;
-        CTRY(cudaMallocAsync(&p, a->size, 0));
-        CTRY(cudaFreeAsync(p, 0));
-    }
-    return 0;
-}
-
-static int cuda_malloc_host_run(void *ctx, int n)
-{
-    alloc_ctx *a = ctx;
-    for (int i = 0; i < n; i++) {
-        void *p;
-        CTRY(cudaMallocHost(&p, a->size));
-        CTRY(cudaFreeHost(p));
-    }
-    return 0;
-}
+CUDA_ALLOC_RUN(cuda_malloc_run, cudaMalloc(&p, a->size), cudaFree(p))
+CUDA_ALLOC_RUN(cuda_malloc_async_run, cudaMallocAsync(&p, a->size, 0), cudaFreeAsync(p, 0))
+CUDA_ALLOC_RUN(cuda_malloc_host_run, cudaMallocHost(&p, a->size), cudaFreeHost(p))
 
 /* The library's path with caching on: us per call and the driver allocs+frees its timed
  * batches made (after one untimed call), or NAN. */
@@ -277,20 +238,29 @@ static double blob_uncached_us(int (*run)(void *, int), alloc_ctx *a, int batch,
     return us;
 }
 
+/* The allocator at a's place with caching on, batches of `batch` calls, and off, `slow`
+ * calls a batch and `reps` batches: us per call into v[0] and v[1] (each only when the one
+ * before it was measured), the driver allocs+frees of the cached batches into *drv. 0, or
+ * -1 when either is missing. */
+static int place_us(alloc_ctx *a, int batch, int slow, int reps, double *v, double *drv)
+{
+    v[0] = blob_cached_us(place_run, a, a->place, batch, drv);
+    if (!isnan(v[0]))
+        v[1] = blob_uncached_us(place_run, a, slow, reps);
+    return isnan(v[1]) ? -1 : 0;
+}
+
 static int alloc_row(size_t size, double *v)
 {
     alloc_ctx a = {size, blob_place_device(device)};
     int big = size >= 16 * MIB;
     double drv = NAN, block_drv = NAN;
-    v[0] = blob_cached_us(place_run, &a, a.place, big ? 20 : 200, &drv);
-    if (!isnan(v[0]))
-        v[1] = blob_uncached_us(place_run, &a, 10, 7);
-    if (!isnan(v[1]))
+    if (place_us(&a, big ? 20 : 200, 10, 7, v, &drv) == 0)
         v[2] = time_us(cuda_malloc_run, drain, &a, 10, 7, &bench_wall);
     if (!isnan(v[2]))
         v[3] = time_us(cuda_malloc_async_run, drain, &a, 200, 15, &bench_wall);
     if (!isnan(v[3]))
-        v[4] = blob_cached_us(blob_device_run, &a, a.place, big ? 20 : 200, &block_drv);
+        v[4] = blob_cached_us(blob_block_run, &a, a.place, big ? 20 : 200, &block_drv);
     v[5] = torch_ref("alloc_dev", (double)size) / 1e3;
     v[6] = v[2] / v[0];
     v[7] = drv;
@@ -335,13 +305,10 @@ static int pinned_row(size_t size, double *v)
     alloc_ctx a = {size, blob_place_pinned()};
     int batch = size >= MIB ? (int)(16 * MIB / size) + 1 : 200, slow = size >= 16 * MIB ? 1 : 5;
     double drv = NAN, block_drv = NAN;
-    v[0] = blob_cached_us(place_run, &a, a.place, batch, &drv);
-    if (!isnan(v[0]))
-        v[1] = blob_uncached_us(place_run, &a, slow, 5);
-    if (!isnan(v[1]))
+    if (place_us(&a, batch, slow, 5, v, &drv) == 0)
         v[2] = time_us(cuda_malloc_host_run, NULL, &a, slow, 5, &bench_wall);
     if (!isnan(v[2]))
-        v[3] = blob_cached_us(blob_pinned_run, &a, a.place, batch, &block_drv);
+        v[3] = blob_cached_us(blob_block_run, &a, a.place, batch, &block_drv);
     v[4] = torch_ref("alloc_pinned", (double)size) / 1e3;
     v[5] = v[2] / v[0];
     v[6] = drv;
@@ -377,29 +344,21 @@ typedef struct {
     void *dev, *pinned, *pageable;
 } sync_ctx;
 
-static int blob_h2d_run(void *ctx, int n)
-{
-    sync_ctx *s = ctx;
-    void *p;
-    const void *c;
-    for (int i = 0; i < n; i++) {
-        BTRY(blob_syncedmem_mutable_cpu_data(s->m, &p));
-        BTRY(blob_syncedmem_gpu_data(s->m, &c));
+/* The block's copy: a write of one side, then a read of the other. */
+#define BLOB_SYNC_RUN(name, write, read)        \
+    static int name(void *ctx, int n)           \
+    {                                           \
+        sync_ctx *s = ctx;                      \
+        void *p;                                \
+        const void *c;                          \
+        for (int i = 0; i < n; i++) {           \
+            BTRY(write(s->m, &p));              \
+            BTRY(read(s->m, &c));               \
+        }                                       \
+        return 0;                               \
     }
-    return 0;
-}
-
-static int blob_d2h_run(void *ctx, int n)
-{
-    sync_ctx *s = ctx;
-    void *p;
-    const void *c;
-    for (int i = 0; i < n; i++) {
-        BTRY(blob_syncedmem_mutable_gpu_data(s->m, &p));
-        BTRY(blob_syncedmem_cpu_data(s->m, &c));
-    }
-    return 0;
-}
+BLOB_SYNC_RUN(blob_h2d_run, blob_syncedmem_mutable_cpu_data, blob_syncedmem_gpu_data)
+BLOB_SYNC_RUN(blob_d2h_run, blob_syncedmem_mutable_gpu_data, blob_syncedmem_cpu_data)
 
 #define COPY_RUN(name, dst, src, kind)                  \
     static int name(void *ctx, int n)                   \
@@ -534,20 +493,16 @@ static int update_row(int64_t n, double *v)
     const bench_clock *events = &bench_gpu_events;
     int batch = n >= (1 << 22) ? 1 : (int)((1 << 22) / n < 200 ? (1 << 22) / n : 200);
     int reps = n >= (1 << 26) ? 9 : 15;
+    const bench_op blob_op = {bench_update_run, NULL, &u}, saxpy_op = {update_saxpy_run, NULL, &u};
+    double blob_ns, saxpy_ns;
     int rc = update_setup(&u);
-    /* blob, saxpy, saxpy, blob: each the mean of its two medians, so neither gains from
-     * running second (clocks, caches) */
-    double b1 = NAN, s1 = NAN, s2 = NAN, b2 = NAN;
-    if (rc == 0 && (isnan(b1 = time_us(bench_update_run, NULL, &u, batch, reps, events)) ||
-                    isnan(s1 = time_us(update_saxpy_run, NULL, &u, batch, reps, events)) ||
-                    isnan(s2 = time_us(update_saxpy_run, NULL, &u, batch, reps, events)) ||
-                    isnan(b2 = time_us(bench_update_run, NULL, &u, batch, reps, events))))
-        rc = -1;
-    v[0] = (b1 + b2) / 2;
-    v[1] = (s1 + s2) / 2;
+    if (rc == 0)
+        rc = bench_time_pair(&blob_op, &saxpy_op, batch, reps, events, &blob_ns, &saxpy_ns);
     if (rc == 0 && isnan(v[3] = time_us(update_copy_run, NULL, &u, batch, reps, events)))
         rc = -1;
     if (rc == 0) {
+        v[0] = blob_ns / 1e3;
+        v[1] = saxpy_ns / 1e3;
         v[2] = v[0] / v[1];
         v[4] = 12.0 * (double)n / (v[0] * 1e3);
         v[5] = torch_ref("axpy", (double)n) / 1e3;

@@ -134,10 +134,17 @@ void report_section(const char *id, const char *title, int ncols, const char *co
     json_first_row = true;
 }
 
-static void json_begin_row(void)
+/* Start a row of the section's JSON with "key": text, if the file is open. */
+static bool json_begin_row(const char *key, const char *text)
 {
+    if (!json)
+        return false;
     fputs(json_first_row ? "\n      {" : ",\n      {", json);
     json_first_row = false;
+    json_string(key);
+    fputs(": ", json);
+    json_string(text);
+    return true;
 }
 
 void report_note(const char *fmt, ...)
@@ -148,12 +155,8 @@ void report_note(const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     printf("  %s\n", buf);
-    if (!json)
-        return;
-    json_begin_row();
-    fputs("\"note\": ", json);
-    json_string(buf);
-    fputc('}', json);
+    if (json_begin_row("note", buf))
+        fputc('}', json);
 }
 
 static const char *fmt_value(double v, char buf[32])
@@ -180,11 +183,8 @@ void report_row(const char *label, const double *v, bench_goal goal, bool pass)
     }
     putchar('\n');
     fflush(stdout);
-    if (!json)
+    if (!json_begin_row("label", label))
         return;
-    json_begin_row();
-    fputs("\"label\": ", json);
-    json_string(label);
     fputs(", \"values\": [", json);
     for (int c = 0; c < n_cols; c++)
         fprintf(json, isnan(v[c]) ? "%snull" : "%s%.6g", c ? ", " : "", v[c]);
@@ -202,11 +202,8 @@ void report_error(const char *label, const char *msg)
     n_errors++;
     printf("%-*s  ERROR: %s\n", LABEL_WIDTH, label, msg);
     fflush(stdout);
-    if (!json)
+    if (!json_begin_row("label", label))
         return;
-    json_begin_row();
-    fputs("\"label\": ", json);
-    json_string(label);
     fputs(", \"error\": ", json);
     json_string(msg);
     fputc('}', json);

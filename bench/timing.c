@@ -1,4 +1,5 @@
-/* The one timing loop of the benchmarks, the wall clock, and the failure message. */
+/* The one timing loop of the benchmarks (and its a, b, b, a pairing), the wall clock, and
+ * the failure message. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,4 +69,18 @@ double bench_time(const bench_op *op, int batch, int reps, const bench_clock *cl
     }
     qsort(v, (size_t)reps, sizeof v[0], cmp_double);
     return reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2;
+}
+
+int bench_time_pair(const bench_op *a, const bench_op *b, int batch, int reps,
+                    const bench_clock *clock, double *a_ns, double *b_ns)
+{
+    double a1, b1, b2, a2;
+    if (isnan(a1 = bench_time(a, batch, reps, clock)) ||
+        isnan(b1 = bench_time(b, batch, reps, clock)) ||
+        isnan(b2 = bench_time(b, batch, reps, clock)) ||
+        isnan(a2 = bench_time(a, batch, reps, clock)))
+        return -1;
+    *a_ns = (a1 + a2) / 2;
+    *b_ns = (b1 + b2) / 2;
+    return 0;
 }

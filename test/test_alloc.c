@@ -302,8 +302,7 @@ END_TEST
 START_TEST(test_stream_owner)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     char *x = get(DEV0, 4096, a);
     blob_place_free(DEV0, x);
     char *y = get(DEV0, 4096, b);
@@ -313,8 +312,7 @@ START_TEST(test_stream_owner)
     ck_assert_uint_eq(fake_get_stats().event_syncs + fake_get_stats().events_created, 0);
     blob_place_free(DEV0, x);
     blob_place_free(DEV0, y);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -332,8 +330,7 @@ static char *used_elsewhere(void *a, void *b, int value)
 START_TEST(test_stream_event)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     for (int round = 0; round < 2; round++) {
         char *x = used_elsewhere(a, b, 7 + round);
         blob_place_free(DEV0, x);
@@ -354,16 +351,14 @@ START_TEST(test_stream_event)
     ck_assert_uint_eq(stats_of(DEV0).cache_hits, 4);
     ck_ok(blob_alloc_empty_cache(DEV0));
     ck_assert_int_eq(fake_get_stats().live_blocks, 2); /* the streams; the event is gone */
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
 START_TEST(test_empty_cache_waits)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     char *x = used_elsewhere(a, b, 5);
     blob_place_free(DEV0, x);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 12 * MIB);
@@ -374,8 +369,7 @@ START_TEST(test_empty_cache_waits)
     ck_assert_int_eq(f.live_device_bytes, 0);
     ck_assert_int_eq(f.live_blocks, 2);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 0);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -383,8 +377,7 @@ END_TEST
 START_TEST(test_event_failure)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     char *x = used_elsewhere(a, b, 3);
     fake_fail_alloc_at(1, false);
     blob_place_free(DEV0, x);
@@ -394,8 +387,7 @@ START_TEST(test_event_failure)
     ck_assert_int_eq(fake_queued(), 0);
     ck_assert_ptr_eq(get(DEV0, 12 * MIB, a), x);
     blob_place_free(DEV0, x);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -420,8 +412,7 @@ END_TEST
 START_TEST(test_oom_persistent)
 {
     void *a, *b, *p = &p;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     blob_place_free(DEV0, used_elsewhere(a, b, 9));
     fake_fail_alloc_at(1, true);
     ck_status(blob_place_alloc(DEV0, 14 * MIB, a, &p), BLOB_EDEVMEM);
@@ -445,8 +436,7 @@ START_TEST(test_oom_persistent)
     ck_assert_uint_eq(fake_alloc_attempts(), attempts);
     ck_assert_uint_eq(stats_of(DEV0).oom_count, 2);
     ck_assert_int_eq(fake_get_stats().live_blocks, 2);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -489,8 +479,7 @@ END_TEST
 START_TEST(test_caching_off)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     char *x = get(DEV0, 1000, NULL);
     char *w = used_elsewhere(a, b, 1);
     blob_place_free(DEV0, get(DEV0, 12 * MIB, NULL));
@@ -529,8 +518,7 @@ START_TEST(test_caching_off)
     ck_assert_uint_eq(s.reserved, 2 * MIB);
     ck_assert_uint_eq(s.requests, 6);
     ck_assert_uint_eq(s.cache_hits, 0);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -581,8 +569,7 @@ START_TEST(test_two_devices)
     ck_assert_int_eq(dev, 0);
     ck_assert_uint_eq(stats_of(DEV1).reserved, 0);
     ck_assert_uint_eq(fake_get_stats().memsets, 1);
-    ck_ok(blob_stream_destroy(s0));
-    ck_ok(blob_stream_destroy(s1));
+    test_streams_destroy(s0, s1);
 }
 END_TEST
 
@@ -815,8 +802,7 @@ START_TEST(test_gpu_stream_event)
     ck_ok(blob_device_set(0));
     ck_ok(blob_alloc_set_caching(true));
     ck_ok(blob_alloc_empty_cache(d));
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     char *x = get(d, 12 * MIB, a);
     ck_ok(blob_place_record_stream(d, x, b));
     ck_ok(blob__be->memset_async(x, 0, 12 * MIB, b));
@@ -827,8 +813,7 @@ START_TEST(test_gpu_stream_event)
     ck_ok(blob_alloc_empty_cache(d));
     blob_alloc_stats s = stats_of(d);
     ck_assert_uint_eq(s.reserved, s.in_use);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_ok(blob_alloc_set_caching(saved));
 }
 END_TEST
@@ -836,33 +821,14 @@ END_TEST
 Suite *alloc_suite(void)
 {
     Suite *s = suite_create("alloc");
-    TCase *tc = tcase_create("fake");
-    tcase_add_checked_fixture(tc, alloc_setup, alloc_teardown);
+    TCase *tc = suite_case(s, "fake", NULL, alloc_setup, alloc_teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_size_zero);
-    tcase_add_test(tc, test_bad_places);
-    tcase_add_test(tc, test_split_merge_small);
-    tcase_add_test(tc, test_split_merge_large);
-    tcase_add_test(tc, test_best_fit);
-    tcase_add_test(tc, test_stats_device);
-    tcase_add_test(tc, test_stats_pinned);
-    tcase_add_test(tc, test_stats_host);
-    tcase_add_test(tc, test_stream_owner);
-    tcase_add_test(tc, test_stream_event);
-    tcase_add_test(tc, test_empty_cache_waits);
-    tcase_add_test(tc, test_event_failure);
-    tcase_add_test(tc, test_oom_retry);
-    tcase_add_test(tc, test_oom_persistent);
-    tcase_add_test(tc, test_cache_limit);
-    tcase_add_test(tc, test_caching_off);
-    tcase_add_test(tc, test_pinned_waste);
-    tcase_add_test(tc, test_two_devices);
-    tcase_add_test(tc, test_backend_contract);
-    tcase_add_test(tc, test_threads);
-    suite_add_tcase(s, tc);
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_test(gpu, test_gpu_cache);
-    req_add_test(gpu, test_gpu_stream_event);
-    suite_add_tcase(s, gpu);
+    add_tests(tc, test_size_zero, test_bad_places, test_split_merge_small, test_split_merge_large,
+              test_best_fit, test_stats_device, test_stats_pinned, test_stats_host,
+              test_stream_owner, test_stream_event, test_empty_cache_waits, test_event_failure,
+              test_oom_retry, test_oom_persistent, test_cache_limit, test_caching_off,
+              test_pinned_waste, test_two_devices, test_backend_contract, test_threads);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_tests(tc, test_gpu_cache, test_gpu_stream_event);
     return s;
 }

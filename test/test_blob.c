@@ -576,33 +576,20 @@ END_TEST
 Suite *blob_suite(void)
 {
     Suite *s = suite_create("blob");
-    TCase *tc = tcase_create("fake");
-    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
-    tcase_add_loop_test(tc, test_create_and_queries, 0, 2);
-    tcase_add_loop_test(tc, test_special_shapes, 0, 2);
-    tcase_add_loop_test(tc, test_offset, 0, 2);
-    tcase_add_loop_test(tc, test_reshape_keeps_memory_within_capacity, 0, 2);
-    tcase_add_loop_test(tc, test_share_data_capacity, 0, 2);
-    tcase_add_loop_test(tc, test_share_diff, 0, 2);
-    tcase_add_loop_test(tc, test_set_cpu_data, 0, 2);
-    tcase_add_loop_test(tc, test_update_and_norms_cpu, 0, 2);
-    tcase_add_loop_test(tc, test_copy_from, 0, 2);
-    tcase_add_loop_test(tc, test_count_zero, 0, 2);
-    tcase_add_loop_test(tc, test_copy_from_transfers_nothing_extra, 0, 2);
-    tcase_add_loop_test(tc, test_alloc_failure_blob_ops, 0,
-                        (int)(2 * sizeof blob_cases / sizeof blob_cases[0]));
-    tcase_add_test(tc, test_create_alloc_failure);
-    suite_add_tcase(s, tc);
+    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    add_loop_tests(tc, 0, 2, test_create_and_queries, test_special_shapes, test_offset,
+                   test_reshape_keeps_memory_within_capacity, test_share_data_capacity,
+                   test_share_diff, test_set_cpu_data, test_update_and_norms_cpu, test_copy_from,
+                   test_count_zero, test_copy_from_transfers_nothing_extra);
+    add_loop_tests(tc, 0, (int)(2 * sizeof blob_cases / sizeof blob_cases[0]),
+                   test_alloc_failure_blob_ops);
+    add_tests(tc, test_create_alloc_failure);
 
-    TCase *nogpu = req_tcase("fake-nogpu", "nogpu");
-    tcase_add_checked_fixture(nogpu, fake_setup, fake_teardown);
-    req_add_test(nogpu, test_failed_gpu_math_changes_nothing);
-    suite_add_tcase(s, nogpu);
+    tc = suite_case(s, "fake-nogpu", "nogpu", fake_setup, fake_teardown);
+    add_tests(tc, test_failed_gpu_math_changes_nothing);
 
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_loop_test(gpu, test_gpu_update_norms, 0, 2);
-    req_add_loop_test(gpu, test_count_zero, 0, 2);
-    req_add_test(gpu, test_gpu_beyond_device_memory);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_gpu_update_norms, test_count_zero);
+    add_tests(tc, test_gpu_beyond_device_memory);
     return s;
 }

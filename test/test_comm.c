@@ -411,25 +411,10 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-static int dir_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
 /* A file of n bytes at path, mode 0600 as rank 0 writes its record. */
 static void write_bytes(const char *path, const void *p, size_t n)
 {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
-    fclose(f);
+    test_write_file(path, p, n);
     ck_assert_int_eq(chmod(path, 0600), 0);
 }
 
@@ -531,7 +516,7 @@ START_TEST(test_file_round_trip)
     snprintf(path, sizeof path, "%s/id", dir);
     blob_comm_id id = some_id(2), back;
     ck_ok(blob_comm_id_write_file(&id, 4, path));
-    ck_assert_int_eq(dir_entries(dir), 1); /* no temporary file left */
+    ck_assert_int_eq(test_dir_entries(dir), 1); /* no temporary file left */
     struct stat sb;
     ck_assert_int_eq(stat(path, &sb), 0);
     ck_assert_int_eq(sb.st_mode & 0777, 0600);
@@ -547,7 +532,7 @@ START_TEST(test_file_round_trip)
     snprintf(missing, sizeof missing, "%s/no/such/dir/id", dir);
     ck_status(blob_comm_id_write_file(&id, 2, missing), BLOB_EIO);
     ck_status(blob_comm_id_write_file(&id, 2, ""), BLOB_EINVAL);
-    ck_assert_int_eq(dir_entries(dir), 1);
+    ck_assert_int_eq(test_dir_entries(dir), 1);
     remove_dir(dir);
 }
 END_TEST
@@ -684,7 +669,7 @@ START_TEST(test_file_writer_paths)
     struct stat sb;
     ck_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
     ck_status(blob_comm_id_write_file(&id, 2, dir), BLOB_EIO);
-    ck_assert_int_eq(dir_entries(dir), 1);
+    ck_assert_int_eq(test_dir_entries(dir), 1);
 
     ck_assert_int_eq(mkdir(sub, 0700), 0);
     ck_assert_int_eq(symlink("shared/comm-id", link), 0);
@@ -699,9 +684,9 @@ START_TEST(test_file_writer_paths)
     ck_ok(blob_comm_id_read_file(&out, &world, link, 0));
     ck_assert(!memcmp(&out, &id, sizeof id) && world == 4);
     ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
-    ck_assert_int_eq(dir_entries(sub), 1);
+    ck_assert_int_eq(test_dir_entries(sub), 1);
     blob__comm_id_remove_file(link); /* rank 0's removal: the record, not the link */
-    ck_assert_int_eq(dir_entries(sub), 0);
+    ck_assert_int_eq(test_dir_entries(sub), 0);
     ck_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
     blob__comm_id_remove_file(link); /* nothing there: nothing done */
     unlink(link);
@@ -725,7 +710,7 @@ START_TEST(test_file_writer_paths)
     ck_ok(blob_comm_id_write_file(&id, 2, path));
     for (int i = 0; i < 6; i++)
         ck_assert_msg(access(p[i], F_OK) == (stale[i] ? -1 : 0), "%s", names[i]);
-    ck_assert_int_eq(dir_entries(dir), 6); /* fifo, id and the four kept */
+    ck_assert_int_eq(test_dir_entries(dir), 6); /* fifo, id and the four kept */
 
     double t0 = blob__now();
     ck_status(blob_comm_id_read_file(&out, &world, "", 30), BLOB_EINVAL);
@@ -2004,7 +1989,7 @@ START_TEST(test_fake_file_rendezvous)
         pthread_join(th[r], NULL);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(fc.st[r] == BLOB_OK, "rank %d: %s", r, fc.msg[r]);
-    ck_assert_int_eq(dir_entries(dir), 0); /* rank 0 removed the file */
+    ck_assert_int_eq(test_dir_entries(dir), 0); /* rank 0 removed the file */
 
     /* a file of another world size */
     blob_comm_id id = some_id(1);
@@ -2192,65 +2177,33 @@ END_TEST
 Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
-    TCase *tc = tcase_create("rendezvous");
+    TCase *tc = suite_case(s, "rendezvous", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_hex_round_trip);
-    tcase_add_test(tc, test_record_round_trip);
-    tcase_add_test(tc, test_record_damage);
-    tcase_add_test(tc, test_file_round_trip);
-    tcase_add_test(tc, test_file_missing_deadline);
-    tcase_add_test(tc, test_file_bad_at_once);
-    tcase_add_test(tc, test_file_not_trusted);
-    tcase_add_test(tc, test_file_writer_paths);
-    tcase_add_test(tc, test_file_awaited);
-    tcase_add_test(tc, test_env_defaults);
-    tcase_add_test(tc, test_env_torchrun);
-    tcase_add_test(tc, test_env_bad_values);
-    tcase_add_test(tc, test_env_launchers);
-    suite_add_tcase(s, tc);
+    add_tests(tc, test_hex_round_trip, test_record_round_trip, test_record_damage,
+              test_file_round_trip, test_file_missing_deadline, test_file_bad_at_once,
+              test_file_not_trusted, test_file_writer_paths, test_file_awaited, test_env_defaults,
+              test_env_torchrun, test_env_bad_values, test_env_launchers);
 
-    tc = tcase_create("one_rank");
-    tcase_add_loop_test(tc, test_one_rank, 0, 2);
-    tcase_add_test(tc, test_several_ranks_need_nccl_and_gpu);
-    tcase_add_test(tc, test_null_arguments);
-    tcase_add_test(tc, test_plan);
-    tcase_add_test(tc, test_contiguous);
-    tcase_add_test(tc, test_compare_tables);
-    tcase_add_test(tc, test_table_length);
-    suite_add_tcase(s, tc);
+    tc = suite_case(s, "one_rank", NULL, NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_one_rank);
+    add_tests(tc, test_several_ranks_need_nccl_and_gpu, test_null_arguments, test_plan,
+              test_contiguous, test_compare_tables, test_table_length);
 
-    tc = tcase_create("one_rank_fake");
-    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
-    tcase_add_test(tc, test_one_rank_alloc_failures);
-    suite_add_tcase(s, tc);
+    tc = suite_case(s, "one_rank_fake", NULL, fake_setup, fake_teardown);
+    add_tests(tc, test_one_rank_alloc_failures);
 
-    tc = tcase_create("fake_ranks");
+    tc = suite_case(s, "fake_ranks", NULL, fake_ccl_setup, fake_ccl_teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_checked_fixture(tc, fake_ccl_setup, fake_ccl_teardown);
-    tcase_add_loop_test(tc, test_fake_reduce, 0, NUM_VARIANTS);
-    tcase_add_loop_test(tc, test_fake_overlapped, 0, 2);
-    tcase_add_test(tc, test_fake_replay_refused);
-    tcase_add_test(tc, test_fake_broadcast);
-    tcase_add_test(tc, test_fake_mismatch);
-    tcase_add_test(tc, test_fake_bad_registration);
-    tcase_add_test(tc, test_fake_missing_peer);
-    tcase_add_test(tc, test_fake_transport_error);
-    tcase_add_test(tc, test_fake_alloc_failures);
-    tcase_add_test(tc, test_fake_blobs_outlive);
-    tcase_add_test(tc, test_fake_world_too_large);
-    tcase_add_test(tc, test_fake_file_rendezvous);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, NUM_VARIANTS, test_fake_reduce);
+    add_loop_tests(tc, 0, 2, test_fake_overlapped);
+    add_tests(tc, test_fake_replay_refused, test_fake_broadcast, test_fake_mismatch,
+              test_fake_bad_registration, test_fake_missing_peer, test_fake_transport_error,
+              test_fake_alloc_failures, test_fake_blobs_outlive, test_fake_world_too_large,
+              test_fake_file_rendezvous);
 
-    tc = multi_gpu_tcase("gpus");
-    req_add_test(tc, test_gpu_reduce);
-    req_add_test(tc, test_gpu_overlapped);
-    req_add_test(tc, test_gpu_bf16);
-    req_add_test(tc, test_gpu_broadcast);
-    req_add_test(tc, test_gpu_mismatch);
-    req_add_test(tc, test_gpu_missing_peer);
-    req_add_test(tc, test_gpu_missing_peer_replayed);
-    req_add_test(tc, test_gpu_world_too_large);
-    req_add_test(tc, test_gpu_blobs_outlive);
-    suite_add_tcase(s, tc);
+    tc = suite_case(s, "gpus", "gpu gpu2", NULL, NULL);
+    add_tests(tc, test_gpu_reduce, test_gpu_overlapped, test_gpu_bf16, test_gpu_broadcast,
+              test_gpu_mismatch, test_gpu_missing_peer, test_gpu_missing_peer_replayed,
+              test_gpu_world_too_large, test_gpu_blobs_outlive);
     return s;
 }

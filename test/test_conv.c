@@ -96,9 +96,22 @@ static const struct {
 };
 #define N_POOL_CASES ((int)(sizeof pool_cases / sizeof pool_cases[0]))
 
-static void out_size(const blob_conv_geometry *g, bool pool, int64_t *oh, int64_t *ow)
+/* The sizes of a call on num images of g, of im2col or (pool) of pooling: the output
+ * plane, the image side's elements, and the other side's, rows (channels x taps, or
+ * channels) of cols (num x plane). */
+typedef struct {
+    int64_t oh, ow, n_image, rows, cols, n_other;
+} call_sizes;
+
+static call_sizes sizes_of(const blob_conv_geometry *g, int64_t num, bool pool)
 {
-    ck_ok(pool ? blob_pool_output_size(g, oh, ow) : blob_conv_output_size(g, oh, ow));
+    call_sizes z;
+    ck_ok(pool ? blob_pool_output_size(g, &z.oh, &z.ow) : blob_conv_output_size(g, &z.oh, &z.ow));
+    z.n_image = num * g->channels * g->height * g->width;
+    z.rows = pool ? g->channels : g->channels * g->kernel_h * g->kernel_w;
+    z.cols = num * z.oh * z.ow;
+    z.n_other = z.rows * z.cols;
+    return z;
 }
 
 /* ---- Output sizes ---- */
@@ -317,10 +330,8 @@ static void ref_pool(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_
 static void check_im2col(blob_dtype dt, const blob_conv_geometry *g, int64_t num)
 {
     char buf[160];
-    int64_t oh, ow;
-    out_size(g, false, &oh, &ow);
-    const int64_t n_im = num * g->channels * g->height * g->width;
-    const int64_t rows = g->channels * g->kernel_h * g->kernel_w, cols = num * oh * ow;
+    const call_sizes z = sizes_of(g, num, false);
+    const int64_t oh = z.oh, ow = z.ow, n_im = z.n_image, rows = z.rows, cols = z.cols;
     double *xv;
     void *x = random_dt(dt, n_im, -1, 1, &xv), *col = alloc_dt(dt, rows * cols);
     fill_nan(dt, col, rows * cols);
@@ -339,11 +350,19 @@ static void check_im2col(blob_dtype dt, const blob_conv_geometry *g, int64_t num
     free(col);
 }
 
+/* check on every conv_cases geometry, in the dtype i (a test's loop index), on data seeded
+ * with seed + i. */
+static void each_conv_case(uint64_t seed, int i,
+                           void (*check)(blob_dtype, const blob_conv_geometry *, int64_t))
+{
+    test_seed(seed + (uint64_t)i);
+    for (int c = 0; c < N_CONV_CASES; c++)
+        check((blob_dtype)i, &conv_cases[c].g, conv_cases[c].num);
+}
+
 START_TEST(test_cpu_im2col)
 {
-    test_seed(101 + (uint64_t)_i);
-    for (int c = 0; c < N_CONV_CASES; c++)
-        check_im2col((blob_dtype)_i, &conv_cases[c].g, conv_cases[c].num);
+    each_conv_case(101, _i, check_im2col);
 }
 END_TEST
 
@@ -354,11 +373,10 @@ static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t 
                             int64_t groups)
 {
     char buf[160];
-    int64_t oh, ow;
-    out_size(g, false, &oh, &ow);
+    const call_sizes z = sizes_of(g, num, false);
+    const int64_t oh = z.oh, ow = z.ow, n_im = z.n_image, cols = z.cols;
     const int64_t M = 2 * groups, P = oh * ow, taps = g->kernel_h * g->kernel_w;
-    const int64_t kg = g->channels / groups * taps, mg = M / groups, cols = num * P;
-    const int64_t n_im = num * g->channels * g->height * g->width;
+    const int64_t kg = g->channels / groups * taps, mg = M / groups;
     double *xv, *wv, *ref = malloc((size_t)(num * M * P) * sizeof(double));
     void *x = random_dt(dt, n_im, -1, 1, &xv), *wt = random_dt(dt, M * kg, -1, 1, &wv);
     void *col = alloc_dt(dt, g->channels * taps * cols), *out = alloc_dt(dt, M * cols);
@@ -423,10 +441,8 @@ END_TEST
 static void check_col2im(blob_dtype dt, const blob_conv_geometry *g, int64_t num)
 {
     char buf[160];
-    int64_t oh, ow;
-    out_size(g, false, &oh, &ow);
-    const int64_t n_im = num * g->channels * g->height * g->width;
-    const int64_t rows = g->channels * g->kernel_h * g->kernel_w, cols = num * oh * ow;
+    const call_sizes z = sizes_of(g, num, false);
+    const int64_t oh = z.oh, ow = z.ow, n_im = z.n_image, rows = z.rows, cols = z.cols;
     double *xv, *yv, *ref = calloc((size_t)(n_im + 1), sizeof(double));
     void *x = random_dt(dt, n_im, -1, 1, &xv), *y = random_dt(dt, rows * cols, -1, 1, &yv);
     void *col = alloc_dt(dt, rows * cols), *im = alloc_dt(dt, n_im);
@@ -467,9 +483,7 @@ static void check_col2im(blob_dtype dt, const blob_conv_geometry *g, int64_t num
 
 START_TEST(test_cpu_col2im)
 {
-    test_seed(303 + (uint64_t)_i);
-    for (int c = 0; c < N_CONV_CASES; c++)
-        check_col2im((blob_dtype)_i, &conv_cases[c].g, conv_cases[c].num);
+    each_conv_case(303, _i, check_col2im);
 }
 END_TEST
 
@@ -480,9 +494,8 @@ typedef enum { DATA_RANDOM, DATA_TIES, DATA_NAN } data_kind;
 static void check_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num, data_kind kind)
 {
     char buf[160];
-    int64_t oh, ow;
-    out_size(g, true, &oh, &ow);
-    const int64_t n_x = num * g->channels * g->height * g->width, n_y = num * g->channels * oh * ow;
+    const call_sizes z = sizes_of(g, num, true);
+    const int64_t oh = z.oh, ow = z.ow, n_x = z.n_image, n_y = z.n_other;
     double *xv, *dyv;
     void *x = kind == DATA_TIES ? ties_dt(dt, n_x, &xv) : random_dt(dt, n_x, -1, 1, &xv);
     if (kind == DATA_NAN)
@@ -751,19 +764,15 @@ END_TEST
 
 /* ---- The GPU side without a GPU, and without CUDA ---- */
 
-static int no_devices(void) { return 0; }
-
 START_TEST(test_gpu_without_gpu)
 {
-    blob__backend none = *blob__backend_default();
-    none.device_count = no_devices;
-    blob__backend_install(&none);
+    test_hide_gpus();
     const blob_conv_geometry g = GEO(2, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, FLOOR);
     for (int op = 0; op < N_OPS; op++) {
         ck_status(call_op(&gpu_side, op, BLOB_FLOAT32, &g, 1, -1, err_buf), BLOB_ENODEV);
         ck_assert(strstr(blob_last_error(), "no GPU"));
     }
-    blob__backend_install(NULL);
+    test_show_gpus();
 }
 END_TEST
 
@@ -825,11 +834,9 @@ static void expect_close(blob_dtype dt, const void *a, const void *b, int64_t n,
 
 static void check_gpu_conv(blob_dtype dt, const blob_conv_geometry *g, int64_t num)
 {
-    int64_t oh, ow;
-    out_size(g, false, &oh, &ow);
+    const call_sizes z = sizes_of(g, num, false);
     const size_t es = blob_dtype_size(dt);
-    const int64_t n_im = num * g->channels * g->height * g->width;
-    const int64_t n_col = g->channels * g->kernel_h * g->kernel_w * num * oh * ow;
+    const int64_t n_im = z.n_image, n_col = z.n_other;
     double *xv, *yv;
     void *x = random_dt(dt, n_im, -1, 1, &xv), *y = random_dt(dt, n_col, -1, 1, &yv);
     void *col = alloc_dt(dt, n_col), *im = alloc_dt(dt, n_im), *got = alloc_dt(dt, n_col);
@@ -861,10 +868,9 @@ static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t n
                            data_kind kind)
 {
     char buf[160];
-    int64_t oh, ow;
-    out_size(g, true, &oh, &ow);
+    const call_sizes z = sizes_of(g, num, true);
     const size_t es = blob_dtype_size(dt);
-    const int64_t n_x = num * g->channels * g->height * g->width, n_y = num * g->channels * oh * ow;
+    const int64_t n_x = z.n_image, n_y = z.n_other;
     double *xv, *dyv;
     void *x = kind == DATA_TIES ? ties_dt(dt, n_x, &xv) : random_dt(dt, n_x, -1, 1, &xv);
     for (int64_t i = 0; kind == DATA_NAN && i < n_x; i += 5)
@@ -1084,32 +1090,20 @@ END_TEST
 Suite *conv_suite(void)
 {
     Suite *s = suite_create("conv");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_output_sizes);
-    tcase_add_test(tc, test_bad_geometry);
-    tcase_add_loop_test(tc, test_cpu_im2col, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_conv_gemm, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_col2im, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_pool, 0, 2);
-    tcase_add_test(tc, test_cpu_pool_by_hand);
-    tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
-    tcase_add_loop_test(tc, test_big_sizes, 0, 2);
-    tcase_add_loop_test(tc, test_empty, 0, 2);
-    tcase_add_test(tc, test_gpu_without_gpu);
-    suite_add_tcase(s, tc);
+    add_tests(tc, test_output_sizes, test_bad_geometry);
+    add_loop_tests(tc, 0, 2, test_cpu_im2col, test_cpu_conv_gemm, test_cpu_col2im, test_cpu_pool);
+    add_tests(tc, test_cpu_pool_by_hand);
+    add_loop_tests(tc, 0, 2, test_bad_arguments, test_big_sizes, test_empty);
+    add_tests(tc, test_gpu_without_gpu);
 
-    if (!blob_built_with_cuda()) {
-        TCase *fake = tcase_create("no-cuda");
-        tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-        tcase_add_test(fake, test_launchers_without_cuda);
-        suite_add_tcase(s, fake);
-    }
+    if (!blob_built_with_cuda())
+        add_tests(suite_case(s, "no-cuda", NULL, fake_setup, fake_teardown),
+                  test_launchers_without_cuda);
 
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_loop_test(gpu, test_gpu_ops, 0, 2);
-    req_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
-    req_add_test(gpu, test_gpu_beyond_int_max);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_gpu_ops, test_gpu_ops_on_stream);
+    add_tests(tc, test_gpu_beyond_int_max);
     return s;
 }

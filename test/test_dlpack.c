@@ -219,8 +219,7 @@ START_TEST(test_export_stream_order)
     double *ref;
     blob *b = random_blob(BLOB_FLOAT32, 0, &ref);
     void *producer_stream, *consumer_stream;
-    ck_ok(blob_stream_create(&producer_stream));
-    ck_ok(blob_stream_create(&consumer_stream));
+    test_streams_create(&producer_stream, &consumer_stream);
     ck_ok(blob_syncedmem_async_gpu_push(blob_data_mem(b), producer_stream));
     fake_reset_counts();
     ck_assert_int_eq(fake_queued(), 1); /* the copy is in flight */
@@ -247,8 +246,7 @@ START_TEST(test_export_stream_order)
     blob_dlpack_delete(u);
     blob_dlpack_delete(t);
     blob_free(b);
-    ck_ok(blob_stream_destroy(producer_stream));
-    ck_ok(blob_stream_destroy(consumer_stream));
+    test_streams_destroy(producer_stream, consumer_stream);
     free(ref);
 }
 END_TEST
@@ -328,6 +326,17 @@ START_TEST(test_export_bad_arguments)
 }
 END_TEST
 
+/* An export failed at its k-th allocation: out of memory, no tensor (t NULL), b's head as
+ * before. */
+static void assert_export_failed(blob_status st, uint64_t k, const void *t, blob *b,
+                                 blob_head before)
+{
+    ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s", (unsigned long long)k,
+                  blob_status_name(st));
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(head(b), before);
+}
+
 /* The k-th allocation of an export fails, once or from then on: a clean error, no
  * tensor, the blob's head and values as before, no reference left on the block (the
  * fixture checks for leaks). A single failed allocation of a side is absorbed by the
@@ -362,10 +371,7 @@ START_TEST(test_export_alloc_failure)
                 blob_dlpack_delete(t);
                 break;
             }
-            ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
-                          (unsigned long long)k, blob_status_name(st));
-            ck_assert_ptr_null(t);
-            ck_assert_int_eq(head(b), before);
+            assert_export_failed(st, k, t, b, before);
             if (device) {
                 const void *p;
                 ck_ok(blob_cpu_data(b, &p));
@@ -688,6 +694,13 @@ typedef struct {
     void (*mutate)(producer *p, float *buf);
 } bad_case;
 
+/* The tensor given with strides (s0, s1). */
+static void with_strides(producer *p, int64_t s0, int64_t s1)
+{
+    p->strides[0] = s0, p->strides[1] = s1;
+    p->t.dl_tensor.strides = p->strides;
+}
+
 static void m_int16(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLInt, 16, 1}; }
 static void m_f8(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLFloat, 8, 1}; }
 static void m_lanes(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype.lanes = 2; }
@@ -706,18 +719,8 @@ static void m_ndim_neg(producer *p, float *b) { (void)b; p->t.dl_tensor.ndim = -
 static void m_shape_null(producer *p, float *b) { (void)b; p->t.dl_tensor.shape = NULL; }
 static void m_dim_neg(producer *p, float *b) { (void)b; p->shape[1] = -3; }
 static void m_overflow(producer *p, float *b) { (void)b; p->shape[0] = (int64_t)1 << 62; }
-static void m_transposed(producer *p, float *b)
-{
-    (void)b;
-    p->strides[0] = 1, p->strides[1] = 2;
-    p->t.dl_tensor.strides = p->strides;
-}
-static void m_gapped(producer *p, float *b)
-{
-    (void)b;
-    p->strides[0] = 6, p->strides[1] = 2;
-    p->t.dl_tensor.strides = p->strides;
-}
+static void m_transposed(producer *p, float *b) { (void)b; with_strides(p, 1, 2); }
+static void m_gapped(producer *p, float *b) { (void)b; with_strides(p, 6, 2); }
 static void m_offset_odd(producer *p, float *b) { (void)b; p->t.dl_tensor.byte_offset = 2; }
 static void m_offset_wraps(producer *p, float *b) { (void)b; p->t.dl_tensor.byte_offset = UINT64_MAX - 3; }
 static void m_misaligned(producer *p, float *b) { p->t.dl_tensor.data = (char *)b + 1; }
@@ -730,12 +733,7 @@ static void m_cpu_id(producer *p, float *b) { (void)b; p->t.dl_tensor.device.dev
 static void m_cuda_missing(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDA, FAKE_DEVICES}; }
 static void m_cuda_neg(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDA, -1}; }
 /* accepted */
-static void m_compact(producer *p, float *b)
-{
-    (void)b;
-    p->strides[0] = 3, p->strides[1] = 1;
-    p->t.dl_tensor.strides = p->strides;
-}
+static void m_compact(producer *p, float *b) { (void)b; with_strides(p, 3, 1); }
 static void m_unit_dims(producer *p, float *b)
 {
     (void)b;
@@ -748,8 +746,7 @@ static void m_empty(producer *p, float *b)
 {
     (void)b;
     p->shape[0] = 0;
-    p->strides[0] = 12345, p->strides[1] = -1; /* count 0: any strides, no data */
-    p->t.dl_tensor.strides = p->strides;
+    with_strides(p, 12345, -1); /* count 0: any strides, no data */
     p->t.dl_tensor.data = NULL;
 }
 static void m_scalar(producer *p, float *b) { (void)b; p->t.dl_tensor.ndim = 0; p->t.dl_tensor.shape = NULL; }
@@ -1267,10 +1264,7 @@ START_TEST(test_versioned_alloc_failure)
             blob_dlpack_versioned_delete(t);
             break;
         }
-        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
-                      (unsigned long long)k, blob_status_name(st));
-        ck_assert_ptr_null(t);
-        ck_assert_int_eq(head(b), before);
+        assert_export_failed(st, k, t, b, before);
         blob_free(b);
         ck_assert_msg(k < 8, "never succeeded");
     }
@@ -1281,47 +1275,32 @@ END_TEST
 Suite *dlpack_suite(void)
 {
     Suite *s = suite_create("dlpack");
-    TCase *tc = tcase_create("fake");
-    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
-    tcase_add_loop_test(tc, test_export_host, 0, 4);
-    tcase_add_loop_test(tc, test_export_heads, 0, 2);
-    tcase_add_test(tc, test_export_other_device);
-    tcase_add_test(tc, test_export_stream_order);
-    tcase_add_test(tc, test_export_lifetimes);
-    tcase_add_test(tc, test_export_special_shapes);
-    tcase_add_test(tc, test_export_bad_arguments);
-    tcase_add_loop_test(tc, test_export_alloc_failure, 0, 4);
-    tcase_add_loop_test(tc, test_import_host, 0, 4);
-    tcase_add_loop_test(tc, test_import_lifetimes, 0, LIFE_COUNT);
-    tcase_add_loop_test(tc, test_import_device, 0, FAKE_DEVICES);
-    tcase_add_test(tc, test_import_device_freed_elsewhere);
-    tcase_add_test(tc, test_import_wrong_place);
-    tcase_add_test(tc, test_import_device_no_wait);
-    tcase_add_loop_test(tc, test_round_trip, 0, 4);
-    tcase_add_loop_test(tc, test_import_bad_input, 0, N_BAD_CASES);
-    tcase_add_test(tc, test_import_bad_arguments);
-    tcase_add_loop_test(tc, test_import_alloc_failure, 0, 3);
-    tcase_add_test(tc, test_syncedmem_release);
-    suite_add_tcase(s, tc);
+    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    add_loop_tests(tc, 0, 4, test_export_host);
+    add_loop_tests(tc, 0, 2, test_export_heads);
+    add_tests(tc, test_export_other_device, test_export_stream_order, test_export_lifetimes,
+              test_export_special_shapes, test_export_bad_arguments);
+    add_loop_tests(tc, 0, 4, test_export_alloc_failure, test_import_host);
+    add_loop_tests(tc, 0, LIFE_COUNT, test_import_lifetimes);
+    add_loop_tests(tc, 0, FAKE_DEVICES, test_import_device);
+    add_tests(tc, test_import_device_freed_elsewhere, test_import_wrong_place,
+              test_import_device_no_wait);
+    add_loop_tests(tc, 0, 4, test_round_trip);
+    add_loop_tests(tc, 0, N_BAD_CASES, test_import_bad_input);
+    add_tests(tc, test_import_bad_arguments);
+    add_loop_tests(tc, 0, 3, test_import_alloc_failure);
+    add_tests(tc, test_syncedmem_release);
 
-    TCase *host = tcase_create("host");
-    tcase_set_timeout(host, 120);
-    tcase_add_test(host, test_million_round_trips);
-    tcase_add_test(host, test_import_missing_gpu);
-    suite_add_tcase(s, host);
+    tc = suite_case(s, "host", NULL, NULL, NULL);
+    tcase_set_timeout(tc, 120);
+    add_tests(tc, test_million_round_trips, test_import_missing_gpu);
 
-    TCase *versioned = req_tcase("versioned", "dlpack1");
-    tcase_add_checked_fixture(versioned, fake_setup, fake_teardown);
-    req_add_loop_test(versioned, test_versioned_export, 0, 2);
-    req_add_test(versioned, test_versioned_import);
-    req_add_test(versioned, test_versioned_round_trip);
-    req_add_test(versioned, test_versioned_alloc_failure);
-    suite_add_tcase(s, versioned);
+    tc = suite_case(s, "versioned", "dlpack1", fake_setup, fake_teardown);
+    add_loop_tests(tc, 0, 2, test_versioned_export);
+    add_tests(tc, test_versioned_import, test_versioned_round_trip, test_versioned_alloc_failure);
 
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_loop_test(gpu, test_gpu_round_trip, 0, 2);
-    req_add_test(gpu, test_gpu_pinned_host);
-    req_add_test(gpu, test_gpu_wrong_place);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_gpu_round_trip);
+    add_tests(tc, test_gpu_pinned_host, test_gpu_wrong_place);
     return s;
 }

@@ -754,38 +754,32 @@ END_TEST
 Suite *dtype_suite(void)
 {
     Suite *s = suite_create("dtype");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_names_sizes);
-    tcase_add_loop_test(tc, test_round_trip_all_patterns, 0, 2);
-    tcase_add_loop_test(tc, test_round_float32, 0, 2);
-    tcase_add_loop_test(tc, test_round_float64, 0, 2);
-    tcase_add_test(tc, test_convert_between);
-    tcase_add_test(tc, test_convert_errors);
-    tcase_add_loop_test(tc, test_storage, 0, N_NEW);
-    tcase_add_loop_test(tc, test_int_math_refused, 0, 3);
-    tcase_add_loop_test(tc, test_half_math_host, 0, 2);
-    tcase_add_loop_test(tc, test_convert_from, 0, 2);
-    tcase_add_loop_test(tc, test_dlpack_dtypes, 0, N_NEW);
-    suite_add_tcase(s, tc);
+    add_tests(tc, test_names_sizes);
+    add_loop_tests(tc, 0, 2, test_round_trip_all_patterns);
+    add_loop_tests(tc, 0, 2, test_round_float32);
+    add_loop_tests(tc, 0, 2, test_round_float64);
+    add_tests(tc, test_convert_between);
+    add_tests(tc, test_convert_errors);
+    add_loop_tests(tc, 0, N_NEW, test_storage);
+    add_loop_tests(tc, 0, 3, test_int_math_refused);
+    add_loop_tests(tc, 0, 2, test_half_math_host);
+    add_loop_tests(tc, 0, 2, test_convert_from);
+    add_loop_tests(tc, 0, N_NEW, test_dlpack_dtypes);
 
-    TCase *npy = tcase_create("npy");
-    tcase_add_checked_fixture(npy, npy_setup, npy_teardown);
-    tcase_add_loop_test(npy, test_npy_round_trip, 0, 4);
-    tcase_add_test(npy, test_npy_dtypes);
-    suite_add_tcase(s, npy);
+    TCase *npy = suite_case(s, "npy", NULL, npy_setup, npy_teardown);
+    add_loop_tests(npy, 0, 4, test_npy_round_trip);
+    add_tests(npy, test_npy_dtypes);
 
-    TCase *fake = tcase_create("fake");
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_test(fake, test_alloc_failures);
-    suite_add_tcase(s, fake);
+    TCase *fake = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    add_tests(fake, test_alloc_failures);
 
-    TCase *gpu = gpu_tcase("gpu");
+    TCase *gpu = suite_case(s, "gpu", "gpu", NULL, NULL);
     tcase_set_timeout(gpu, 120);
-    req_add_loop_test(gpu, test_gpu_convert, 0, 2);
-    req_add_loop_test(gpu, test_gpu_half_math, 0, 2);
-    req_add_loop_test(gpu, test_gpu_half_bits, 0, 2);
-    req_add_loop_test(gpu, test_gpu_int_storage, 0, 3);
-    suite_add_tcase(s, gpu);
+    add_loop_tests(gpu, 0, 2, test_gpu_convert);
+    add_loop_tests(gpu, 0, 2, test_gpu_half_math);
+    add_loop_tests(gpu, 0, 2, test_gpu_half_bits);
+    add_loop_tests(gpu, 0, 3, test_gpu_int_storage);
     return s;
 }

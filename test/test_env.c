@@ -251,14 +251,9 @@ END_TEST
 Suite *env_suite(void)
 {
     Suite *s = suite_create("env");
-    TCase *tc = tcase_create("readers");
-    tcase_add_test(tc, test_parse_int);
-    tcase_add_test(tc, test_parse_decimal);
-    tcase_add_test(tc, test_env_readers);
-    suite_add_tcase(s, tc);
+    add_tests(suite_case(s, "readers", NULL, NULL, NULL), test_parse_int, test_parse_decimal,
+              test_env_readers);
     /* the GEMMs past the settings would hand host arrays to a real GPU */
-    tc = req_tcase("settings", "nogpu");
-    req_add_test(tc, test_library_settings);
-    suite_add_tcase(s, tc);
+    add_tests(suite_case(s, "settings", "nogpu", NULL, NULL), test_library_settings);
     return s;
 }

@@ -560,14 +560,10 @@ END_TEST
 
 /* ---- Without a GPU ---- */
 
-static int no_devices(void) { return 0; }
-
 START_TEST(test_epilogue_without_gpu)
 {
     static _Alignas(16) float buf[64];
-    blob__backend none = *blob__backend_default();
-    none.device_count = no_devices;
-    blob__backend_install(&none);
+    test_hide_gpus();
     bool fused = true;
     ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf,
                                      buf, buf, BLOB_EPILOGUE_BIAS_RELU, buf, buf, 0),
@@ -576,7 +572,7 @@ START_TEST(test_epilogue_without_gpu)
     ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
                                            BLOB_EPILOGUE_NONE, false, 0, &fused), BLOB_ENODEV);
     ck_assert(!fused);
-    blob__backend_install(NULL);
+    test_show_gpus();
 }
 END_TEST
 
@@ -895,34 +891,23 @@ END_TEST
 Suite *fused_suite(void)
 {
     Suite *s = suite_create("fused");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_cpu_epilogues, 0, 4);
-    tcase_add_loop_test(tc, test_cpu_epilogues_threaded, 0, 2);
-    tcase_add_test(tc, test_mask_bytes);
-    tcase_add_loop_test(tc, test_epilogue_bad_arguments, 0, 2);
-    tcase_add_test(tc, test_epilogue_unused_null);
-    tcase_add_test(tc, test_math_mode_setting);
-    tcase_add_test(tc, test_gemm_tuning_setting);
-    tcase_add_test(tc, test_blas_info);
-    tcase_add_test(tc, test_host_threads);
-    tcase_add_test(tc, test_epilogue_without_gpu);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, 4, test_cpu_epilogues);
+    add_loop_tests(tc, 0, 2, test_cpu_epilogues_threaded);
+    add_tests(tc, test_mask_bytes);
+    add_loop_tests(tc, 0, 2, test_epilogue_bad_arguments);
+    add_tests(tc, test_epilogue_unused_null, test_math_mode_setting, test_gemm_tuning_setting,
+              test_blas_info, test_host_threads, test_epilogue_without_gpu);
 
-    if (!blob_built_with_cuda()) {
-        TCase *fake = tcase_create("no-cuda");
-        tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-        tcase_add_test(fake, test_epilogue_launchers_without_cuda);
-        suite_add_tcase(s, fake);
-    }
+    if (!blob_built_with_cuda())
+        add_tests(suite_case(s, "no-cuda", NULL, fake_setup, fake_teardown),
+                  test_epilogue_launchers_without_cuda);
 
-    TCase *gpu = gpu_tcase("gpu");
-    tcase_set_timeout(gpu, 300);
-    req_add_loop_test(gpu, test_gpu_epilogues, 0, 4);
-    req_add_loop_test(gpu, test_gpu_global_mode, 0, 3);
-    req_add_test(gpu, test_gpu_epilogue_graph);
-    req_add_test(gpu, test_gpu_epilogue_replay);
-    req_add_test(gpu, test_gpu_gemm_tuning);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tcase_set_timeout(tc, 300);
+    add_loop_tests(tc, 0, 4, test_gpu_epilogues);
+    add_loop_tests(tc, 0, 3, test_gpu_global_mode);
+    add_tests(tc, test_gpu_epilogue_graph, test_gpu_epilogue_replay, test_gpu_gemm_tuning);
     return s;
 }

@@ -696,23 +696,21 @@ END_TEST
 Suite *gemm16_suite(void)
 {
     Suite *s = suite_create("gemm16");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_cpu_gemm16, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_epilogue16, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_gemm16_beta, 0, 2);
-    tcase_add_test(tc, test_cpu_gemm16_rounding);
-    tcase_add_loop_test(tc, test_gemm16_bad_arguments, 0, 2);
-    tcase_add_test(tc, test_math16_refused);
-    tcase_add_test(tc, test_gpu16_without_gpu);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, 2, test_cpu_gemm16);
+    add_loop_tests(tc, 0, 2, test_cpu_epilogue16);
+    add_loop_tests(tc, 0, 2, test_cpu_gemm16_beta);
+    add_tests(tc, test_cpu_gemm16_rounding);
+    add_loop_tests(tc, 0, 2, test_gemm16_bad_arguments);
+    add_tests(tc, test_math16_refused);
+    add_tests(tc, test_gpu16_without_gpu);
 
-    TCase *gpu = gpu_tcase("gpu");
+    TCase *gpu = suite_case(s, "gpu", "gpu", NULL, NULL);
     tcase_set_timeout(gpu, 600);
-    req_add_loop_test(gpu, test_gpu_gemm16, 0, 2);
-    req_add_loop_test(gpu, test_gpu_epilogue16, 0, 2);
-    req_add_test(gpu, test_gpu16_fused_report);
-    req_add_loop_test(gpu, test_gpu_gemm16_replay, 0, 2);
-    suite_add_tcase(s, gpu);
+    add_loop_tests(gpu, 0, 2, test_gpu_gemm16);
+    add_loop_tests(gpu, 0, 2, test_gpu_epilogue16);
+    add_tests(gpu, test_gpu16_fused_report);
+    add_loop_tests(gpu, 0, 2, test_gpu_gemm16_replay);
     return s;
 }

@@ -629,20 +629,16 @@ END_TEST
 
 /* ---- The GPU side without a GPU, and without CUDA ---- */
 
-static int no_devices(void) { return 0; }
-
 /* With no GPU every blob_gpu_* says so, for valid arguments of any size. */
 START_TEST(test_gpu_without_gpu)
 {
-    blob__backend none = *blob__backend_default();
-    none.device_count = no_devices;
-    blob__backend_install(&none);
+    test_hide_gpus();
     for (int op = 0; op < N_OPS; op++) {
         ck_status(call_op(&gpu_side, op, BLOB_FLOAT32, 2, -1, err_buf), BLOB_ENODEV);
         ck_assert(strstr(blob_last_error(), "no GPU"));
         ck_status(call_op(&gpu_side, op, BLOB_FLOAT64, 0, -1, err_buf), BLOB_ENODEV);
     }
-    blob__backend_install(NULL);
+    test_show_gpus();
 }
 END_TEST
 
@@ -864,37 +860,21 @@ END_TEST
 Suite *math_suite(void)
 {
     Suite *s = suite_create("math");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_cpu_ops, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_ops_chunked, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_ops_threaded, 0, 2);
-    tcase_add_test(tc, test_gemm_grid);
-    tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
-    tcase_add_loop_test(tc, test_empty_null, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_bad_labels, 0, 2);
-    tcase_add_test(tc, test_cpu_leading_dim_overflow);
-    tcase_add_test(tc, test_gpu_without_gpu);
-    tcase_add_test(tc, test_host_for_partition);
-    tcase_add_test(tc, test_host_loops_threads);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, 2, test_cpu_ops, test_cpu_ops_chunked, test_cpu_ops_threaded);
+    add_tests(tc, test_gemm_grid);
+    add_loop_tests(tc, 0, 2, test_bad_arguments, test_empty_null, test_cpu_bad_labels);
+    add_tests(tc, test_cpu_leading_dim_overflow, test_gpu_without_gpu, test_host_for_partition,
+              test_host_loops_threads);
 
-    TCase *forked = req_tcase("after fork", "forkthreads");
-    req_add_test(forked, test_host_loops_after_fork);
-    suite_add_tcase(s, forked);
+    add_tests(suite_case(s, "after fork", "forkthreads", NULL, NULL),
+              test_host_loops_after_fork);
+    add_tests(suite_case(s, "no-cuda", "nocuda", fake_setup, fake_teardown),
+              test_launchers_without_cuda);
 
-    TCase *fake = req_tcase("no-cuda", "nocuda");
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    req_add_test(fake, test_launchers_without_cuda);
-    suite_add_tcase(s, fake);
-
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_loop_test(gpu, test_gpu_ops, 0, 2);
-    req_add_loop_test(gpu, test_gpu_bad_labels, 0, 2);
-    req_add_loop_test(gpu, test_gpu_ops_on_stream, 0, 2);
-    suite_add_tcase(s, gpu);
-    TCase *big = req_tcase("gpu-memory", "gpu gpumem");
-    req_add_test(big, test_gpu_beyond_int_max);
-    suite_add_tcase(s, big);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_loop_tests(tc, 0, 2, test_gpu_ops, test_gpu_bad_labels, test_gpu_ops_on_stream);
+    add_tests(suite_case(s, "gpu-memory", "gpu gpumem", NULL, NULL), test_gpu_beyond_int_max);
     return s;
 }

@@ -724,23 +724,21 @@ END_TEST
 Suite *mixed_suite(void)
 {
     Suite *s = suite_create("mixed");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_cpu_mixed_matches_float32, 0, 2 * CONFIGS);
-    tcase_add_loop_test(tc, test_cpu_find_nonfinite, 0, 4);
-    tcase_add_test(tc, test_mixed_errors);
-    tcase_add_loop_test(tc, test_blob_scaler_host, 0, 2);
-    tcase_add_loop_test(tc, test_blob_mixed_host, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_relu_half, 0, 2);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, 2 * CONFIGS, test_cpu_mixed_matches_float32);
+    add_loop_tests(tc, 0, 4, test_cpu_find_nonfinite);
+    add_tests(tc, test_mixed_errors);
+    add_loop_tests(tc, 0, 2, test_blob_scaler_host);
+    add_loop_tests(tc, 0, 2, test_blob_mixed_host);
+    add_loop_tests(tc, 0, 2, test_cpu_relu_half);
 
-    TCase *gpu = gpu_tcase("gpu");
+    TCase *gpu = suite_case(s, "gpu", "gpu", NULL, NULL);
     tcase_set_timeout(gpu, 300);
-    req_add_loop_test(gpu, test_gpu_mixed_vs_host, 0, 2 * CONFIGS);
-    req_add_loop_test(gpu, test_gpu_mixed_vs_float32, 0, 2 * CONFIGS);
-    req_add_loop_test(gpu, test_gpu_find_nonfinite, 0, 4);
-    req_add_loop_test(gpu, test_gpu_blob_scaler, 0, 2);
-    req_add_loop_test(gpu, test_gpu_relu_half, 0, 2);
-    suite_add_tcase(s, gpu);
+    add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_host);
+    add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_float32);
+    add_loop_tests(gpu, 0, 4, test_gpu_find_nonfinite);
+    add_loop_tests(gpu, 0, 2, test_gpu_blob_scaler);
+    add_loop_tests(gpu, 0, 2, test_gpu_relu_half);
     return s;
 }

@@ -1,7 +1,6 @@
 /* .npy files: round trips, files written by numpy (test/data, made by make_fixtures.py),
  * our files read by numpy, one test per malformed-file defect, failure injection, and
  * the atomic write. */
-#include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,26 +60,6 @@ static char *path_in(const char *name, char *buf)
     return buf;
 }
 
-/* Number of entries in dir: every failed save must leave no temporary file behind. */
-static int dir_entries(void)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
-static void write_bytes(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 /* The whole file in a malloc'd buffer; *n its size. */
 static unsigned char *read_bytes(const char *path, size_t *n)
 {
@@ -124,7 +103,7 @@ static void write_crafted(const char *path, int major, const char *text, size_t 
         float v = (float)ramp((int64_t)i);
         memcpy(buf + pre + hlen + 4 * i, &v, 4);
     }
-    write_bytes(path, buf, pre + hlen + ndata);
+    test_write_file(path, buf, pre + hlen + ndata);
 }
 
 /* Values of test data: element i of a part is i * scale + offset. */
@@ -234,7 +213,7 @@ START_TEST(test_round_trip)
     ck_ok(part == BLOB_PART_DATA ? blob_mutable_cpu_data(src, &p) : blob_mutable_cpu_diff(src, &p));
     test_fill(dt, p, blob_count(src), -1e6, 1e6);
     ck_ok(blob_save_npy(src, part, PATH("a.npy")));
-    ck_assert_int_eq(dir_entries(), 1);
+    ck_assert_int_eq(test_dir_entries(dir), 1);
 
     blob *dst = make(dt, 1, (const int64_t[]){7});
     blob_part other = (blob_part)!part;
@@ -426,10 +405,10 @@ START_TEST(test_truncated_preamble)
         const char *what;
     } cuts[] = {{0, "magic"}, {5, "magic"}, {8, "header length"}, {9, "header length"}};
     for (int i = 0; i < 4; i++) {
-        write_bytes(PATH("a.npy"), "\x93NUMPY\x01\x00\x76", cuts[i].n);
+        test_write_file(PATH("a.npy"), "\x93NUMPY\x01\x00\x76", cuts[i].n);
         assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, cuts[i].what);
     }
-    write_bytes(PATH("a.npy"), "\x93NUMPY\x02\x00\x76\x00\x00", 11);
+    test_write_file(PATH("a.npy"), "\x93NUMPY\x02\x00\x76\x00\x00", 11);
     assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "header length");
 }
 END_TEST
@@ -445,9 +424,9 @@ END_TEST
 START_TEST(test_oversized_header)
 {
     /* Lengths past the cap are refused before anything is allocated or read. */
-    write_bytes(PATH("a.npy"), "\x93NUMPY\x02\x00\x01\x00\x01\x00{", 13);
+    test_write_file(PATH("a.npy"), "\x93NUMPY\x02\x00\x01\x00\x01\x00{", 13);
     assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "header length 65537 exceeds");
-    write_bytes(PATH("a.npy"), "\x93NUMPY\x03\x00\xff\xff\xff\xff{", 13);
+    test_write_file(PATH("a.npy"), "\x93NUMPY\x03\x00\xff\xff\xff\xff{", 13);
     assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "header length 4294967295 exceeds");
 }
 END_TEST
@@ -565,21 +544,26 @@ START_TEST(test_count_overflow)
 }
 END_TEST
 
+/* A file of GOOD_DICT's shape (24 bytes of data) holding `bytes` bytes is refused. */
+static void assert_data_fails(int bytes)
+{
+    char detail[64];
+    snprintf(detail, sizeof detail, "data holds %d bytes, the shape needs 24", bytes);
+    write_crafted(PATH("a.npy"), 1, GOOD_DICT, bytes);
+    assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, detail);
+}
+
 START_TEST(test_data_short)
 {
-    write_crafted(PATH("a.npy"), 1, GOOD_DICT, 20);
-    assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "data holds 20 bytes, the shape needs 24");
-    write_crafted(PATH("a.npy"), 1, GOOD_DICT, 23);
-    assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "data holds 23 bytes, the shape needs 24");
+    assert_data_fails(20);
+    assert_data_fails(23);
 }
 END_TEST
 
 START_TEST(test_data_long)
 {
-    write_crafted(PATH("a.npy"), 1, GOOD_DICT, 28);
-    assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "data holds 28 bytes, the shape needs 24");
-    write_crafted(PATH("a.npy"), 1, GOOD_DICT, 25);
-    assert_load_fails(PATH("a.npy"), BLOB_EFORMAT, "data holds 25 bytes, the shape needs 24");
+    assert_data_fails(28);
+    assert_data_fails(25);
 }
 END_TEST
 
@@ -604,7 +588,7 @@ START_TEST(test_bad_arguments)
     ck_status(blob_save_npy(NULL, BLOB_PART_DATA, PATH("a.npy")), BLOB_EINVAL);
     ck_status(blob_save_npy(b, BLOB_PART_DATA, NULL), BLOB_EINVAL);
     ck_status(blob_save_npy(b, (blob_part)-1, PATH("a.npy")), BLOB_EINVAL);
-    ck_assert_int_eq(dir_entries(), 0);
+    ck_assert_int_eq(test_dir_entries(dir), 0);
     blob_free(b);
 }
 END_TEST
@@ -616,13 +600,13 @@ START_TEST(test_save_unwritable)
     blob *b = make_guard();
     ck_status(blob_save_npy(b, BLOB_PART_DATA, PATH("no/such/dir.npy")), BLOB_EIO);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "open the directory: No such file"));
-    ck_assert_int_eq(dir_entries(), 0);
+    ck_assert_int_eq(test_dir_entries(dir), 0);
     ck_assert_int_eq(mkdir(PATH("ro"), 0500), 0);
     if (geteuid() != 0) { /* root writes anyway */
         ck_status(blob_save_npy(b, BLOB_PART_DATA, PATH("ro/a.npy")), BLOB_EIO);
         ck_assert_ptr_nonnull(strstr(blob_last_error(), "Permission denied"));
     }
-    ck_assert_int_eq(dir_entries(), 1);
+    ck_assert_int_eq(test_dir_entries(dir), 1);
     blob_free(b);
 }
 END_TEST
@@ -668,7 +652,7 @@ START_TEST(test_save_not_regular)
         path_in("null", dev);
         ck_assert_int_eq(mknod(dev, S_IFCHR | 0666, makedev(1, 3)), 0);
     }
-    int entries = dir_entries();
+    int entries = test_dir_entries(dir);
     static const struct {
         const char *name;
         mode_t type;
@@ -684,7 +668,7 @@ START_TEST(test_save_not_regular)
         struct stat sb;
         ck_assert_int_eq(lstat(path, &sb), 0);
         ck_assert_int_eq(sb.st_mode & S_IFMT, targets[i].type);
-        ck_assert_int_eq(dir_entries(), entries);
+        ck_assert_int_eq(test_dir_entries(dir), entries);
     }
     blob_free(b);
 }
@@ -698,14 +682,14 @@ START_TEST(test_save_through_symlink)
     choose_tmpfile(_i);
     blob *b = make_guard();
     ck_assert_int_eq(mkdir(PATH("sub"), 0700), 0);
-    write_bytes(PATH("sub/t.npy"), "old", 3);
+    test_write_file(PATH("sub/t.npy"), "old", 3);
     ck_assert_int_eq(symlink("sub/t.npy", PATH("rel")), 0);
     ck_assert_int_eq(symlink(PATH("sub/t.npy"), PATH("abs")), 0);
     ck_assert_int_eq(symlink("rel", PATH("chain")), 0);
     ck_assert_int_eq(symlink("../rel", PATH("sub/up")), 0);
     const char *links[] = {"rel", "abs", "chain", "sub/up"};
     for (int i = 0; i < 4; i++) {
-        write_bytes(PATH("sub/t.npy"), "old", 3);
+        test_write_file(PATH("sub/t.npy"), "old", 3);
         ck_ok(blob_save_npy(b, BLOB_PART_DATA, PATH(links[i])));
         assert_saved_guard(PATH("sub/t.npy"));
         struct stat sb;
@@ -715,7 +699,7 @@ START_TEST(test_save_through_symlink)
     ck_assert_int_eq(symlink("sub/new.npy", PATH("dangling")), 0);
     ck_ok(blob_save_npy(b, BLOB_PART_DATA, PATH("dangling")));
     assert_saved_guard(PATH("sub/new.npy"));
-    ck_assert_int_eq(dir_entries(), 5); /* sub, three links and the dangling one */
+    ck_assert_int_eq(test_dir_entries(dir), 5); /* sub, three links and the dangling one */
     ck_assert_int_eq(symlink("loop", PATH("loop")), 0);
     ck_status(blob_save_npy(b, BLOB_PART_DATA, PATH("loop")), BLOB_EIO);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "symbolic links"));
@@ -743,7 +727,7 @@ START_TEST(test_save_modes)
     ck_ok(blob_save_npy(b, BLOB_PART_DATA, PATH("c.npy")));
     ck_assert_int_eq(mode_of(PATH("c.npy")), 0666);
     umask(old);
-    ck_assert_int_eq(dir_entries(), 3);
+    ck_assert_int_eq(test_dir_entries(dir), 3);
     blob_free(b);
 }
 END_TEST
@@ -774,7 +758,7 @@ START_TEST(test_save_syncs)
 {
     choose_tmpfile(_i);
     blob *b = make(BLOB_FLOAT64, 1, (const int64_t[]){1000});
-    write_bytes(PATH("a.npy"), "old", 3);
+    test_write_file(PATH("a.npy"), "old", 3);
     sync_watch = PATH("a.npy");
     ck_ok(blob_save_npy(b, BLOB_PART_DATA, sync_watch));
     ck_assert_int_eq(file_syncs, 1);
@@ -814,7 +798,7 @@ START_TEST(test_save_killed)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ, "status %#x", status);
     assert_saved_guard(PATH("a.npy"));
-    ck_assert_int_eq(dir_entries(), (_i == 0 ? 1 : 2));
+    ck_assert_int_eq(test_dir_entries(dir), (_i == 0 ? 1 : 2));
     blob_free(big);
 }
 END_TEST
@@ -832,7 +816,7 @@ START_TEST(test_save_removes_stale)
                                         "a.npy.Xy12Zw", ".a.npy.blob-tmp-others"};
     static const bool removed[] = {true, true, false, false, false, false};
     for (int i = 0; i < 6; i++) {
-        write_bytes(PATH(names[i]), "residue", 7);
+        test_write_file(PATH(names[i]), "residue", 7);
         struct timespec old = {time(NULL) - BLOB__STALE_TEMP_S - 60, 0}, t[2] = {old, old};
         if (i != 2)
             ck_assert_int_eq(utimensat(AT_FDCWD, PATH(names[i]), t, 0), 0);
@@ -890,7 +874,7 @@ START_TEST(test_failed_write_keeps_old_file)
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
     ck_status(st, BLOB_EIO);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "write: File too large"));
-    ck_assert_int_eq(dir_entries(), 2);
+    ck_assert_int_eq(test_dir_entries(dir), 2);
     assert_same_file(PATH("a.npy"), PATH("copy.npy"));
     blob_free(big);
     blob_free(b);
@@ -998,7 +982,7 @@ START_TEST(test_save_alloc_failure)
     int failures = 0;
     for (uint64_t k = 1, fired = 1; fired; k++) {
         ck_assert_uint_lt(k, 50);
-        write_bytes(PATH("a.npy"), old_bytes, n);
+        test_write_file(PATH("a.npy"), old_bytes, n);
         double *d;
         blob *b = make_gpu_ramp(9, &d);
         fired = injected();
@@ -1006,7 +990,7 @@ START_TEST(test_save_alloc_failure)
         blob_status st = blob_save_npy(b, BLOB_PART_DATA, PATH("a.npy"));
         fake_fail_alloc_at(0, false);
         fired = injected() - fired;
-        ck_assert_int_eq(dir_entries(), 2);
+        ck_assert_int_eq(test_dir_entries(dir), 2);
         if (st == BLOB_OK) {
             blob *back = make(BLOB_FLOAT32, 0, NULL);
             ck_ok(blob_load_npy(back, BLOB_PART_DATA, PATH("a.npy")));
@@ -1027,68 +1011,49 @@ START_TEST(test_save_alloc_failure)
 }
 END_TEST
 
+/* A case of the suite with its root directory, made once for the case (dir_setup makes
+ * each test's directory in it). */
+static TCase *files_case(Suite *s, const char *name, const char *tags)
+{
+    TCase *tc = suite_case(s, name, tags, NULL, NULL);
+    tcase_add_unchecked_fixture(tc, root_setup, root_teardown);
+    return tc;
+}
+
 Suite *npy_suite(void)
 {
     Suite *s = suite_create("npy");
-    TCase *tc = tcase_create("files");
-    tcase_add_unchecked_fixture(tc, root_setup, root_teardown);
+    TCase *tc = files_case(s, "files", NULL);
     tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-    tcase_add_loop_test(tc, test_round_trip, 0, N_SHAPES * 4);
-    tcase_add_loop_test(tc, test_convert_dtype, 0, 2);
-    tcase_add_loop_test(tc, test_numpy_fixtures, 0,
-                        (int)(sizeof fixtures / sizeof fixtures[0]) * 2);
-    tcase_add_test(tc, test_numpy_rejects);
-    tcase_add_test(tc, test_header_variants);
-    tcase_add_test(tc, test_bad_magic);
-    tcase_add_test(tc, test_bad_version);
-    tcase_add_test(tc, test_truncated_preamble);
-    tcase_add_test(tc, test_truncated_header);
-    tcase_add_test(tc, test_oversized_header);
-    tcase_add_test(tc, test_header_syntax);
-    tcase_add_test(tc, test_missing_key);
-    tcase_add_test(tc, test_duplicate_key);
-    tcase_add_test(tc, test_unknown_key);
-    tcase_add_test(tc, test_unknown_dtype);
-    tcase_add_test(tc, test_fortran_order);
-    tcase_add_test(tc, test_too_many_axes);
-    tcase_add_test(tc, test_negative_dim);
-    tcase_add_test(tc, test_absurd_dim);
-    tcase_add_test(tc, test_count_overflow);
-    tcase_add_test(tc, test_data_short);
-    tcase_add_test(tc, test_data_long);
-    tcase_add_test(tc, test_read_errors);
-    tcase_add_test(tc, test_bad_arguments);
-    tcase_add_test(tc, test_save_unwritable);
-    tcase_add_loop_test(tc, test_save_not_regular, 0, 2);
-    tcase_add_loop_test(tc, test_save_through_symlink, 0, 2);
-    tcase_add_loop_test(tc, test_save_modes, 0, 2);
-    tcase_add_loop_test(tc, test_save_syncs, 0, 2);
-    tcase_add_loop_test(tc, test_save_killed, 1, 2);
-    tcase_add_loop_test(tc, test_save_removes_stale, 0, 2);
-    tcase_add_loop_test(tc, test_count_zero_huge_dims, 0, 2);
-    tcase_add_test(tc, test_failed_write_keeps_old_file);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, N_SHAPES * 4, test_round_trip);
+    add_loop_tests(tc, 0, 2, test_convert_dtype);
+    add_loop_tests(tc, 0, (int)(sizeof fixtures / sizeof fixtures[0]) * 2, test_numpy_fixtures);
+    add_tests(tc, test_numpy_rejects, test_header_variants, test_bad_magic, test_bad_version,
+              test_truncated_preamble, test_truncated_header, test_oversized_header,
+              test_header_syntax, test_missing_key, test_duplicate_key, test_unknown_key,
+              test_unknown_dtype, test_fortran_order, test_too_many_axes, test_negative_dim,
+              test_absurd_dim, test_count_overflow, test_data_short, test_data_long,
+              test_read_errors, test_bad_arguments, test_save_unwritable);
+    add_loop_tests(tc, 0, 2, test_save_not_regular, test_save_through_symlink, test_save_modes,
+                   test_save_syncs);
+    add_loop_tests(tc, 1, 2, test_save_killed);
+    add_loop_tests(tc, 0, 2, test_save_removes_stale, test_count_zero_huge_dims);
+    add_tests(tc, test_failed_write_keeps_old_file);
 
-    TCase *numpy = req_tcase("numpy", "numpy");
-    tcase_add_unchecked_fixture(numpy, root_setup, root_teardown);
-    tcase_add_checked_fixture(numpy, dir_setup, dir_teardown);
-    req_add_test(numpy, test_numpy_reads_ours);
-    suite_add_tcase(s, numpy);
+    tc = files_case(s, "numpy", "numpy");
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    add_tests(tc, test_numpy_reads_ours);
 
-    TCase *tmpfile = req_tcase("tmpfile", "tmpfile");
-    tcase_add_unchecked_fixture(tmpfile, root_setup, root_teardown);
-    tcase_add_checked_fixture(tmpfile, dir_setup, dir_teardown);
-    req_add_loop_test(tmpfile, test_save_killed, 0, 1);
-    suite_add_tcase(s, tmpfile);
+    tc = files_case(s, "tmpfile", "tmpfile");
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    add_loop_tests(tc, 0, 1, test_save_killed);
 
-    TCase *fake = tcase_create("fake");
-    tcase_add_unchecked_fixture(fake, root_setup, root_teardown);
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_checked_fixture(fake, no_cache_setup, no_cache_teardown);
-    tcase_add_checked_fixture(fake, dir_setup, dir_teardown);
-    tcase_add_test(fake, test_gpu_resident);
-    tcase_add_loop_test(fake, test_load_alloc_failure, 0, 4);
-    tcase_add_loop_test(fake, test_save_alloc_failure, 0, 2);
-    suite_add_tcase(s, fake);
+    tc = files_case(s, "fake", NULL);
+    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
+    tcase_add_checked_fixture(tc, no_cache_setup, no_cache_teardown);
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    add_tests(tc, test_gpu_resident);
+    add_loop_tests(tc, 0, 4, test_load_alloc_failure);
+    add_loop_tests(tc, 0, 2, test_save_alloc_failure);
     return s;
 }

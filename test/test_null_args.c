@@ -195,10 +195,9 @@ END_TEST
 Suite *null_args_suite(void)
 {
     Suite *s = suite_create("null_args");
-    TCase *tc = tcase_create("calls");
+    TCase *tc = suite_case(s, "calls", NULL, NULL, NULL);
     tcase_set_timeout(tc, 120);
     tcase_add_unchecked_fixture(tc, dir_setup, dir_teardown);
-    tcase_add_test(tc, test_null_arguments);
-    suite_add_tcase(s, tc);
+    add_tests(tc, test_null_arguments);
     return s;
 }

@@ -253,15 +253,21 @@ START_TEST(test_cpu_optim_rules)
 }
 END_TEST
 
-/* Adam and AdamW over many steps stay with the double-precision loop. */
+/* Adam and AdamW (loop i: the dtype i / 2, AdamW when odd) over 300 steps of tensors of
+ * `first` and 33 parameters stay with the double-precision loop. */
+static void check_adam_many_steps(int i, bool gpu, int64_t first)
+{
+    const blob_dtype dt = (blob_dtype)(i / 2);
+    test_seed(57 + (uint64_t)i);
+    const int64_t counts[] = {first, 33};
+    tensors t = tensors_new(dt, gpu, 2, counts, false);
+    run_and_check(&t, i % 2 ? 6 : 5, 300, step_tol(dt, 300), gpu ? "gpu" : "cpu");
+    tensors_free(&t);
+}
+
 START_TEST(test_cpu_adam_many_steps)
 {
-    const blob_dtype dt = (blob_dtype)(_i / 2);
-    test_seed(57 + (uint64_t)_i);
-    const int64_t counts[] = {1000, 33};
-    tensors t = tensors_new(dt, false, 2, counts, false);
-    run_and_check(&t, _i % 2 ? 6 : 5, 300, step_tol(dt, 300), "cpu");
-    tensors_free(&t);
+    check_adam_many_steps(_i, false, 1000);
 }
 END_TEST
 
@@ -563,12 +569,7 @@ END_TEST
 
 START_TEST(test_gpu_adam_many_steps)
 {
-    const blob_dtype dt = (blob_dtype)(_i / 2);
-    test_seed(57 + (uint64_t)_i);
-    const int64_t counts[] = {100000, 33};
-    tensors t = tensors_new(dt, true, 2, counts, false);
-    run_and_check(&t, _i % 2 ? 6 : 5, 300, step_tol(dt, 300), "gpu");
-    tensors_free(&t);
+    check_adam_many_steps(_i, true, 100000);
 }
 END_TEST
 
@@ -691,29 +692,22 @@ END_TEST
 Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
-    TCase *tc = tcase_create("host");
+    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_cpu_optim_rules, 0, 2);
-    tcase_add_loop_test(tc, test_cpu_adam_many_steps, 0, 4);
-    tcase_add_test(tc, test_optim_defaults);
-    tcase_add_loop_test(tc, test_optim_bad_arguments, 0, 2);
-    tcase_add_loop_test(tc, test_blob_optim_host, 0, 2);
-    tcase_add_test(tc, test_blob_optim_errors);
-    suite_add_tcase(s, tc);
+    add_loop_tests(tc, 0, 2, test_cpu_optim_rules);
+    add_loop_tests(tc, 0, 4, test_cpu_adam_many_steps);
+    add_tests(tc, test_optim_defaults);
+    add_loop_tests(tc, 0, 2, test_optim_bad_arguments, test_blob_optim_host);
+    add_tests(tc, test_blob_optim_errors);
 
-    TCase *fake = tcase_create("fake");
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_test(fake, test_blob_optim_alloc_failure);
-    suite_add_tcase(s, fake);
+    add_tests(suite_case(s, "fake", NULL, fake_setup, fake_teardown),
+              test_blob_optim_alloc_failure);
 
-    TCase *gpu = gpu_tcase("gpu");
-    tcase_set_timeout(gpu, 300);
-    req_add_loop_test(gpu, test_gpu_optim_rules, 0, 2);
-    req_add_loop_test(gpu, test_gpu_optim_large, 0, 2);
-    req_add_loop_test(gpu, test_gpu_adam_many_steps, 0, 4);
-    req_add_loop_test(gpu, test_gpu_optim_graph, 0, 2);
-    req_add_loop_test(gpu, test_gpu_blob_optim, 0, 2);
-    req_add_test(gpu, test_gpu_blob_optim_graph);
-    suite_add_tcase(s, gpu);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tcase_set_timeout(tc, 300);
+    add_loop_tests(tc, 0, 2, test_gpu_optim_rules, test_gpu_optim_large);
+    add_loop_tests(tc, 0, 4, test_gpu_adam_many_steps);
+    add_loop_tests(tc, 0, 2, test_gpu_optim_graph, test_gpu_blob_optim);
+    add_tests(tc, test_gpu_blob_optim_graph);
     return s;
 }

@@ -133,13 +133,19 @@ START_TEST(test_graph_arguments)
 }
 END_TEST
 
+/* A float32 blob of n elements, for the tests on a GPU. */
+static blob *gpu_vector(int64_t n)
+{
+    blob *b;
+    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, &n));
+    return b;
+}
+
 /* Capture y += 2x on a stream once, replay it three times. */
 START_TEST(test_gpu_graph_replay)
 {
     enum { N = 1000 };
-    int64_t shape[] = {N};
-    blob *b;
-    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *b = gpu_vector(N);
     float *x, *y;
     ck_ok(blob_mutable_cpu_data(b, (void **)&y));
     ck_ok(blob_mutable_cpu_diff(b, (void **)&x));
@@ -186,9 +192,7 @@ END_TEST
 START_TEST(test_gpu_stream_priority)
 {
     enum { N = 4096 };
-    int64_t shape[] = {N};
-    blob *b;
-    ck_ok(blob_create(&b, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *b = gpu_vector(N);
     void *urgent, *most, *plain, *y;
     ck_ok(blob_stream_create_with_priority(&urgent, 1));
     ck_ok(blob_stream_create_with_priority(&most, 1000));
@@ -228,8 +232,7 @@ START_TEST(test_stream_wait_stream)
 {
     void *a, *b;
     unsigned char *p;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     ck_ok(blob_place_alloc(blob_place_device(0), 64, b, (void **)&p));
     memset(p, 0, 64);
     ck_ok(blob__be->memset_async(p, 7, 64, b));
@@ -253,8 +256,7 @@ START_TEST(test_stream_wait_stream)
     ck_assert_uint_eq(fake_get_stats().events_created, 2);
     ck_ok(blob_device_set(0));
     blob_place_free(blob_place_device(0), p);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_assert_uint_eq(fake_get_stats().violations, 0);
 }
 END_TEST
@@ -282,8 +284,7 @@ START_TEST(test_stream_priority)
     ck_status(blob_stream_create_with_priority(&c, 3), BLOB_ECUDA);
     ck_assert_ptr_null(c);
     ck_assert_uint_eq(fake_get_stats().streams_created, made);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -307,8 +308,7 @@ START_TEST(test_event)
     }
     fake_fail_alloc_at(0, false);
     ck_assert_uint_eq(fake_get_stats().events_created, 0);
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     ck_ok(blob_place_alloc(blob_place_device(0), 64, b, (void **)&p));
     memset(p, 0, 64);
     ck_ok(blob_event_create(&e));
@@ -332,8 +332,7 @@ START_TEST(test_event)
     ck_assert_int_eq(p[63], 9);
     blob_event_free(e);
     blob_place_free(blob_place_device(0), p);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_assert_uint_eq(fake_get_stats().violations, 0);
 }
 END_TEST
@@ -345,16 +344,12 @@ END_TEST
 START_TEST(test_gpu_event_in_graph)
 {
     enum { N = 1 << 22, LATER = 8 };
-    int64_t shape[] = {N};
-    blob *xy, *z;
     void *s, *copy, *x, *y, *dz;
     blob_event *ready;
-    ck_ok(blob_stream_create(&s));
-    ck_ok(blob_stream_create(&copy));
+    test_streams_create(&s, &copy);
     ck_ok(blob_event_create(&ready));
     blob_stream_set(s);
-    ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
-    ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *xy = gpu_vector(N), *z = gpu_vector(N);
     ck_ok(blob_mutable_gpu_data(xy, &x));
     ck_ok(blob_mutable_gpu_diff(xy, &y));
     ck_ok(blob_mutable_gpu_data(z, &dz));
@@ -403,8 +398,7 @@ START_TEST(test_gpu_event_in_graph)
     blob_event_free(ready);
     blob_free(xy);
     blob_free(z);
-    ck_ok(blob_stream_destroy(copy));
-    ck_ok(blob_stream_destroy(s));
+    test_streams_destroy(copy, s);
 }
 END_TEST
 
@@ -414,14 +408,10 @@ END_TEST
 START_TEST(test_gpu_stream_fork_join)
 {
     enum { N = 1 << 22 };
-    int64_t shape[] = {N};
-    blob *xy, *z;
     void *s, *side, *x, *y, *dz;
-    ck_ok(blob_stream_create(&s));
-    ck_ok(blob_stream_create(&side));
+    test_streams_create(&s, &side);
     blob_stream_set(s);
-    ck_ok(blob_create(&xy, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
-    ck_ok(blob_create(&z, BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, shape));
+    blob *xy = gpu_vector(N), *z = gpu_vector(N);
     ck_ok(blob_mutable_gpu_data(xy, &x));
     ck_ok(blob_mutable_gpu_diff(xy, &y));
     ck_ok(blob_mutable_gpu_data(z, &dz));
@@ -466,34 +456,19 @@ START_TEST(test_gpu_stream_fork_join)
     blob_stream_set(NULL);
     blob_free(xy);
     blob_free(z);
-    ck_ok(blob_stream_destroy(side));
-    ck_ok(blob_stream_destroy(s));
+    test_streams_destroy(side, s);
 }
 END_TEST
 
 Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_names_and_messages);
-    tcase_add_test(tc, test_last_error_detail);
-    tcase_add_test(tc, test_details_name_the_call);
-    tcase_add_test(tc, test_graph_arguments);
-    suite_add_tcase(s, tc);
-    TCase *fake = tcase_create("fake");
-    tcase_add_checked_fixture(fake, fake_setup, fake_teardown);
-    tcase_add_test(fake, test_stream_wait_stream);
-    tcase_add_test(fake, test_event);
-    tcase_add_test(fake, test_stream_priority);
-    suite_add_tcase(s, fake);
-    TCase *nogpu = req_tcase("nogpu", "nogpu");
-    req_add_test(nogpu, test_no_gpu_reports);
-    suite_add_tcase(s, nogpu);
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_test(gpu, test_gpu_graph_replay);
-    req_add_test(gpu, test_gpu_stream_fork_join);
-    req_add_test(gpu, test_gpu_event_in_graph);
-    req_add_test(gpu, test_gpu_stream_priority);
-    suite_add_tcase(s, gpu);
+    add_tests(suite_case(s, "core", NULL, NULL, NULL), test_names_and_messages,
+              test_last_error_detail, test_details_name_the_call, test_graph_arguments);
+    add_tests(suite_case(s, "fake", NULL, fake_setup, fake_teardown), test_stream_wait_stream,
+              test_event, test_stream_priority);
+    add_tests(suite_case(s, "nogpu", "nogpu", NULL, NULL), test_no_gpu_reports);
+    add_tests(suite_case(s, "gpu", "gpu", NULL, NULL), test_gpu_graph_replay,
+              test_gpu_stream_fork_join, test_gpu_event_in_graph, test_gpu_stream_priority);
     return s;
 }

@@ -321,8 +321,7 @@ END_TEST
 START_TEST(test_cross_stream_reuse)
 {
     void *a, *b, *d;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     ck_ok(blob_alloc_set_caching(true));
     blob_stream_set(a);
     blob_syncedmem *m1 = block_at(BLOB_HEAD_UNINITIALIZED);
@@ -339,8 +338,7 @@ START_TEST(test_cross_stream_reuse)
     ck_assert_ptr_ne(d2, d); /* b has not finished with it */
     blob_syncedmem_free(m2);
     blob_stream_set(NULL);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
     ck_assert_int_eq(fake_get_stats().violations, 0);
 }
 END_TEST
@@ -349,8 +347,7 @@ END_TEST
 START_TEST(test_cross_stream_order)
 {
     void *a, *b;
-    ck_ok(blob_stream_create(&a));
-    ck_ok(blob_stream_create(&b));
+    test_streams_create(&a, &b);
     blob_stream_set(a);
     blob_syncedmem *m = block_at(BLOB_HEAD_UNINITIALIZED);
     const void *d, *h;
@@ -361,8 +358,7 @@ START_TEST(test_cross_stream_order)
     assert_contents(h, true);
     blob_stream_set(NULL);
     blob_syncedmem_free(m);
-    ck_ok(blob_stream_destroy(a));
-    ck_ok(blob_stream_destroy(b));
+    test_streams_destroy(a, b);
 }
 END_TEST
 
@@ -663,38 +659,21 @@ END_TEST
 Suite *syncedmem_suite(void)
 {
     Suite *s = suite_create("syncedmem");
-    TCase *tc = tcase_create("fake");
-    tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
-    tcase_add_loop_test(tc, test_transition, 0, (int)(sizeof table / sizeof table[0]));
-    tcase_add_test(tc, test_caffe_sequence);
-    tcase_add_test(tc, test_create_lazy_and_queries);
-    tcase_add_test(tc, test_pinned_vs_pageable);
-    tcase_add_test(tc, test_borrow_host);
-    tcase_add_test(tc, test_borrow_device);
-    tcase_add_test(tc, test_async_push);
-    tcase_add_test(tc, test_async_push_then_host_write);
-    tcase_add_test(tc, test_async_free_pending);
-    tcase_add_test(tc, test_async_pull);
-    tcase_add_test(tc, test_cross_stream_reuse);
-    tcase_add_test(tc, test_cross_stream_order);
-    tcase_add_test(tc, test_device_mismatch);
-    tcase_add_test(tc, test_size_zero);
-    tcase_add_test(tc, test_retain);
-    tcase_add_test(tc, test_null_arguments);
-    tcase_add_loop_test(tc, test_alloc_failure_each_op, 0,
-                        (int)(2 * sizeof alloc_cases / sizeof alloc_cases[0]));
-    tcase_add_test(tc, test_copy_failure_keeps_state);
-    tcase_add_test(tc, test_create_alloc_failure);
-    suite_add_tcase(s, tc);
+    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    add_loop_tests(tc, 0, (int)(sizeof table / sizeof table[0]), test_transition);
+    add_tests(tc, test_caffe_sequence, test_create_lazy_and_queries, test_pinned_vs_pageable,
+              test_borrow_host, test_borrow_device, test_async_push,
+              test_async_push_then_host_write, test_async_free_pending, test_async_pull,
+              test_cross_stream_reuse, test_cross_stream_order, test_device_mismatch,
+              test_size_zero, test_retain, test_null_arguments);
+    add_loop_tests(tc, 0, (int)(2 * sizeof alloc_cases / sizeof alloc_cases[0]),
+                   test_alloc_failure_each_op);
+    add_tests(tc, test_copy_failure_keeps_state, test_create_alloc_failure);
 
-    TCase *gpu = gpu_tcase("gpu");
-    req_add_test(gpu, test_gpu_sequence);
-    req_add_test(gpu, test_gpu_zero_fill_and_async);
-    req_add_loop_test(gpu, test_gpu_pull_sizes, 0,
-                      (int)(3 * sizeof pull_sizes / sizeof pull_sizes[0]));
-    suite_add_tcase(s, gpu);
-    TCase *gpu2 = multi_gpu_tcase("gpu2");
-    req_add_test(gpu2, test_gpu_device_mismatch);
-    suite_add_tcase(s, gpu2);
+    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    add_tests(tc, test_gpu_sequence, test_gpu_zero_fill_and_async);
+    add_loop_tests(tc, 0, (int)(3 * sizeof pull_sizes / sizeof pull_sizes[0]),
+                   test_gpu_pull_sizes);
+    add_tests(suite_case(s, "gpu2", "gpu gpu2", NULL, NULL), test_gpu_device_mismatch);
     return s;
 }

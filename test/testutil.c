@@ -1,3 +1,4 @@
+#include <dirent.h>
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
@@ -150,17 +151,23 @@ TCase *req_tcase(const char *name, const char *tags)
     return tc;
 }
 
-TCase *gpu_tcase(const char *name) { return req_tcase(name, "gpu"); }
-TCase *multi_gpu_tcase(const char *name) { return req_tcase(name, "gpu gpu2"); }
-
-void req_count(TCase *tc, int tests)
+TCase *suite_case(Suite *s, const char *name, const char *tags, SFun setup, SFun teardown)
 {
+    TCase *tc = tags ? req_tcase(name, tags) : tcase_create(name);
+    if (setup || teardown)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+void add_loop_test_list(TCase *tc, int start, int end, const TTest *const *tests)
+{
+    int n = 0;
+    for (; tests[n]; n++)
+        tcase_add_loop_test(tc, tests[n], start, end);
     for (int i = 0; i < num_cases; i++)
-        if (cases[i].tc == tc) {
-            cases[i].tests += tests;
-            return;
-        }
-    die("req_count: a test case not made by req_tcase", "");
+        if (cases[i].tc == tc)
+            cases[i].tests += n * (end - start);
 }
 
 /* In a child: the GPU count, and whether GPU 0 holds the "gpumem" buffers. */
@@ -267,6 +274,49 @@ void fake_teardown(void)
     blob_alloc_set_caching(caching_before);
     int64_t live = fake_uninstall();
     ck_assert_msg(live == 0, "%lld fake blocks leaked", (long long)live);
+}
+
+static int no_devices(void) { return 0; }
+
+void test_hide_gpus(void)
+{
+    static blob__backend none;
+    none = *blob__backend_default();
+    none.device_count = no_devices;
+    blob__backend_install(&none);
+}
+
+void test_show_gpus(void) { blob__backend_install(NULL); }
+
+void test_streams_create(void **a, void **b)
+{
+    ck_ok(blob_stream_create(a));
+    ck_ok(blob_stream_create(b));
+}
+
+void test_streams_destroy(void *a, void *b)
+{
+    ck_ok(blob_stream_destroy(a));
+    ck_ok(blob_stream_destroy(b));
+}
+
+void test_write_file(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+int test_dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
 }
 
 double test_time_scale(void)

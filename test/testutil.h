@@ -34,22 +34,19 @@
  *   "forkthreads" threads started in a forked child of a threaded process (not under
  *             ThreadSanitizer)
  * req_tcase takes the tags a case needs, separated by spaces ("gpu gpumem"); a skipped
- * test is counted under the first unmet one. Add tests to such a case with
- * req_add_test / req_add_loop_test, which keep the counts. */
+ * test is counted under the first unmet one. */
 TCase *req_tcase(const char *name, const char *tags);
-TCase *gpu_tcase(const char *name);       /* req_tcase(name, "gpu") */
-TCase *multi_gpu_tcase(const char *name); /* req_tcase(name, "gpu gpu2") */
-void req_count(TCase *tc, int tests);
-#define req_add_test(tc, tf)        \
-    do {                            \
-        tcase_add_test((tc), (tf)); \
-        req_count((tc), 1);         \
-    } while (0)
-#define req_add_loop_test(tc, tf, start, end)            \
-    do {                                                 \
-        tcase_add_loop_test((tc), (tf), (start), (end)); \
-        req_count((tc), (end) - (start));                \
-    } while (0)
+
+/* A case of suite s, added to it at once: req_tcase's when tags are given (NULL: it needs
+ * nothing), its tests run under the checked fixture setup/teardown (NULL: none). */
+TCase *suite_case(Suite *s, const char *name, const char *tags, SFun setup, SFun teardown);
+
+/* Add tests to tc, each a loop test over _i in [start, end) (a plain test is [0, 1)),
+ * counted for the needs of a req_tcase case. */
+void add_loop_test_list(TCase *tc, int start, int end, const TTest *const *tests);
+#define add_loop_tests(tc, start, end, ...) \
+    add_loop_test_list((tc), (start), (end), (const TTest *const[]){__VA_ARGS__, NULL})
+#define add_tests(tc, ...) add_loop_tests((tc), 0, 1, __VA_ARGS__)
 
 /* Bytes of each of the two device buffers that "gpumem" tests allocate: 2^31 + 37
  * floats, past INT_MAX elements. */
@@ -80,6 +77,20 @@ extern bool test_real_gpu;
  * the fake and its counts are exact) and, on teardown, assert no leak. */
 void fake_setup(void);
 void fake_teardown(void);
+
+/* The default backend seeing no GPU, installed for the blob_gpu_* calls that must say so,
+ * until test_show_gpus reinstalls the default. */
+void test_hide_gpus(void);
+void test_show_gpus(void);
+
+/* Two streams for work across streams, created and destroyed (asserted). */
+void test_streams_create(void **a, void **b);
+void test_streams_destroy(void *a, void *b);
+
+/* path written with the n bytes (asserted), and the number of entries of the directory dir
+ * but "." and "..". */
+void test_write_file(const char *path, const void *bytes, size_t n);
+int test_dir_entries(const char *dir);
 
 /* TEST_TIME_SCALE from the environment (a number >= 1, default 1): the factor the
  * communicator tests stretch their deadlines by, for runs under compute-sanitizer. */

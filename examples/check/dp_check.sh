@@ -23,24 +23,9 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/../../tools/check_kit.sh"
+fail_lines=30
 skipped=0
-
-pass() { passed=$((passed + 1)); echo "  ok    $1"; }
-fail() { failed=$((failed + 1)); echo "  FAIL  $1"; sed 's/^/        | /' "$tmp/out" 2>/dev/null | tail -30; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
-# expect NAME COMMAND...: it exits 0; its output is kept in $tmp/out and shown on failure
-expect() {
-    name=$1
-    shift
-    "$@" >"$tmp/out" 2>&1
-    st=$?
-    if [ $st = 0 ]; then pass "$name"; else echo "exit status $st" >>"$tmp/out"; fail "$name"; fi
-}
-has() { grep -q "$1" "$tmp/out"; }
 have_data() { [ -r "$data/train-images-idx3-ubyte.gz" ] && [ -r "$data/t10k-images-idx3-ubyte.gz" ]; }
 # the trainer's output without the times and the output directory
 normalize() { sed -e 's/  [0-9.]* s$//' -e 's/ in [0-9.]* s ([0-9.]* us per training step)//' \
@@ -70,7 +55,7 @@ wait_exit() {
 }
 
 echo "data parallel, one rank"
-expect "dp_check one: a 1-rank communicator trains as none" "$check" one
+expect "dp_check one: a 1-rank communicator trains as none" 0 "$check" one
 small="--limit 2000 --epochs 2 --lr 0.05"
 if have_data; then
     # shellcheck disable=SC2086
@@ -109,11 +94,6 @@ elif [ "$gpus" = 1 ]; then
     skipped=$((skipped + 4))
     echo "skipped: 4 tests as threads or over NVLink (they need two GPUs; 1 found)"
 fi
-# rank_env R: the variables of rank R started by hand
-rank_env() {
-    if [ -n "$one_gpu" ]; then echo "RANK=$1 LOCAL_RANK=0 NCCL_HOSTID=blob-test-host-$1"; else
-        echo "RANK=$1 LOCAL_RANK=$1"; fi
-}
 if [ "$gpus" -lt 1 ]; then
     skipped=$((skipped + gpu_tests))
     echo "skipped: $gpu_tests tests (they need a GPU; none found)"
@@ -122,10 +102,10 @@ else
     for how in $hows; do
         # shellcheck disable=SC2086
         case $how in
-        threads) expect "dp_check threads: 2 threads = 1 GPU with twice the batch" "$check" threads ;;
-        nvlink) expect "dp_check rank: 2 processes = 1 GPU with twice the batch (NVLink)" \
+        threads) expect "dp_check threads: 2 threads = 1 GPU with twice the batch" 0 "$check" threads ;;
+        nvlink) expect "dp_check rank: 2 processes = 1 GPU with twice the batch (NVLink)" 0 \
             env BLOB_COMM_BUCKET_MB=1 "$launch" --nproc 2 "$check" rank ;;
-        sockets) expect "dp_check rank: 2 processes = 1 GPU with twice the batch (sockets)" \
+        sockets) expect "dp_check rank: 2 processes = 1 GPU with twice the batch (sockets)" 0 \
             env BLOB_COMM_BUCKET_MB=1 $sockets "$launch" --nproc 2 $one_gpu "$check" rank ;;
         esac
     done

@@ -290,33 +290,35 @@ static blob_status make_conv_per_image(nn_layer **l, nn_mode mode)
     return nn_conv_create(l, mode, dt, &p, 14);
 }
 
+/* Windows of 2x2, stride 2; or (overlap) 3x3, stride 2, padding 1, rounded up, so that some
+ * windows are partial. */
+static blob_status make_pool_kind(nn_layer **l, nn_mode mode, nn_pool_method method,
+                                  bool overlap)
+{
+    nn_pool_param p = {.method = method, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
+                       .stride_w = 2};
+    if (overlap) {
+        p.kernel_h = p.kernel_w = 3;
+        p.pad_h = p.pad_w = 1;
+        p.rounding = BLOB_ROUND_CEIL;
+    }
+    return nn_pool_create(l, mode, dt, &p);
+}
 static blob_status make_max_pool(nn_layer **l, nn_mode mode)
 {
-    nn_pool_param p = {.method = NN_POOL_MAX, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
-                       .stride_w = 2};
-    return nn_pool_create(l, mode, dt, &p);
+    return make_pool_kind(l, mode, NN_POOL_MAX, false);
 }
-
-/* overlapping windows, padding, rounded up: some windows are partial */
 static blob_status make_max_pool_overlap(nn_layer **l, nn_mode mode)
 {
-    nn_pool_param p = {.method = NN_POOL_MAX, .kernel_h = 3, .kernel_w = 3, .pad_h = 1,
-                       .pad_w = 1, .stride_h = 2, .stride_w = 2, .rounding = BLOB_ROUND_CEIL};
-    return nn_pool_create(l, mode, dt, &p);
+    return make_pool_kind(l, mode, NN_POOL_MAX, true);
 }
-
 static blob_status make_ave_pool(nn_layer **l, nn_mode mode)
 {
-    nn_pool_param p = {.method = NN_POOL_AVE, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
-                       .stride_w = 2};
-    return nn_pool_create(l, mode, dt, &p);
+    return make_pool_kind(l, mode, NN_POOL_AVE, false);
 }
-
 static blob_status make_ave_pool_overlap(nn_layer **l, nn_mode mode)
 {
-    nn_pool_param p = {.method = NN_POOL_AVE, .kernel_h = 3, .kernel_w = 3, .pad_h = 1,
-                       .pad_w = 1, .stride_h = 2, .stride_w = 2, .rounding = BLOB_ROUND_CEIL};
-    return nn_pool_create(l, mode, dt, &p);
+    return make_pool_kind(l, mode, NN_POOL_AVE, true);
 }
 
 static const layer_row rows[] = {

@@ -136,15 +136,8 @@ blob_status blob_reshape_like(blob *b, const blob *other)
 }
 
 /* A query: for NULL, the detail is recorded and the neutral value returned. */
-#define BLOB__QUERY(type, name, neutral, expr)                     \
-    type blob_##name(const blob *b)                                \
-    {                                                              \
-        if (!b) {                                                  \
-            blob__fail(BLOB_EINVAL, "blob_" #name, "blob is NULL"); \
-            return neutral;                                        \
-        }                                                          \
-        return expr;                                               \
-    }
+#define BLOB__QUERY(type, name, neutral, expr) \
+    BLOB__QUERY_FN(type, blob_##name, blob, b, "blob", neutral, expr)
 BLOB__QUERY(blob_dtype, get_dtype, BLOB_DTYPE_NONE, b->dtype)
 BLOB__QUERY(int, device, BLOB_HOST_ONLY, b->device)
 BLOB__QUERY(int, num_axes, 0, b->num_axes)

@@ -25,16 +25,7 @@
 #define LOAD "blob_load_npy"
 
 /* Record a failure of `func` concerning the file `path`. */
-__attribute__((format(printf, 4, 5))) static blob_status
-file_fail(blob_status st, const char *func, const char *path, const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return blob__fail(st, func, "%s: %s", path, msg);
-}
+#define file_fail blob__fail_path
 
 /* BLOB_EIO for a failed system call `what`, with errno's text. */
 static blob_status errno_fail(const char *func, const char *path, const char *what)

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,48 +71,40 @@ blob_status blob_comm_id_encode(const blob_comm_id *id, int world_size, void *bu
     return BLOB_OK;
 }
 
-/* BLOB_EFORMAT for a bad record: "path: why", or "why" with path NULL. */
-__attribute__((format(printf, 3, 4))) static blob_status bad_record(const char *func,
-                                                                     const char *path,
-                                                                     const char *fmt, ...)
-{
-    char why[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    return blob__fail(BLOB_EFORMAT, func, "%s%s%s", path ? path : "", path ? ": " : "", why);
-}
-
 /* blob_comm_id_decode, failures recorded under func about path (NULL: bytes). */
 static blob_status decode(const char *func, const char *path, blob_comm_id *out,
                           int *world_size, const unsigned char *p, size_t len)
 {
     size_t head = len < BLOB__RECORD_MAGIC_LEN ? len : BLOB__RECORD_MAGIC_LEN;
     if (len == 0 || memcmp(p, BLOB__RECORD_MAGIC, head) != 0)
-        return bad_record(func, path, "not a rendezvous record (%zu bytes, no magic)", len);
+        return blob__fail_path(BLOB_EFORMAT, func, path,
+                               "not a rendezvous record (%zu bytes, no magic)", len);
     if (len < OFF_LENGTH + 4)
-        return bad_record(func, path, "record truncated: %zu of %d bytes", len,
-                          BLOB_COMM_ID_RECORD_SIZE);
+        return blob__fail_path(BLOB_EFORMAT, func, path, "record truncated: %zu of %d bytes",
+                               len, BLOB_COMM_ID_RECORD_SIZE);
     uint32_t version = get_u32(p + OFF_VERSION);
     if (version != RECORD_VERSION)
-        return bad_record(func, path, "record version %u (this library reads version %u)",
-                          version, RECORD_VERSION);
+        return blob__fail_path(BLOB_EFORMAT, func, path,
+                               "record version %u (this library reads version %u)", version,
+                               RECORD_VERSION);
     uint32_t length = get_u32(p + OFF_LENGTH);
     if (length != BLOB_COMM_ID_BYTES)
-        return bad_record(func, path, "record holds an id of %u bytes, expected %d", length,
-                          BLOB_COMM_ID_BYTES);
+        return blob__fail_path(BLOB_EFORMAT, func, path,
+                               "record holds an id of %u bytes, expected %d", length,
+                               BLOB_COMM_ID_BYTES);
     if (len != BLOB_COMM_ID_RECORD_SIZE)
-        return bad_record(func, path, "record %s: %zu of %d bytes",
-                          len < BLOB_COMM_ID_RECORD_SIZE ? "truncated" : "has trailing bytes",
-                          len, BLOB_COMM_ID_RECORD_SIZE);
+        return blob__fail_path(BLOB_EFORMAT, func, path, "record %s: %zu of %d bytes",
+                               len < BLOB_COMM_ID_RECORD_SIZE ? "truncated" : "has trailing bytes",
+                               len, BLOB_COMM_ID_RECORD_SIZE);
     uint32_t crc = crc32(p, OFF_CRC);
     if (get_u32(p + OFF_CRC) != crc)
-        return bad_record(func, path, "record damaged: checksum %08x, computed %08x",
-                          get_u32(p + OFF_CRC), crc);
+        return blob__fail_path(BLOB_EFORMAT, func, path,
+                               "record damaged: checksum %08x, computed %08x",
+                               get_u32(p + OFF_CRC), crc);
     uint32_t world = get_u32(p + OFF_WORLD);
     if (world < 1 || world > INT32_MAX)
-        return bad_record(func, path, "record names a world size of %u", world);
+        return blob__fail_path(BLOB_EFORMAT, func, path, "record names a world size of %u",
+                               world);
     memcpy(out->bytes, p + OFF_ID, BLOB_COMM_ID_BYTES);
     *world_size = (int)world;
     return BLOB_OK;

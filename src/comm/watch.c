@@ -362,22 +362,18 @@ void blob__comm_watch_end(blob_comm *c)
 
 /* ---- the public checks ---- */
 
-blob_status blob_comm_status(blob_comm *c)
+/* check(c, func) under c's lock, for the public call func. */
+static blob_status under_lock(const char *func, blob_comm *c,
+                              blob_status (*check)(blob_comm *, const char *))
 {
     if (!c)
-        return BLOB_FAIL(BLOB_EINVAL, "c is NULL");
+        return blob__fail(BLOB_EINVAL, func, "c is NULL");
     pthread_mutex_lock(&c->mu);
-    blob_status st = check_locked(c, __func__);
+    blob_status st = check(c, func);
     pthread_mutex_unlock(&c->mu);
     return st;
 }
 
-blob_status blob_comm_synchronize(blob_comm *c)
-{
-    if (!c)
-        return BLOB_FAIL(BLOB_EINVAL, "c is NULL");
-    pthread_mutex_lock(&c->mu);
-    blob_status st = drain_locked(c, __func__);
-    pthread_mutex_unlock(&c->mu);
-    return st;
-}
+blob_status blob_comm_status(blob_comm *c) { return under_lock(__func__, c, check_locked); }
+
+blob_status blob_comm_synchronize(blob_comm *c) { return under_lock(__func__, c, drain_locked); }

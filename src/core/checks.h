@@ -11,6 +11,22 @@
 blob_status blob__fail(blob_status status, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define BLOB_FAIL(status, ...) blob__fail((status), __func__, __VA_ARGS__)
+/* The same for a failure concerning the file path: "func: path: " and the message (the
+ * message alone after func with path NULL). */
+blob_status blob__fail_path(blob_status status, const char *func, const char *path,
+                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* A public query, `type func(const obj_type *arg)`: expr, or for arg NULL the neutral value
+ * with the detail "what is NULL" recorded. */
+#define BLOB__QUERY_FN(type, func, obj_type, arg, what, neutral, expr) \
+    type func(const obj_type *arg)                                   \
+    {                                                                \
+        if (!arg) {                                                  \
+            blob__fail(BLOB_EINVAL, #func, what " is NULL");         \
+            return neutral;                                          \
+        }                                                            \
+        return expr;                                                 \
+    }
 
 /* CUDA builds: record a failed CUDA runtime call (err is its cudaError_t) under func,
  * clear the sticky error, and map it: out of memory is BLOB_EDEVMEM, no device or driver

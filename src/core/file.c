@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,18 +31,6 @@ typedef struct {
     mode_t mode;             /* the new file's */
     char tmp[NAME_MAX + 1];  /* the new file's temporary name in dir */
 } replace_ctx;
-
-__attribute__((format(printf, 3, 4))) static blob_status fail(blob_status st,
-                                                               const replace_ctx *c,
-                                                               const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return blob__fail(st, c->func, "%s: %s", c->path, msg);
-}
 
 /* BLOB_EIO for a failed system call `what`, with errno's text; errno is kept. */
 static blob_status errno_fail(const char *func, const char *path, const char *what)
@@ -78,11 +65,11 @@ static blob_status follow_links(replace_ctx *c)
         if (n < 0)
             return BLOB_OK;
         if (hops == 40) /* the kernel's own limit */
-            return fail(BLOB_EIO, c, "too many levels of symbolic links");
+            return blob__fail_path(BLOB_EIO, c->func, c->path, "too many levels of symbolic links");
         const char *slash = strrchr(c->target, '/');
         size_t keep = link[0] == '/' || !slash ? 0 : (size_t)(slash - c->target) + 1;
         if ((size_t)n >= sizeof link || keep + (size_t)n >= sizeof c->target)
-            return fail(BLOB_EIO, c, "symbolic link target too long");
+            return blob__fail_path(BLOB_EIO, c->func, c->path, "symbolic link target too long");
         memcpy(c->target + keep, link, (size_t)n);
         c->target[keep + (size_t)n] = '\0';
     }
@@ -93,13 +80,13 @@ static blob_status follow_links(replace_ctx *c)
 static blob_status open_target(replace_ctx *c, bool keep_mode)
 {
     if (strlen(c->path) >= sizeof c->target)
-        return fail(BLOB_EIO, c, "path too long");
+        return blob__fail_path(BLOB_EIO, c->func, c->path, "path too long");
     strcpy(c->target, c->path);
     BLOB_TRY(follow_links(c));
     char *slash = strrchr(c->target, '/');
     c->name = slash ? slash + 1 : c->target;
     if (!*c->name)
-        return fail(BLOB_EIO, c, "not a regular file (a directory)");
+        return blob__fail_path(BLOB_EIO, c->func, c->path, "not a regular file (a directory)");
     if (slash)
         *slash = '\0';
     c->dir = open(!slash ? "." : slash == c->target ? "/" : c->target,

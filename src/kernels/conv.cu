@@ -79,13 +79,13 @@ static __device__ bool inside(I i, I n)
     return (U)i < (U)n;
 }
 
-/* Whether 32-bit indices suffice: arrays of n1 and n2 elements, and sums of a padded
- * axis with a window offset (each below twice the padded axis). */
-static bool fits32(const blob_conv_geometry *g, int64_t n1, int64_t n2)
+/* Whether 32-bit indices suffice for a call: the arrays of both sides, and sums of a
+ * padded axis with a window offset (each below twice the padded axis). */
+static bool fits32(const blob__conv_call *c)
 {
     const int64_t lim = INT32_MAX / 2;
-    return n1 < INT32_MAX && n2 < INT32_MAX && g->height + 2 * g->pad_h < lim &&
-           g->width + 2 * g->pad_w < lim;
+    return c->n_image < INT32_MAX && c->n_other < INT32_MAX &&
+           c->g->height + 2 * c->g->pad_h < lim && c->g->width + 2 * c->g->pad_w < lim;
 }
 
 /* Call launch<T, I>(args...) with T by dtype and I by fits. */
@@ -165,15 +165,15 @@ static void im2col_queue(const dim3 &grid, cudaStream_t stream, const Geo<I> &d,
 }
 
 template <typename T, typename I>
-static blob_status im2col_launch(const char *func, void *stream, const blob_conv_geometry *g,
-                                 int64_t oh, int64_t ow, int64_t num, const void *im, void *col)
+static blob_status im2col_launch(const char *func, void *stream, const blob__conv_call *c,
+                                 const void *im, void *col)
 {
     constexpr int V = 16 / sizeof(T);
-    const int64_t cols = num * oh * ow;
+    const int64_t cols = c->num * c->oh * c->ow;
     const bool wide = cols % V == 0 && (uintptr_t)col % 16 == 0;
     const dim3 grid(grid_for(wide ? cols / V : cols, THREADS),
-                    (unsigned)(g->channels < 65535 ? g->channels : 65535));
-    const Geo<I> d = geo<I>(g, oh, ow);
+                    (unsigned)(c->g->channels < 65535 ? c->g->channels : 65535));
+    const Geo<I> d = geo<I>(c->g, c->oh, c->ow);
     if (wide)
         im2col_queue<T, I, V>(grid, (cudaStream_t)stream, d, (I)cols, im, col);
     else
@@ -181,14 +181,10 @@ static blob_status im2col_launch(const char *func, void *stream, const blob_conv
     return launch_check("im2col_kernel", func);
 }
 
-extern "C" blob_status blob__k_im2col(void *stream, blob_dtype dtype,
-                                      const blob_conv_geometry *g, int64_t out_h,
-                                      int64_t out_w, int64_t num, const void *im, void *col)
+extern "C" blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                      const void *im, void *col)
 {
-    const int64_t n_im = num * g->channels * g->height * g->width;
-    const int64_t n_col = g->channels * g->kernel_h * g->kernel_w * num * out_h * out_w;
-    return DISPATCH(dtype, fits32(g, n_im, n_col), im2col_launch, __func__, stream, g, out_h,
-                    out_w, num, im, col);
+    return DISPATCH(dtype, fits32(c), im2col_launch, __func__, stream, c, im, col);
 }
 
 /* Visit the cells of rows [r0, r1) x columns [c0, c1) in row-major order, N at a time:
@@ -278,13 +274,13 @@ static __global__ void col2im_kernel(Geo<I> g, I cols, I count, const T *__restr
 }
 
 template <typename T, typename I>
-static blob_status col2im_launch(const char *func, void *stream, const blob_conv_geometry *g,
-                                 int64_t oh, int64_t ow, int64_t num, const void *col, void *im)
+static blob_status col2im_launch(const char *func, void *stream, const blob__conv_call *c,
+                                 const void *col, void *im)
 {
-    const int64_t count = num * g->channels * g->height * g->width;
-    const Geo<I> d = geo<I>(g, oh, ow);
-    const I cols = (I)(num * oh * ow);
-    if (g->dilation_h == 1 && g->dilation_w == 1)
+    const int64_t count = c->n_image;
+    const Geo<I> d = geo<I>(c->g, c->oh, c->ow);
+    const I cols = (I)(c->num * c->oh * c->ow);
+    if (c->g->dilation_h == 1 && c->g->dilation_w == 1)
         col2im_kernel<T, I, false><<<grid_for(count, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
             d, cols, (I)count, (const T *)col, (T *)im);
     else
@@ -293,14 +289,10 @@ static blob_status col2im_launch(const char *func, void *stream, const blob_conv
     return launch_check("col2im_kernel", func);
 }
 
-extern "C" blob_status blob__k_col2im(void *stream, blob_dtype dtype,
-                                      const blob_conv_geometry *g, int64_t out_h,
-                                      int64_t out_w, int64_t num, const void *col, void *im)
+extern "C" blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                      const void *col, void *im)
 {
-    const int64_t n_im = num * g->channels * g->height * g->width;
-    const int64_t n_col = g->channels * g->kernel_h * g->kernel_w * num * out_h * out_w;
-    return DISPATCH(dtype, fits32(g, n_im, n_col), col2im_launch, __func__, stream, g, out_h,
-                    out_w, num, col, im);
+    return DISPATCH(dtype, fits32(c), col2im_launch, __func__, stream, c, col, im);
 }
 
 /* ---- Pooling ---- */
@@ -338,9 +330,12 @@ static __device__ bool max_beats(T v, T m)
     return v > m || (v != v && m == m);
 }
 
-template <typename T, typename I>
-static __global__ void max_pool_forward_kernel(Geo<I> g, I count, const T *__restrict__ x,
-                                               T *__restrict__ y, int32_t *__restrict__ argmax)
+/* Forward: one thread per output t meets its window's cells in row-major order, 4 at a
+ * time: the maximum and its cell (the first maximum, or the first NaN), or (!Max) the
+ * average. */
+template <typename T, typename I, bool Max>
+static __global__ void pool_forward_kernel(Geo<I> g, I count, const T *__restrict__ x,
+                                           T *__restrict__ y, int32_t *__restrict__ argmax)
 {
     GRID_LOOP(t64, count) {
         const I t = (I)t64;
@@ -348,38 +343,26 @@ static __global__ void max_pool_forward_kernel(Geo<I> g, I count, const T *__res
         split_out(g, t, &p, &py, &px);
         const Window<I> w = pool_window(g, py, px);
         const T *src = x + p * g.height * g.width;
-        T m = 0;
+        T m = 0, sum = 0;
         I best = 0;
         bool first = true;
         gather<4, T>(
             w.h0, w.h1, w.w0, w.w1, [&](I h, I v, bool *) { return src[h * g.width + v]; },
             [&](T e, I h, I v) {
-                if (first || max_beats(e, m)) {
+                if (!Max) {
+                    sum += e;
+                } else if (first || max_beats(e, m)) {
                     m = e;
                     best = h * g.width + v;
                     first = false;
                 }
             });
-        y[t] = m;
-        argmax[t] = (int32_t)best;
-    }
-}
-
-template <typename T, typename I>
-static __global__ void avg_pool_forward_kernel(Geo<I> g, I count, const T *__restrict__ x,
-                                               T *__restrict__ y)
-{
-    GRID_LOOP(t64, count) {
-        const I t = (I)t64;
-        I p, py, px;
-        split_out(g, t, &p, &py, &px);
-        const Window<I> w = pool_window(g, py, px);
-        const T *src = x + p * g.height * g.width;
-        T sum = 0;
-        gather<4, T>(
-            w.h0, w.h1, w.w0, w.w1, [&](I h, I v, bool *) { return src[h * g.width + v]; },
-            [&](T e, I, I) { sum += e; });
-        y[t] = sum / T(w.divisor);
+        if (Max) {
+            y[t] = m;
+            argmax[t] = (int32_t)best;
+        } else {
+            y[t] = sum / T(w.divisor);
+        }
     }
 }
 
@@ -448,35 +431,33 @@ static __global__ void pool_backward_disjoint_kernel(Geo<I> g, I count, const T 
     }
 }
 
+/* argmax NULL: average pooling. */
 template <typename T, typename I>
-static blob_status max_pool_forward_launch(const char *func, void *stream,
-                                           const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                           int64_t count, const void *x, void *y, int32_t *argmax)
+static blob_status pool_forward_launch(const char *func, void *stream, const blob__conv_call *c,
+                                       const void *x, void *y, int32_t *argmax)
 {
-    max_pool_forward_kernel<T, I><<<grid_for(count, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
-        geo<I>(g, oh, ow), (I)count, (const T *)x, (T *)y, argmax);
-    return launch_check("max_pool_forward_kernel", func);
-}
-
-template <typename T, typename I>
-static blob_status avg_pool_forward_launch(const char *func, void *stream,
-                                           const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                           int64_t count, const void *x, void *y)
-{
-    avg_pool_forward_kernel<T, I><<<grid_for(count, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
-        geo<I>(g, oh, ow), (I)count, (const T *)x, (T *)y);
-    return launch_check("avg_pool_forward_kernel", func);
+    const int64_t count = c->n_other;
+    const Geo<I> d = geo<I>(c->g, c->oh, c->ow);
+    const unsigned blocks = grid_for(count, THREADS);
+    const cudaStream_t s = (cudaStream_t)stream;
+    if (argmax)
+        pool_forward_kernel<T, I, true><<<blocks, THREADS, 0, s>>>(d, (I)count, (const T *)x,
+                                                                   (T *)y, argmax);
+    else
+        pool_forward_kernel<T, I, false><<<blocks, THREADS, 0, s>>>(d, (I)count, (const T *)x,
+                                                                    (T *)y, argmax);
+    return launch_check("pool_forward_kernel", func);
 }
 
 /* argmax NULL: average pooling. */
 template <typename T, typename I>
-static blob_status pool_backward_launch(const char *func, void *stream,
-                                        const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                        int64_t count, const void *dy, const int32_t *argmax,
-                                        void *dx)
+static blob_status pool_backward_launch(const char *func, void *stream, const blob__conv_call *c,
+                                        const void *dy, const int32_t *argmax, void *dx)
 {
     constexpr int U = 4;
-    const Geo<I> d = geo<I>(g, oh, ow);
+    const blob_conv_geometry *g = c->g;
+    const int64_t count = c->n_image;
+    const Geo<I> d = geo<I>(g, c->oh, c->ow);
     const cudaStream_t s = (cudaStream_t)stream;
     const bool disjoint = g->stride_h >= g->kernel_h && g->stride_w >= g->kernel_w;
     const unsigned blocks = grid_for(count, disjoint ? THREADS * U : THREADS);
@@ -496,53 +477,31 @@ static blob_status pool_backward_launch(const char *func, void *stream,
     return launch_check("pool_backward_kernel", func);
 }
 
-/* The element counts of the image batch and of the pooled batch. */
-static int64_t image_count(const blob_conv_geometry *g, int64_t num)
-{
-    return num * g->channels * g->height * g->width;
-}
-
-static int64_t pooled_count(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num)
-{
-    return num * g->channels * oh * ow;
-}
-
 extern "C" blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype,
-                                                const blob_conv_geometry *g, int64_t out_h,
-                                                int64_t out_w, int64_t num, const void *x,
-                                                void *y, int32_t *argmax)
+                                                const blob__conv_call *c, const void *x, void *y,
+                                                int32_t *argmax)
 {
-    const int64_t n_x = image_count(g, num), n_y = pooled_count(g, out_h, out_w, num);
-    return DISPATCH(dtype, fits32(g, n_x, n_y), max_pool_forward_launch, __func__, stream, g,
-                    out_h, out_w, n_y, x, y, argmax);
+    return DISPATCH(dtype, fits32(c), pool_forward_launch, __func__, stream, c, x, y, argmax);
 }
 
 extern "C" blob_status blob__k_max_pool_backward(void *stream, blob_dtype dtype,
-                                                 const blob_conv_geometry *g, int64_t out_h,
-                                                 int64_t out_w, int64_t num, const void *dy,
+                                                 const blob__conv_call *c, const void *dy,
                                                  const int32_t *argmax, void *dx)
 {
-    const int64_t n_x = image_count(g, num), n_y = pooled_count(g, out_h, out_w, num);
-    return DISPATCH(dtype, fits32(g, n_x, n_y), pool_backward_launch, __func__, stream, g,
-                    out_h, out_w, n_x, dy, argmax, dx);
+    return DISPATCH(dtype, fits32(c), pool_backward_launch, __func__, stream, c, dy, argmax, dx);
 }
 
 extern "C" blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype,
-                                                const blob_conv_geometry *g, int64_t out_h,
-                                                int64_t out_w, int64_t num, const void *x,
-                                                void *y)
+                                                const blob__conv_call *c, const void *x, void *y)
 {
-    const int64_t n_x = image_count(g, num), n_y = pooled_count(g, out_h, out_w, num);
-    return DISPATCH(dtype, fits32(g, n_x, n_y), avg_pool_forward_launch, __func__, stream, g,
-                    out_h, out_w, n_y, x, y);
+    return DISPATCH(dtype, fits32(c), pool_forward_launch, __func__, stream, c, x, y,
+                    (int32_t *)NULL);
 }
 
 extern "C" blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
-                                                 const blob_conv_geometry *g, int64_t out_h,
-                                                 int64_t out_w, int64_t num, const void *dy,
+                                                 const blob__conv_call *c, const void *dy,
                                                  void *dx)
 {
-    const int64_t n_x = image_count(g, num), n_y = pooled_count(g, out_h, out_w, num);
-    return DISPATCH(dtype, fits32(g, n_x, n_y), pool_backward_launch, __func__, stream, g,
-                    out_h, out_w, n_x, dy, (const int32_t *)NULL, dx);
+    return DISPATCH(dtype, fits32(c), pool_backward_launch, __func__, stream, c, dy,
+                    (const int32_t *)NULL, dx);
 }

@@ -71,25 +71,28 @@ blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype
                                                   const void *labels, double scale, void *prob,
                                                   void *loss, void *dlogits);
 
-/* Convolution and pooling (blob/conv.h) over num > 0 images of a validated geometry g
- * whose output plane, out_h x out_w, is not empty. */
-blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                           int64_t out_h, int64_t out_w, int64_t num, const void *im, void *col);
-blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                           int64_t out_h, int64_t out_w, int64_t num, const void *col, void *im);
-blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                                     int64_t out_h, int64_t out_w, int64_t num, const void *x,
-                                     void *y, int32_t *argmax);
-blob_status blob__k_max_pool_backward(void *stream, blob_dtype dtype,
-                                      const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
-                                      int64_t num, const void *dy, const int32_t *argmax,
-                                      void *dx);
-blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                                     int64_t out_h, int64_t out_w, int64_t num, const void *x,
-                                     void *y);
-blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
-                                      const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
-                                      int64_t num, const void *dy, void *dx);
+/* A validated convolution or pooling call (blob/conv.h) over num > 0 images of geometry g:
+ * its output plane oh x ow, never empty, and the element counts of the image side (num x
+ * channels x height x width) and of the other side (the columns of im2col, or the pooled
+ * batch). */
+typedef struct {
+    const blob_conv_geometry *g;
+    int64_t num, oh, ow, n_image, n_other;
+} blob__conv_call;
+
+/* Convolution and pooling of a call whose output side is not empty. */
+blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                           const void *im, void *col);
+blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                           const void *col, void *im);
+blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                     const void *x, void *y, int32_t *argmax);
+blob_status blob__k_max_pool_backward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                      const void *dy, const int32_t *argmax, void *dx);
+blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                     const void *x, void *y);
+blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                      const void *dy, void *dx);
 
 /* ==== GEMM in a math mode, GEMM with epilogues (fused.h), optimizer steps (optim.h) ==== */
 

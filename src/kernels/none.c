@@ -56,25 +56,19 @@ blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype
                                                   int64_t classes, const void *logits,
                                                   const void *labels, double scale, void *prob,
                                                   void *loss, void *dlogits) { NO_CUDA; }
-blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                           int64_t out_h, int64_t out_w, int64_t num, const void *im, void *col)
+blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                           const void *im, void *col) { NO_CUDA; }
+blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                           const void *col, void *im) { NO_CUDA; }
+blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                     const void *x, void *y, int32_t *argmax) { NO_CUDA; }
+blob_status blob__k_max_pool_backward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                      const void *dy, const int32_t *argmax, void *dx)
 { NO_CUDA; }
-blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                           int64_t out_h, int64_t out_w, int64_t num, const void *col, void *im)
-{ NO_CUDA; }
-blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                                     int64_t out_h, int64_t out_w, int64_t num, const void *x,
-                                     void *y, int32_t *argmax) { NO_CUDA; }
-blob_status blob__k_max_pool_backward(void *stream, blob_dtype dtype,
-                                      const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
-                                      int64_t num, const void *dy, const int32_t *argmax,
-                                      void *dx) { NO_CUDA; }
-blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype, const blob_conv_geometry *g,
-                                     int64_t out_h, int64_t out_w, int64_t num, const void *x,
-                                     void *y) { NO_CUDA; }
-blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
-                                      const blob_conv_geometry *g, int64_t out_h, int64_t out_w,
-                                      int64_t num, const void *dy, void *dx) { NO_CUDA; }
+blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                     const void *x, void *y) { NO_CUDA; }
+blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype, const blob__conv_call *c,
+                                      const void *dy, void *dx) { NO_CUDA; }
 
 void blob_thread_release(void)
 {

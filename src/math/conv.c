@@ -108,12 +108,6 @@ blob_status blob_pool_output_size(const blob_conv_geometry *g, int64_t *out_h, i
 
 typedef enum { OP_CONV, OP_POOL, OP_MAX_POOL } op_kind;
 
-/* A validated call: the output plane and the element counts of the image side (num x
- * channels x height x width) and the other side (columns, or the pooled batch). */
-typedef struct {
-    int64_t oh, ow, n_image, n_other;
-} call_sizes;
-
 /* a * b * c * d elements of elem bytes each are addressable. */
 static bool product(int64_t a, int64_t b, int64_t c, int64_t d, size_t elem, int64_t *out)
 {
@@ -125,30 +119,6 @@ static bool product(int64_t a, int64_t b, int64_t c, int64_t d, size_t elem, int
     return true;
 }
 
-static blob_status check_call(const char *fn, blob_dtype dtype, const blob_conv_geometry *g,
-                              op_kind op, int64_t num, call_sizes *s)
-{
-    BLOB_TRY(blob__check_dtype(fn, dtype));
-    const size_t elem = blob_dtype_size(dtype);
-    if (num < 0)
-        return blob__fail(BLOB_EINVAL, fn, "negative num = %lld", (long long)num);
-    BLOB_TRY(check_geometry(fn, g, op != OP_CONV, &s->oh, &s->ow));
-    int64_t taps = 1;
-    if (!product(num, g->channels, g->height, g->width, elem, &s->n_image) ||
-        (op == OP_CONV && !product(g->channels, g->kernel_h, g->kernel_w, 1, elem, &taps)) ||
-        !product(num, op == OP_CONV ? taps : g->channels, s->oh, s->ow, elem, &s->n_other))
-        return blob__fail(BLOB_EOVERFLOW, fn,
-                          "%lld images of %lld x %lld x %lld (out %lld x %lld, kernel %lld x "
-                          "%lld) overflow", (long long)num, (long long)g->channels,
-                          (long long)g->height, (long long)g->width, (long long)s->oh,
-                          (long long)s->ow, (long long)g->kernel_h, (long long)g->kernel_w);
-    if (op == OP_MAX_POOL && g->height > INT32_MAX / g->width)
-        return blob__fail(BLOB_EOVERFLOW, fn,
-                          "a %lld x %lld plane has more cells than argmax's int32 can index",
-                          (long long)g->height, (long long)g->width);
-    return BLOB_OK;
-}
-
 /* An array of count elements may be NULL only when empty. */
 static blob_status check_array(const char *fn, const char *name, const void *p, int64_t count)
 {
@@ -158,15 +128,47 @@ static blob_status check_array(const char *fn, const char *name, const void *p, 
     return BLOB_OK;
 }
 
-/* Arrays of both sides: the image side (x, im, dx), the other side (y, col, dy), and for
- * max pooling argmax, as large as the other side. */
-static blob_status check_arrays(const char *fn, const call_sizes *s, const char *image_name,
-                                const void *image, const char *other_name, const void *other,
-                                bool with_argmax, const int32_t *argmax)
+/* The arrays of a call: those of the image side (x, im, dx) and the other side (y, col,
+ * dy), named for messages, and for max pooling argmax, as large as the other side. */
+typedef struct {
+    const char *image_name;
+    const void *image;
+    const char *other_name;
+    const void *other;
+    const int32_t *argmax;
+} call_arrays;
+
+/* A valid call of fn on the host or (gpu) the GPU: its dtype, geometry and sizes (into *c),
+ * its arrays a, and on the GPU side a GPU. */
+static blob_status check_call(const char *fn, bool gpu, blob_dtype dtype,
+                              const blob_conv_geometry *g, op_kind op, int64_t num,
+                              call_arrays a, blob__conv_call *c)
 {
-    BLOB_TRY(check_array(fn, image_name, image, s->n_image));
-    BLOB_TRY(check_array(fn, other_name, other, s->n_other));
-    return with_argmax ? check_array(fn, "argmax", argmax, s->n_other) : BLOB_OK;
+    BLOB_TRY(blob__check_dtype(fn, dtype));
+    const size_t elem = blob_dtype_size(dtype);
+    if (num < 0)
+        return blob__fail(BLOB_EINVAL, fn, "negative num = %lld", (long long)num);
+    c->g = g;
+    c->num = num;
+    BLOB_TRY(check_geometry(fn, g, op != OP_CONV, &c->oh, &c->ow));
+    int64_t taps = 1;
+    if (!product(num, g->channels, g->height, g->width, elem, &c->n_image) ||
+        (op == OP_CONV && !product(g->channels, g->kernel_h, g->kernel_w, 1, elem, &taps)) ||
+        !product(num, op == OP_CONV ? taps : g->channels, c->oh, c->ow, elem, &c->n_other))
+        return blob__fail(BLOB_EOVERFLOW, fn,
+                          "%lld images of %lld x %lld x %lld (out %lld x %lld, kernel %lld x "
+                          "%lld) overflow", (long long)num, (long long)g->channels,
+                          (long long)g->height, (long long)g->width, (long long)c->oh,
+                          (long long)c->ow, (long long)g->kernel_h, (long long)g->kernel_w);
+    if (op == OP_MAX_POOL && g->height > INT32_MAX / g->width)
+        return blob__fail(BLOB_EOVERFLOW, fn,
+                          "a %lld x %lld plane has more cells than argmax's int32 can index",
+                          (long long)g->height, (long long)g->width);
+    BLOB_TRY(check_array(fn, a.image_name, a.image, c->n_image));
+    BLOB_TRY(check_array(fn, a.other_name, a.other, c->n_other));
+    if (op == OP_MAX_POOL)
+        BLOB_TRY(check_array(fn, "argmax", a.argmax, c->n_other));
+    return gpu ? blob__require_gpu(fn) : BLOB_OK;
 }
 
 /* ---- Host loops ---- */
@@ -226,140 +228,123 @@ static inline window pool_window(const blob_conv_geometry *g, int64_t py, int64_
 blob_status blob_cpu_im2col(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
                             const void *im, void *col)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_CONV, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "im", im, "col", col, false, NULL));
-    if (s.n_other)
-        HOST(dtype, im2col, g, s.oh, s.ow, num, im, col);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, false, dtype, g, OP_CONV, num,
+                        (call_arrays){"im", im, "col", col, NULL}, &c));
+    if (c.n_other)
+        HOST(dtype, im2col, g, c.oh, c.ow, num, im, col);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_im2col(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
                             const void *im, void *col)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_CONV, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "im", im, "col", col, false, NULL));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (!s.n_other)
-        return BLOB_OK;
-    return blob__k_im2col(blob_stream_get(), dtype, g, s.oh, s.ow, num, im, col);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_CONV, num,
+                        (call_arrays){"im", im, "col", col, NULL}, &c));
+    return c.n_other ? blob__k_im2col(blob_stream_get(), dtype, &c, im, col) : BLOB_OK;
 }
 
 blob_status blob_cpu_col2im(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
                             const void *col, void *im)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_CONV, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "im", im, "col", col, false, NULL));
-    if (s.n_image)
-        HOST(dtype, col2im, g, s.oh, s.ow, num, col, im);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, false, dtype, g, OP_CONV, num,
+                        (call_arrays){"im", im, "col", col, NULL}, &c));
+    if (c.n_image)
+        HOST(dtype, col2im, g, c.oh, c.ow, num, col, im);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_col2im(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
                             const void *col, void *im)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_CONV, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "im", im, "col", col, false, NULL));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (!s.n_image)
-        return BLOB_OK;
-    return blob__k_col2im(blob_stream_get(), dtype, g, s.oh, s.ow, num, col, im);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_CONV, num,
+                        (call_arrays){"im", im, "col", col, NULL}, &c));
+    return c.n_image ? blob__k_col2im(blob_stream_get(), dtype, &c, col, im) : BLOB_OK;
 }
 
-blob_status blob_cpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g,
-                                      int64_t num, const void *x, void *y, int32_t *argmax)
+blob_status blob_cpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                      const void *x, void *y, int32_t *argmax)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_MAX_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "x", x, "y", y, true, argmax));
-    if (s.n_other)
-        HOST(dtype, max_pool_forward, g, s.oh, s.ow, num, x, y, argmax);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, false, dtype, g, OP_MAX_POOL, num,
+                        (call_arrays){"x", x, "y", y, argmax}, &c));
+    if (c.n_other)
+        HOST(dtype, max_pool_forward, g, c.oh, c.ow, num, x, y, argmax);
     return BLOB_OK;
 }
 
-blob_status blob_gpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g,
-                                      int64_t num, const void *x, void *y, int32_t *argmax)
+blob_status blob_gpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                      const void *x, void *y, int32_t *argmax)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_MAX_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "x", x, "y", y, true, argmax));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (!s.n_other)
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_MAX_POOL, num,
+                        (call_arrays){"x", x, "y", y, argmax}, &c));
+    if (!c.n_other)
         return BLOB_OK;
-    return blob__k_max_pool_forward(blob_stream_get(), dtype, g, s.oh, s.ow, num, x, y, argmax);
+    return blob__k_max_pool_forward(blob_stream_get(), dtype, &c, x, y, argmax);
 }
 
-blob_status blob_cpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g,
-                                       int64_t num, const void *dy, const int32_t *argmax,
-                                       void *dx)
+blob_status blob_cpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                       const void *dy, const int32_t *argmax, void *dx)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_MAX_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "dx", dx, "dy", dy, true, argmax));
-    if (s.n_image)
-        HOST(dtype, max_pool_backward, g, s.oh, s.ow, num, dy, argmax, dx);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, false, dtype, g, OP_MAX_POOL, num,
+                        (call_arrays){"dx", dx, "dy", dy, argmax}, &c));
+    if (c.n_image)
+        HOST(dtype, pool_backward, g, c.oh, c.ow, num, dy, argmax, dx);
     return BLOB_OK;
 }
 
-blob_status blob_gpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g,
-                                       int64_t num, const void *dy, const int32_t *argmax,
-                                       void *dx)
+blob_status blob_gpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                       const void *dy, const int32_t *argmax, void *dx)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_MAX_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "dx", dx, "dy", dy, true, argmax));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (!s.n_image)
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_MAX_POOL, num,
+                        (call_arrays){"dx", dx, "dy", dy, argmax}, &c));
+    if (!c.n_image)
         return BLOB_OK;
-    return blob__k_max_pool_backward(blob_stream_get(), dtype, g, s.oh, s.ow, num, dy, argmax,
-                                     dx);
+    return blob__k_max_pool_backward(blob_stream_get(), dtype, &c, dy, argmax, dx);
 }
 
-blob_status blob_cpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry *g,
-                                      int64_t num, const void *x, void *y)
+blob_status blob_cpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                      const void *x, void *y)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "x", x, "y", y, false, NULL));
-    if (s.n_other)
-        HOST(dtype, avg_pool_forward, g, s.oh, s.ow, num, x, y);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, false, dtype, g, OP_POOL, num,
+                        (call_arrays){"x", x, "y", y, NULL}, &c));
+    if (c.n_other)
+        HOST(dtype, avg_pool_forward, g, c.oh, c.ow, num, x, y);
     return BLOB_OK;
 }
 
-blob_status blob_gpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry *g,
-                                      int64_t num, const void *x, void *y)
+blob_status blob_gpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                      const void *x, void *y)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "x", x, "y", y, false, NULL));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (!s.n_other)
-        return BLOB_OK;
-    return blob__k_avg_pool_forward(blob_stream_get(), dtype, g, s.oh, s.ow, num, x, y);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_POOL, num,
+                        (call_arrays){"x", x, "y", y, NULL}, &c));
+    return c.n_other ? blob__k_avg_pool_forward(blob_stream_get(), dtype, &c, x, y) : BLOB_OK;
 }
 
-blob_status blob_cpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g,
-                                       int64_t num, const void *dy, void *dx)
+blob_status blob_cpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                       const void *dy, void *dx)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "dx", dx, "dy", dy, false, NULL));
-    if (s.n_image)
-        HOST(dtype, avg_pool_backward, g, s.oh, s.ow, num, dy, dx);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, false, dtype, g, OP_POOL, num,
+                        (call_arrays){"dx", dx, "dy", dy, NULL}, &c));
+    if (c.n_image)
+        HOST(dtype, pool_backward, g, c.oh, c.ow, num, dy, NULL, dx);
     return BLOB_OK;
 }
 
-blob_status blob_gpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g,
-                                       int64_t num, const void *dy, void *dx)
+blob_status blob_gpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
+                                       const void *dy, void *dx)
 {
-    call_sizes s;
-    BLOB_TRY(check_call(__func__, dtype, g, OP_POOL, num, &s));
-    BLOB_TRY(check_arrays(__func__, &s, "dx", dx, "dy", dy, false, NULL));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (!s.n_image)
-        return BLOB_OK;
-    return blob__k_avg_pool_backward(blob_stream_get(), dtype, g, s.oh, s.ow, num, dy, dx);
+    blob__conv_call c;
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_POOL, num,
+                        (call_arrays){"dx", dx, "dy", dy, NULL}, &c));
+    return c.n_image ? blob__k_avg_pool_backward(blob_stream_get(), dtype, &c, dy, dx) : BLOB_OK;
 }

@@ -112,29 +112,37 @@ static void NAME(max_pool_forward)(const blob_conv_geometry *g, int64_t oh, int6
     }
 }
 
-/* Each plane zeroed, then every window's gradient added to the cell its argmax names
- * (when that cell is in the window), windows in row-major order: each cell sums its
- * windows in the order in which the GPU's per-cell gather meets them. */
-static void NAME(max_pool_backward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                    int64_t num, const T *dy, const int32_t *argmax, T *dx)
+/* Pooling backward: each plane zeroed, then every window's gradient added in, windows in
+ * row-major order, the order in which the GPU's per-cell gather meets them: for max
+ * pooling to the cell its argmax names (when that cell is in the window), for average
+ * pooling (argmax NULL) its share to each of its cells. */
+static void NAME(pool_backward)(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
+                                const T *dy, const int32_t *argmax, T *dx)
 {
     const int64_t plane = g->height * g->width;
-    const int32_t width = (int32_t)g->width; /* plane <= INT32_MAX: checked */
+    const int32_t width = (int32_t)g->width; /* with argmax, plane <= INT32_MAX: checked */
     for (int64_t p = 0; p < num * g->channels; p++) {
         const T *d = dy + p * oh * ow;
-        const int32_t *a = argmax + p * oh * ow;
+        const int32_t *a = argmax ? argmax + p * oh * ow : NULL;
         T *dst = dx + p * plane;
         for (int64_t k = 0; k < plane; k++)
             dst[k] = 0;
         for (int64_t py = 0; py < oh; py++)
             for (int64_t px = 0; px < ow; px++) {
                 const window w = pool_window(g, py, px);
-                const int32_t cell = a[py * ow + px];
-                if (cell < 0)
+                if (a) {
+                    const int32_t cell = a[py * ow + px];
+                    if (cell < 0)
+                        continue;
+                    const int64_t h = cell / width, v = cell % width;
+                    if (h >= w.h0 && h < w.h1 && v >= w.w0 && v < w.w1)
+                        dst[cell] += d[py * ow + px];
                     continue;
-                const int64_t h = cell / width, v = cell % width;
-                if (h >= w.h0 && h < w.h1 && v >= w.w0 && v < w.w1)
-                    dst[cell] += d[py * ow + px];
+                }
+                const T share = d[py * ow + px] / (T)w.divisor;
+                for (int64_t h = w.h0; h < w.h1; h++)
+                    for (int64_t v = w.w0; v < w.w1; v++)
+                        dst[h * g->width + v] += share;
             }
     }
 }
@@ -153,28 +161,6 @@ static void NAME(avg_pool_forward)(const blob_conv_geometry *g, int64_t oh, int6
                     for (int64_t v = w.w0; v < w.w1; v++)
                         sum += src[h * g->width + v];
                 y[(p * oh + py) * ow + px] = sum / (T)w.divisor;
-            }
-    }
-}
-
-/* As max_pool_backward: each window's share added to its cells, windows in row-major
- * order, the order of the GPU's gather. */
-static void NAME(avg_pool_backward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                    int64_t num, const T *dy, T *dx)
-{
-    const int64_t plane = g->height * g->width;
-    for (int64_t p = 0; p < num * g->channels; p++) {
-        const T *d = dy + p * oh * ow;
-        T *dst = dx + p * plane;
-        for (int64_t k = 0; k < plane; k++)
-            dst[k] = 0;
-        for (int64_t py = 0; py < oh; py++)
-            for (int64_t px = 0; px < ow; px++) {
-                const window w = pool_window(g, py, px);
-                const T share = d[py * ow + px] / (T)w.divisor;
-                for (int64_t h = w.h0; h < w.h1; h++)
-                    for (int64_t v = w.w0; v < w.w1; v++)
-                        dst[h * g->width + v] += share;
             }
     }
 }

@@ -181,18 +181,32 @@ blob_status blob_cpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_tr
     return BLOB_OK;
 }
 
+/* The checks of a GPU call: check_epilogue's, then the mode it runs in, the tuning setting
+ * (unless tuning is NULL) and a GPU. */
+static blob_status check_gpu_epilogue(const char *fn, blob_dtype dtype, blob_trans trans_a,
+                                      blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                                      const void *A, const void *B, const void *C,
+                                      blob_epilogue epilogue, const void *bias,
+                                      const void *mask, blob_math_mode mode,
+                                      blob_math_mode *run_mode, bool *tuning)
+{
+    BLOB_TRY(check_epilogue(fn, dtype, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias, mask,
+                            mode));
+    BLOB_TRY(blob__math_mode_for(fn, dtype, mode, run_mode));
+    if (tuning)
+        BLOB_TRY(blob__gemm_tuning(fn, tuning));
+    return blob__require_gpu(fn);
+}
+
 blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
                                    int64_t M, int64_t N, int64_t K, const void *A,
                                    const void *B, void *C, blob_epilogue epilogue, void *bias,
                                    void *mask, blob_math_mode mode)
 {
-    BLOB_TRY(check_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C, epilogue, bias,
-                            mask, mode));
     blob_math_mode run_mode;
     bool tuning;
-    BLOB_TRY(blob__math_mode_for(__func__, dtype, mode, &run_mode));
-    BLOB_TRY(blob__gemm_tuning(__func__, &tuning));
-    BLOB_TRY(blob__require_gpu(__func__));
+    BLOB_TRY(check_gpu_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, A, B, C, epilogue,
+                                bias, mask, mode, &run_mode, &tuning));
     if (!reads_mask(epilogue) && !relu(epilogue))
         mask = NULL;
     if (!reads_bias(epilogue) && !writes_bias(epilogue))
@@ -212,11 +226,9 @@ blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,
     /* the checks of a call whose arrays are all present and aligned */
     static _Alignas(16) const char present[16];
     void *const p = (void *)present;
-    BLOB_TRY(check_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, p, p, p, epilogue, p, p,
-                            mode));
     blob_math_mode run_mode;
-    BLOB_TRY(blob__math_mode_for(__func__, dtype, mode, &run_mode));
-    BLOB_TRY(blob__require_gpu(__func__));
+    BLOB_TRY(check_gpu_epilogue(__func__, dtype, trans_a, trans_b, M, N, K, p, p, p, epilogue, p,
+                                p, mode, &run_mode, NULL));
     return blob__k_gemm_epilogue_fused(dtype, run_mode, trans_a, trans_b, M, N, K, epilogue,
                                        with_mask && relu(epilogue), fused);
 }

@@ -138,15 +138,8 @@ void blob_syncedmem_free(blob_syncedmem *m)
 }
 
 /* A query: for NULL, the detail is recorded and the neutral value returned. */
-#define BLOB__QUERY(type, name, neutral, expr)                                 \
-    type blob_syncedmem_##name(const blob_syncedmem *m)                        \
-    {                                                                          \
-        if (!m) {                                                              \
-            blob__fail(BLOB_EINVAL, "blob_syncedmem_" #name, "block is NULL"); \
-            return neutral;                                                    \
-        }                                                                      \
-        return expr;                                                           \
-    }
+#define BLOB__QUERY(type, name, neutral, expr) \
+    BLOB__QUERY_FN(type, blob_syncedmem_##name, blob_syncedmem, m, "block", neutral, expr)
 BLOB__QUERY(size_t, size, 0, m->size)
 BLOB__QUERY(blob_head, head, BLOB_HEAD_UNINITIALIZED, m->head)
 BLOB__QUERY(int, device, BLOB_HOST_ONLY, m->device)
@@ -289,43 +282,24 @@ static blob_status to_gpu(const char *func, blob_syncedmem *m)
     return BLOB_OK;
 }
 
-blob_status blob_syncedmem_cpu_data(blob_syncedmem *m, const void **out)
-{
-    if (!m || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_cpu(__func__, m));
-    *out = m->host;
-    return BLOB_OK;
-}
-
-blob_status blob_syncedmem_mutable_cpu_data(blob_syncedmem *m, void **out)
-{
-    if (!m || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_cpu(__func__, m));
-    blob__syncedmem_claim(m, false);
-    *out = m->host;
-    return BLOB_OK;
-}
-
-blob_status blob_syncedmem_gpu_data(blob_syncedmem *m, const void **out)
-{
-    if (!m || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_gpu(__func__, m));
-    *out = m->dev;
-    return BLOB_OK;
-}
-
-blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *m, void **out)
-{
-    if (!m || !out)
-        return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
-    BLOB_TRY(to_gpu(__func__, m));
-    blob__syncedmem_claim(m, true);
-    *out = m->dev;
-    return BLOB_OK;
-}
+/* An accessor: m's side (the device's if gpu) made current and, for a caller that writes
+ * it (write), claimed as the head; its pointer into *out. */
+#define BLOB__ACCESS(name, out_type, gpu, write)                              \
+    blob_status blob_syncedmem_##name(blob_syncedmem *m, out_type *out)      \
+    {                                                                        \
+        if (!m || !out)                                                      \
+            return BLOB_FAIL(BLOB_EINVAL, "NULL argument");                  \
+        BLOB_TRY((gpu) ? to_gpu(__func__, m) : to_cpu(__func__, m));         \
+        if (write)                                                           \
+            blob__syncedmem_claim(m, (gpu));                                 \
+        *out = (gpu) ? m->dev : m->host;                                     \
+        return BLOB_OK;                                                      \
+    }
+BLOB__ACCESS(cpu_data, const void *, false, false)
+BLOB__ACCESS(mutable_cpu_data, void *, false, true)
+BLOB__ACCESS(gpu_data, const void *, true, false)
+BLOB__ACCESS(mutable_gpu_data, void *, true, true)
+#undef BLOB__ACCESS
 
 blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *m, bool gpu,
                                        void **out)

@@ -1,6 +1,6 @@
 # The launcher's tests of its input, its options, the rendezvous path it clears and its
 # own death; sourced by test/comm/run.sh, whose helpers (expect, has, pass, fail, now,
-# elapsed, below) and variables (launch, tmp) it uses.
+# elapsed, below: tools/check_kit.sh) and variables (launch, tmp) it uses.
 
 # alive PIDFILE...: whether any process named in the files runs
 alive() {

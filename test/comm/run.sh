@@ -11,25 +11,7 @@ launch=$build/tools/blob-launch
 probe=$build/test/comm_probe
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-pass() { passed=$((passed + 1)); echo "  ok    $1"; }
-fail() { failed=$((failed + 1)); echo "  FAIL  $1"; sed 's/^/        | /' "$tmp/out" 2>/dev/null | tail -20; }
-now() { date +%s.%N; }
-# elapsed START: seconds since START, e.g. 1.25
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-# below X Y: X < Y
-below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
-# expect NAME WANT_STATUS COMMAND...: run, keep the output in $tmp/out
-expect() {
-    name=$1 want=$2
-    shift 2
-    "$@" >"$tmp/out" 2>&1
-    got=$?
-    if [ "$got" = "$want" ]; then pass "$name"; else echo "        exit status $got, expected $want" >>"$tmp/out"; fail "$name"; fi
-}
-has() { grep -q "$1" "$tmp/out"; }
+. "$(dirname "$0")/../../tools/check_kit.sh"
 
 echo "launcher"
 expect "every rank gets its variables" 0 "$launch" --nproc 3 sh -c \
@@ -120,11 +102,6 @@ kill_test() {
     if has 'rank 0: weights intact: those of step 4'; then pass "... its weights are those of step 4"; else
         fail "... its weights are those of step 4"; fi
     echo "        (the run took $(elapsed "$t0") s)"
-}
-# rank_env R: the variables of rank R started by hand
-rank_env() {
-    if [ -n "$one_gpu" ]; then echo "RANK=$1 LOCAL_RANK=0 NCCL_HOSTID=blob-test-host-$1"; else
-        echo "RANK=$1 LOCAL_RANK=$1"; fi
 }
 if [ -n "$transports" ]; then
     timeout=3
