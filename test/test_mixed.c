@@ -134,13 +134,17 @@ static void mixed_free(mixed *m)
     free(m->offset);
 }
 
-/* Fresh 16-bit gradients in [-1, 1) times scale (a power of two: exact), on the side. */
+/* Fresh 16-bit gradients in [-1, 1) times scale (a power of two: exact), on the side:
+ * tensor by tensor, so that two layouts (gaps or none) get the same values. */
 static void fill_grads(mixed *m, double scale)
 {
-    float *g = malloc(sizeof(float) * (size_t)m->total + 8);
-    test_fill(BLOB_FLOAT32, g, m->total, -1, 1);
-    for (int64_t k = 0; k < m->total; k++)
-        g[k] = (float)(g[k] * scale);
+    float *g = calloc((size_t)m->total + 8, sizeof(float));
+    for (int i = 0; i < m->n; i++) {
+        float *t = g + m->offset[i];
+        test_fill(BLOB_FLOAT32, t, m->counts[i], -1, 1);
+        for (int64_t k = 0; k < m->counts[i]; k++)
+            t[k] = (float)(t[k] * scale);
+    }
     ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->half, m->total, g, m->host[G]));
     free(g);
     mixed_sync(m, G, true);
