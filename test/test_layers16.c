@@ -257,11 +257,13 @@ END_TEST
 Suite *layers16_suite(void)
 {
     Suite *s = suite_create("layers16");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    add_loop_tests(tc, 0, 2, test_cpu_elementwise16);
-    add_loop_tests(tc, 0, (int)(sizeof softmax_cases / sizeof softmax_cases[0]),
-                   test_cpu_softmax_mixed);
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
-    add_loop_tests(tc, 0, 2, test_gpu_layers16);
+    TCase *tc = tcase_create("host");
+    tcase_add_loop_test(tc, test_cpu_elementwise16, 0, 2);
+    tcase_add_loop_test(tc, test_cpu_softmax_mixed, 0,
+                        (int)(sizeof softmax_cases / sizeof softmax_cases[0]));
+    suite_add_tcase(s, tc);
+    TCase *gpu = gpu_tcase("gpu");
+    req_add_loop_test(gpu, test_gpu_layers16, 0, 2);
+    suite_add_tcase(s, gpu);
     return s;
 }
