@@ -31,7 +31,6 @@ Suite *comm_suite(void);
 Suite *env_suite(void);
 Suite *dtype_suite(void);
 Suite *mixed_suite(void);
-Suite *layers16_suite(void);
 
 static Suite *(*const suites[])(void) = {
     status_suite,
@@ -50,7 +49,6 @@ static Suite *(*const suites[])(void) = {
     env_suite,
     dtype_suite,
     mixed_suite,
-    layers16_suite,
 };
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as

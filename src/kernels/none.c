@@ -95,12 +95,3 @@ blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype d
                                void *const *work, double inv_scale, int64_t *step) { NO_CUDA; }
 blob_status blob__k_find_nonfinite(void *stream, blob_dtype dtype, int n, const int64_t *counts,
                                    const void *const *x, int32_t *found) { NO_CUDA; }
-blob_status blob__k_softmax_loss_mixed(void *stream, blob_dtype dtype, blob_dtype label_dtype,
-                                       int64_t rows, int64_t classes, const void *logits,
-                                       const void *labels, double scale, void *prob, float *loss,
-                                       void *dlogits) { NO_CUDA; }
-blob_status blob__k_softmax_loss_backward_mixed(void *stream, blob_dtype dtype,
-                                                blob_dtype label_dtype, int64_t rows,
-                                                int64_t classes, const void *prob,
-                                                const void *labels, double scale, void *dlogits)
-{ NO_CUDA; }
