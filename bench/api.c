@@ -79,8 +79,7 @@ static int access_case_run(const struct access_case *k, double *ns)
 {
     int64_t shape[] = {1024};
     access_ctx a = {NULL, k->acc};
-    BTRY(blob_create(&a.b, BLOB_FLOAT32, k->gpu ? BLOB_DEVICE_DEFAULT : BLOB_HOST_ONLY, 1,
-                     shape));
+    BTRY(blob_create(&a.b, BLOB_FLOAT32, k->gpu ? BLOB_DEVICE_DEFAULT : BLOB_HOST_ONLY, 1, shape));
     bench_op op = {access_run, NULL, &a};
     int rc = set_head(a.b, k->head);
     if (rc == 0) {
@@ -142,8 +141,7 @@ static int reshape_grow_run(void *ctx, int n)
     return 0;
 }
 
-static int reshape_case(int (*run)(void *, int), int64_t rows, int64_t cols, bool touch,
-                        double *ns)
+static int reshape_case(int (*run)(void *, int), int64_t rows, int64_t cols, bool touch, double *ns)
 {
     int64_t shape[] = {rows, cols};
     reshape_ctx r = {NULL, rows};
@@ -238,8 +236,7 @@ void bench_update_host(void)
     static const char *const cols[] = {"blob us", "cblas us", "blob/cblas", "blob GB/s"};
     enum { SIZES = 4 };
     static const int64_t sizes[SIZES] = {1 << 10, 1 << 16, 1 << 20, 1 << 24};
-    report_section("6h", "blob_update on the host (data AT_CPU) vs cblas_saxpy, float32", 4,
-                   cols);
+    report_section("6h", "blob_update on the host (data AT_CPU) vs cblas_saxpy, float32", 4, cols);
     double blob_us[SIZES], cblas_us[SIZES];
     char why[SIZES][256] = {{0}};
     for (int i = 0; i < SIZES; i++)
@@ -270,15 +267,15 @@ void bench_update_host(void)
 
 /* ---- 7: a training-like loop whose batch changes every step ---- */
 
-#define LOOP_IN 784
-#define LOOP_HID_GPU 4096 /* a wide MLP: ~42 MiB in use at LOOP_BMAX */
-#define LOOP_HID_HOST 256 /* keeps the host-only run short */
-#define LOOP_OUT 10
-#define LOOP_BMIN 16
-#define LOOP_BMAX 512
-#define LOOP_WARMUP 20 /* random steps after the first, at LOOP_BMAX */
-#define LOOP_BATCH 20  /* steps per batch of the timing loop */
-#define LOOP_REPS 10   /* timed batches, after one untimed */
+#define LOOP_IN       784
+#define LOOP_HID_GPU  4096 /* a wide MLP: ~42 MiB in use at LOOP_BMAX */
+#define LOOP_HID_HOST 256  /* keeps the host-only run short */
+#define LOOP_OUT      10
+#define LOOP_BMIN     16
+#define LOOP_BMAX     512
+#define LOOP_WARMUP   20 /* random steps after the first, at LOOP_BMAX */
+#define LOOP_BATCH    20 /* steps per batch of the timing loop */
+#define LOOP_REPS     10 /* timed batches, after one untimed */
 
 typedef blob_status (*read_fn)(blob *, const void **);
 typedef blob_status (*write_fn)(blob *, void **);
@@ -323,10 +320,10 @@ static int loop_step_body(loop_ctx *l, blob *x, int64_t b)
     BTRY(l->data(l->w2, &pw2));
     BTRY(l->mdata(l->h, &ph));
     BTRY(l->mdata(l->y, &py));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, l->hid, LOOP_IN, 1, px, pw1,
-                 0, ph));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, LOOP_OUT, l->hid, 1, ph, pw2,
-                 0, py));
+    BTRY(
+        l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, l->hid, LOOP_IN, 1, px, pw1, 0, ph));
+    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, b, LOOP_OUT, l->hid, 1, ph, pw2, 0,
+                 py));
     BTRY(blob_cpu_data(l->y, &loss));
     BTRY(l->mdiff(l->y, &pdy));
     BTRY(l->copy(BLOB_FLOAT32, b * LOOP_OUT, py, pdy));
@@ -334,11 +331,11 @@ static int loop_step_body(loop_ctx *l, blob *x, int64_t b)
     BTRY(l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, l->hid, LOOP_OUT, b, lr, ph, pdy, 0,
                  pdw2));
     BTRY(l->mdiff(l->h, &pdh));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, b, l->hid, LOOP_OUT, 1, pdy, pw2, 0,
-                 pdh));
+    BTRY(
+        l->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, b, l->hid, LOOP_OUT, 1, pdy, pw2, 0, pdh));
     BTRY(l->mdiff(l->w1, &pdw1));
-    BTRY(l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, LOOP_IN, l->hid, b, lr, px, pdh, 0,
-                 pdw1));
+    BTRY(
+        l->gemm(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, LOOP_IN, l->hid, b, lr, px, pdh, 0, pdw1));
     BTRY(blob_update(l->w1));
     BTRY(blob_update(l->w2));
     return 0;
@@ -382,8 +379,7 @@ static int loop_setup(loop_ctx *l)
  * ones), then time the loop with bench_time (one untimed batch, then LOOP_REPS timed
  * ones): st[0], st[1] are the stats of `place` before and after all of its batches,
  * st[2], st[3] those of pinned memory (with a GPU). */
-static int loop_measure(loop_ctx *l, blob_place place, bool gpu, double *us,
-                        blob_alloc_stats st[4])
+static int loop_measure(loop_ctx *l, blob_place place, bool gpu, double *us, blob_alloc_stats st[4])
 {
     BTRY(blob_alloc_empty_cache(place));
     BTRY(blob_alloc_reset_peaks(place));
@@ -421,9 +417,9 @@ static void loop_rows(bool gpu, double us, const blob_alloc_stats st[4])
     report_row("peak in use MiB", &v, GOAL_NONE, false);
     v = s1->in_use_peak ? (double)s1->reserved / (double)s1->in_use_peak : NAN;
     report_row("reserved / peak in use", &v, gpu ? GOAL_LOOP_RESERVED : GOAL_NONE, v <= 1.25);
-    v = s1->requests > s0->requests ? (double)(s1->cache_hits - s0->cache_hits) /
-                                          (double)(s1->requests - s0->requests)
-                                    : NAN;
+    v = s1->requests > s0->requests
+            ? (double)(s1->cache_hits - s0->cache_hits) / (double)(s1->requests - s0->requests)
+            : NAN;
     report_row("cache hits / requests, timed", &v, GOAL_NONE, false);
     if (gpu) {
         v = driver_calls(&st[2], &st[3]);
@@ -435,7 +431,8 @@ void bench_loop(bool gpu)
 {
     static const char *const cols[] = {"value"};
     report_section("7", "Training-like loop, batch random in [16, 512] every step", 1, cols);
-    loop_ctx l = {.device = BLOB_HOST_ONLY, .hid = gpu ? LOOP_HID_GPU : LOOP_HID_HOST,
+    loop_ctx l = {.device = BLOB_HOST_ONLY,
+                  .hid = gpu ? LOOP_HID_GPU : LOOP_HID_HOST,
                   .rng = 0x9E3779B97F4A7C15ull};
     if (gpu && blob_device_get(&l.device) != BLOB_OK) {
         report_error("setup", blob_last_error());
@@ -454,12 +451,12 @@ void bench_loop(bool gpu)
     else
         loop_rows(gpu, us, st);
     report_note("each step: a fresh x {b,784} filled on the host; h {b,%lld}, y {b,10} "
-                "reshaped; 5 gemm, loss read back, 2 updates (%s)", (long long)l.hid,
-                gpu ? "GPU" : "host-only");
+                "reshaped; 5 gemm, loss read back, 2 updates (%s)",
+                (long long)l.hid, gpu ? "GPU" : "host-only");
     report_note("warm-up: one step at b = %d, then %d random; then %d untimed and %d x %d "
                 "timed random steps: us per step is the median over the %d timed batches, "
-                "the 'timed' counts cover all %d steps after the warm-up", LOOP_BMAX,
-                LOOP_WARMUP, LOOP_BATCH, LOOP_REPS, LOOP_BATCH, LOOP_REPS,
+                "the 'timed' counts cover all %d steps after the warm-up",
+                LOOP_BMAX, LOOP_WARMUP, LOOP_BATCH, LOOP_REPS, LOOP_BATCH, LOOP_REPS,
                 (LOOP_REPS + 1) * LOOP_BATCH);
     report_note("stats of the %s place, peaks since its cache was emptied",
                 gpu ? "device" : "host");

@@ -9,9 +9,9 @@
 
 #include "blob/blob.h"
 
-#define KIB ((size_t)1 << 10)
-#define MIB ((size_t)1 << 20)
-#define GIB ((size_t)1 << 30)
+#define KIB      ((size_t)1 << 10)
+#define MIB      ((size_t)1 << 20)
+#define GIB      ((size_t)1 << 30)
 #define COUNT(a) (sizeof(a) / sizeof((a)[0])) /* elements of the array a */
 
 /* ---- timing.c ---- */
@@ -21,12 +21,11 @@ int bench_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *bench_error(void);
 
 /* Fail with the library's detail unless expr returns BLOB_OK. */
-#define BTRY(expr)                                                                   \
-    do {                                                                             \
-        blob_status btry_ = (expr);                                                  \
-        if (btry_ != BLOB_OK)                                                        \
-            return bench_fail("%s: %s (%s)", #expr, blob_status_name(btry_),         \
-                              blob_last_error());                                    \
+#define BTRY(expr)                                                                               \
+    do {                                                                                         \
+        blob_status btry_ = (expr);                                                              \
+        if (btry_ != BLOB_OK)                                                                    \
+            return bench_fail("%s: %s (%s)", #expr, blob_status_name(btry_), blob_last_error()); \
     } while (0)
 
 /* An operation to time: run() does it n times; settle(), if set, runs untimed after
@@ -106,21 +105,20 @@ const char *bench_python(void);
 void torch_load(const char *args);
 /* torch_load of `script` (unless $BLOB_BENCH_TORCH names another), nproc processes of
  * it under the launcher. */
-void torch_load_launched(const char *launcher, int nproc, const char *script,
-                         const char *args);
+void torch_load_launched(const char *launcher, int nproc, const char *script, const char *args);
 /* A figure of the script (key, size), or NAN if it has none. */
 double torch_ref(const char *key, double size);
 
 /* ---- api.c: rows measured through the public API alone (every build) ---- */
 
-void bench_access(bool gpu);         /* 4 */
-void bench_reshape(void);            /* 5 */
-void bench_update_host(void);        /* 6, host side */
-void bench_loop(bool gpu);           /* 7 */
+void bench_access(bool gpu);  /* 4 */
+void bench_reshape(void);     /* 5 */
+void bench_update_host(void); /* 6, host side */
+void bench_loop(bool gpu);    /* 7 */
 
 /* ---- dlpack.c ---- */
 
-void bench_dlpack(bool gpu);         /* D: DLPack round trips */
+void bench_dlpack(bool gpu); /* D: DLPack round trips */
 
 /* A float32 blob b of n elements for the update rows (6 and 6h): data and diff are its
  * buffers on the side measured; c0 and c1 are scratch of the GPU rows. */
@@ -139,17 +137,17 @@ int bench_update_run(void *ctx, int n);
 
 /* Probe the GPU, record its facts and run the PyTorch script: true if one is usable. */
 bool bench_gpu_open(bool with_torch);
-void bench_gpu_alloc(void);   /* 1 */
-void bench_gpu_pinned(void);  /* 2 */
-void bench_gpu_sync(void);    /* 3 */
-void bench_gpu_update(void);  /* 6 */
+void bench_gpu_alloc(void);  /* 1 */
+void bench_gpu_pinned(void); /* 2 */
+void bench_gpu_sync(void);   /* 3 */
+void bench_gpu_update(void); /* 6 */
 void bench_gpu_close(void);
 /* CUDA events on the legacy default stream, where the library and the raw calls run. */
 extern const bench_clock bench_gpu_events;
 
 /* ---- conv.c (CUDA builds; a no-op in gpu_none.c) ---- */
 
-void bench_gpu_conv(void);    /* C */
+void bench_gpu_conv(void); /* C */
 /* Append the --conv cases of section C to the PyTorch script's arguments in buf. */
 void bench_conv_torch_args(char *buf, size_t size);
 

@@ -8,13 +8,13 @@
 
 /* Fail with CUDA's name for the error unless expr returns cudaSuccess; the error is
  * cleared, so that it does not stand for a later call's. */
-#define CTRY(expr)                                                                   \
-    do {                                                                             \
-        cudaError_t ctry_ = (expr);                                                  \
-        if (ctry_ != cudaSuccess) {                                                  \
-            (void)cudaGetLastError();                                                \
-            return bench_fail("%s: %s", #expr, cudaGetErrorName(ctry_));             \
-        }                                                                            \
+#define CTRY(expr)                                                       \
+    do {                                                                 \
+        cudaError_t ctry_ = (expr);                                      \
+        if (ctry_ != cudaSuccess) {                                      \
+            (void)cudaGetLastError();                                    \
+            return bench_fail("%s: %s", #expr, cudaGetErrorName(ctry_)); \
+        }                                                                \
     } while (0)
 
 #endif

@@ -12,18 +12,18 @@
 
 #include "bench_cuda.h"
 
-#define MAX_RANKS 8
+#define MAX_RANKS  8
 #define GOAL_RATIO 0.95
-#define GOAL_FROM (16 * MIB)
+#define GOAL_FROM  (16 * MIB)
 
 static const size_t sizes[] = {4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB};
 #define NUM_SIZES (sizeof sizes / sizeof sizes[0])
 
-#define NTRY(expr)                                                                   \
-    do {                                                                             \
-        ncclResult_t ntry_ = (expr);                                                 \
-        if (ntry_ != ncclSuccess)                                                    \
-            return bench_fail("%s: %s", #expr, ncclGetErrorString(ntry_));           \
+#define NTRY(expr)                                                         \
+    do {                                                                   \
+        ncclResult_t ntry_ = (expr);                                       \
+        if (ntry_ != ncclSuccess)                                          \
+            return bench_fail("%s: %s", #expr, ncclGetErrorString(ntry_)); \
     } while (0)
 
 typedef enum { JOB_BLOB, JOB_BLOB_BUCKETS, JOB_QUIT } job_kind;
@@ -151,8 +151,7 @@ static void *make_lists(void *p)
     int r = a->r;
     if (blob_device_set(r) != BLOB_OK ||
         blob_comm_list_create(&team.list_whole[r], team.whole[r], &team.buf[r], 1) != BLOB_OK ||
-        blob_comm_list_create(&team.list_buckets[r], team.buckets[r], &team.buf[r], 1) !=
-            BLOB_OK)
+        blob_comm_list_create(&team.list_buckets[r], team.buckets[r], &team.buf[r], 1) != BLOB_OK)
         a->failed = bench_fail("rank %d: list: %s", r, blob_last_error());
     return NULL;
 }
@@ -252,8 +251,7 @@ static void torch_peers(const comm_options *o)
     if (o->with_torch && o->launcher) {
         char arg[256] = "";
         for (size_t i = 0; i < NUM_SIZES; i++)
-            snprintf(arg + strlen(arg), sizeof arg - strlen(arg), "%s%zu", i ? "," : "",
-                     sizes[i]);
+            snprintf(arg + strlen(arg), sizeof arg - strlen(arg), "%s%zu", i ? "," : "", sizes[i]);
         torch_load_launched(o->launcher, team.n, "bench/comm_torch.py", arg);
     } else {
         report_meta("torch", "not run (%s)", o->with_torch ? "no --launcher" : "--no-torch");
@@ -280,10 +278,10 @@ static void stop_ranks(pthread_t *th)
 static void print_header(void)
 {
     printf("\nAll-reduce (sum, float32, in place) on %d GPUs, one buffer; us per call and bus "
-           "bandwidth busbw = bytes / time * 2(n-1)/n in GB/s\n", team.n);
+           "bandwidth busbw = bytes / time * 2(n-1)/n in GB/s\n",
+           team.n);
     printf("%10s %10s %9s %11s %9s %10s %9s %10s %9s %9s  %s\n", "bytes", "blob us", "busbw",
-           "25MiB-bkt us", "busbw", "nccl us", "busbw", "torch us", "busbw", "blob/nccl",
-           "goal");
+           "25MiB-bkt us", "busbw", "nccl us", "busbw", "torch us", "busbw", "blob/nccl", "goal");
 }
 
 /* ns per all-reduce of the buffers now: raw NCCL, blob_comm whole and in 25 MiB buckets
@@ -339,8 +337,8 @@ static int size_row(size_t bytes, int *missed, int *errors)
     bool pass = ratio >= GOAL_RATIO;
     *missed += goal && !pass;
     printf("%10s", label);
-    double v[] = {t_ours / 1e3, busbw(bytes, t_ours), t_bkt / 1e3, busbw(bytes, t_bkt),
-                  t_raw / 1e3, busbw(bytes, t_raw), t_torch / 1e3, busbw(bytes, t_torch)};
+    double v[] = {t_ours / 1e3, busbw(bytes, t_ours), t_bkt / 1e3,   busbw(bytes, t_bkt),
+                  t_raw / 1e3,  busbw(bytes, t_raw),  t_torch / 1e3, busbw(bytes, t_torch)};
     const int w[] = {10, 9, 11, 9, 10, 9, 10, 9};
     for (int i = 0; i < 8; i++)
         cell(w[i], v[i]);
@@ -391,7 +389,10 @@ int main(int argc, char **argv)
             return rc;
     stop_ranks(th);
     printf("\nGoal: blob_comm busbw >= %.0f%% of raw ncclAllReduce from 16 MiB up: %s\n",
-           GOAL_RATIO * 100, errors ? "NOT MEASURED (errors above)" : missed ? "MISS" : "PASS");
+           GOAL_RATIO * 100,
+           errors   ? "NOT MEASURED (errors above)"
+           : missed ? "MISS"
+                    : "PASS");
     close_team();
     blob_thread_release();
     return errors || missed ? 1 : 0;

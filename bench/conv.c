@@ -10,8 +10,8 @@
 
 typedef enum { IM2COL, COL2IM, MAX_FWD, MAX_BWD, AVG_FWD, AVG_BWD } conv_op;
 
-static const char *const op_keys[] = {"im2col", "col2im", "max_fwd", "max_bwd", "avg_fwd",
-                                      "avg_bwd"};
+static const char *const op_keys[] = {"im2col",  "col2im",  "max_fwd",
+                                      "max_bwd", "avg_fwd", "avg_bwd"};
 
 /* Square kernels, pads and strides, no dilation, floor rounding. */
 static const struct conv_case {
@@ -91,8 +91,8 @@ static int copy_run(void *ctx, int n)
 {
     conv_ctx *k = ctx;
     for (int i = 0; i < n; i++) {
-        cudaError_t e = cudaMemcpyAsync(k->copy_dst, k->copy_src, k->copy_bytes,
-                                        cudaMemcpyDeviceToDevice, 0);
+        cudaError_t e =
+            cudaMemcpyAsync(k->copy_dst, k->copy_src, k->copy_bytes, cudaMemcpyDeviceToDevice, 0);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             return bench_fail("cudaMemcpyAsync: %s", cudaGetErrorName(e));
@@ -139,8 +139,8 @@ static double bytes_moved(const conv_ctx *k)
 {
     const double img = (double)k->n_image * 4, oth = (double)k->n_other * 4;
     switch (k->c->op) {
-    case MAX_FWD: return img + 2 * oth;  /* x; y and argmax */
-    case MAX_BWD: return 2 * oth + img;  /* dy and argmax; dx */
+    case MAX_FWD: return img + 2 * oth; /* x; y and argmax */
+    case MAX_BWD: return 2 * oth + img; /* dy and argmax; dx */
     default: return img + oth;
     }
 }
@@ -148,8 +148,9 @@ static double bytes_moved(const conv_ctx *k)
 static int conv_setup(conv_ctx *k)
 {
     const struct conv_case *c = k->c;
-    k->g = (blob_conv_geometry){c->channels, c->size, c->size, c->kernel, c->kernel, c->pad,
-                                c->pad, c->stride, c->stride, 1, 1, BLOB_ROUND_FLOOR};
+    k->g = (blob_conv_geometry){c->channels, c->size, c->size, c->kernel,
+                                c->kernel,   c->pad,  c->pad,  c->stride,
+                                c->stride,   1,       1,       BLOB_ROUND_FLOOR};
     int64_t oh, ow;
     BTRY(c->op == IM2COL || c->op == COL2IM ? blob_conv_output_size(&k->g, &oh, &ow)
                                             : blob_pool_output_size(&k->g, &oh, &ow));
@@ -165,8 +166,7 @@ static int conv_setup(conv_ctx *k)
     if (c->op == COL2IM)
         BTRY(blob_gpu_im2col(BLOB_FLOAT32, &k->g, c->num, k->image, k->other));
     if (c->op == MAX_BWD)
-        BTRY(blob_gpu_max_pool_forward(BLOB_FLOAT32, &k->g, c->num, k->image, k->other,
-                                       k->argmax));
+        BTRY(blob_gpu_max_pool_forward(BLOB_FLOAT32, &k->g, c->num, k->image, k->other, k->argmax));
     k->copy_bytes = (size_t)(bytes_moved(k) / 2);
     return device_alloc(&k->copy_src, k->copy_bytes) || device_alloc(&k->copy_dst, k->copy_bytes)
                ? -1
@@ -206,8 +206,7 @@ static int conv_row(int index, double *v)
 
 void bench_gpu_conv(void)
 {
-    static const char *const cols[] = {"blob us", "blob GB/s", "copy us", "blob/copy",
-                                       "torch us"};
+    static const char *const cols[] = {"blob us", "blob GB/s", "copy us", "blob/copy", "torch us"};
     report_section("C", "Convolution math on the GPU, float32, CUDA events", 5, cols);
     for (int i = 0; i < NUM_CASES; i++) {
         double v[5];

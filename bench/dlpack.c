@@ -22,8 +22,7 @@ static int round_trip_run(void *ctx, int n)
         blob_status st = blob_from_dlpack(&imported, t, BLOB_HOST_ONLY);
         if (st != BLOB_OK) {
             blob_dlpack_delete(t);
-            return bench_fail("blob_from_dlpack: %s (%s)", blob_status_name(st),
-                              blob_last_error());
+            return bench_fail("blob_from_dlpack: %s (%s)", blob_status_name(st), blob_last_error());
         }
         blob_free(imported);
     }
@@ -36,8 +35,8 @@ static int round_trip_case(int device, blob_dlpack_side side, double *ns)
     round_trip_ctx c = {NULL, side};
     void *p;
     BTRY(blob_create(&c.b, BLOB_FLOAT32, device, 1, shape));
-    blob_status st = side == BLOB_DLPACK_HOST ? blob_mutable_cpu_data(c.b, &p)
-                                              : blob_mutable_gpu_data(c.b, &p);
+    blob_status st =
+        side == BLOB_DLPACK_HOST ? blob_mutable_cpu_data(c.b, &p) : blob_mutable_gpu_data(c.b, &p);
     int rc = st == BLOB_OK ? 0 : bench_fail("first access: %s", blob_last_error());
     bench_op op = {round_trip_run, NULL, &c};
     if (rc == 0 && isnan(*ns = bench_time(&op, 20000, 15, &bench_wall)))

@@ -70,8 +70,8 @@ typedef struct {
     void *stream;
     net *n;
     blob *x[2], *y[2];
-    double ms;       /* median ms per step */
-    bool timeline;   /* then print rank 0's timeline of a step */
+    double ms;     /* median ms per step */
+    bool timeline; /* then print rank 0's timeline of a step */
     char err[512];
 } rank_ctx;
 
@@ -93,9 +93,15 @@ static int rank_open(rank_ctx *r)
 {
     BTRY(blob_stream_create(&r->stream));
     blob_stream_set(r->stream);
-    net_config cfg = {.def = net_def_find(r->c->net), .mode = NN_GPU, .dtype = BLOB_FLOAT32,
-                      .batch = r->c->batch, .seed = 1, .lr = 0.01, .momentum = 0.9,
-                      .weight_decay = 5e-4, .comm = r->comm};
+    net_config cfg = {.def = net_def_find(r->c->net),
+                      .mode = NN_GPU,
+                      .dtype = BLOB_FLOAT32,
+                      .batch = r->c->batch,
+                      .seed = 1,
+                      .lr = 0.01,
+                      .momentum = 0.9,
+                      .weight_decay = 5e-4,
+                      .comm = r->comm};
     if (!cfg.def)
         return bench_fail("no net %s", r->c->net);
     BTRY(net_create(&r->n, &cfg));
@@ -134,13 +140,13 @@ static int rank_timeline(rank_ctx *r)
         return 0;
     printf("\ntimeline of one step of %s at %lld rows per GPU, rank 0 of %d (%.3f ms a step), "
            "ms from the start of backward:\n%6s %7s %9s %9s %9s %9s %9s\n",
-           r->c->net, (long long)r->c->batch, blob_comm_size(r->comm), r->ms, "bucket",
-           "blobs", "MB", "ready", "start", "end", "GB/s");
+           r->c->net, (long long)r->c->batch, blob_comm_size(r->comm), r->ms, "bucket", "blobs",
+           "MB", "ready", "start", "end", "GB/s");
     double last = 0;
     for (int i = 0; i < num && i < MAX_BUCKETS; i++) {
         double mb = (double)b[i].elements * 4 / 1e6;
-        printf("%6d %3d-%-3d %9.1f %9.3f %9.3f %9.3f %9.1f\n", num - i, b[i].first, b[i].last,
-               mb, b[i].ready_ms, b[i].start_ms, b[i].end_ms,
+        printf("%6d %3d-%-3d %9.1f %9.3f %9.3f %9.3f %9.1f\n", num - i, b[i].first, b[i].last, mb,
+               b[i].ready_ms, b[i].start_ms, b[i].end_ms,
                mb / 1e3 / ((b[i].end_ms - b[i].start_ms) / 1e3));
         last = b[i].end_ms > last ? b[i].end_ms : last;
     }
@@ -209,8 +215,12 @@ static double time_threads(const dp_case *c, int n, int steps, int repeats, bool
     memset(ranks, 0, sizeof ranks);
     int started = 0;
     for (int i = 0; i < n; i++) {
-        ranks[i] = (rank_ctx){.comm = comms[i], .c = c, .steps = steps, .repeats = repeats,
-                              .ms = NAN, .timeline = timeline};
+        ranks[i] = (rank_ctx){.comm = comms[i],
+                              .c = c,
+                              .steps = steps,
+                              .repeats = repeats,
+                              .ms = NAN,
+                              .timeline = timeline};
         if (pthread_create(&threads[i], NULL, thread_main, &ranks[i]) != 0) {
             snprintf(why, why_size, "cannot start thread %d", i);
             break; /* the others fail by the communicator's deadline */
@@ -228,8 +238,8 @@ static double time_threads(const dp_case *c, int n, int steps, int repeats, bool
 }
 
 /* A process per GPU under the launcher, each `dp_step --rank ...`: rank 0's figure. */
-static double time_processes(const char *launcher, const dp_case *c, int n, int steps,
-                             int repeats, char *why, size_t why_size)
+static double time_processes(const char *launcher, const dp_case *c, int n, int steps, int repeats,
+                             char *why, size_t why_size)
 {
     char self[4096], cmd[8192], line[1024], last[400] = "no output";
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -375,8 +385,8 @@ static void run(const options *o, dp_figures *fig)
         if (!o->launcher)
             snprintf(g->why_procs, sizeof g->why_procs, "no --launcher");
         g->one = time_one(c, o->steps, o->repeats, g->why_one, sizeof g->why_one);
-        g->threads = time_threads(c, o->gpus, o->steps, o->repeats, false, false,
-                                  g->why_threads, sizeof g->why_threads);
+        g->threads = time_threads(c, o->gpus, o->steps, o->repeats, false, false, g->why_threads,
+                                  sizeof g->why_threads);
         g->bf16 = time_threads(c, o->gpus, o->steps, o->repeats, false, true, g->why_bf16,
                                sizeof g->why_bf16);
     }

@@ -15,12 +15,11 @@
 
 #include "bench_cuda.h"
 
-
 /* Parameters of the optimizer rows, float32 elements (64 MiB and 256 MiB). */
 static const int64_t optim_sizes[] = {(int64_t)16 << 20, (int64_t)64 << 20};
 /* The layers of section 9: batch, inputs, outputs. */
-static const int64_t linear_shapes[][3] = {{64, 784, 256},  {64, 256, 128},  {64, 128, 10},
-                                           {256, 784, 256}, {256, 256, 128}, {256, 128, 10},
+static const int64_t linear_shapes[][3] = {{64, 784, 256},   {64, 256, 128},  {64, 128, 10},
+                                           {256, 784, 256},  {256, 256, 128}, {256, 128, 10},
                                            {512, 4096, 4096}};
 static const blob_math_mode modes[] = {BLOB_MATH_FP32, BLOB_MATH_TF32, BLOB_MATH_BF16};
 
@@ -58,8 +57,8 @@ typedef struct {
     int64_t counts[TENSORS];
     void *arr[4][TENSORS]; /* parameters, gradients, first and second history */
     int64_t *step;
-    void *c0, *c1;         /* the copy's buffers */
-    size_t copy_bytes;     /* half the bytes the step moves */
+    void *c0, *c1;     /* the copy's buffers */
+    size_t copy_bytes; /* half the bytes the step moves */
 } optim_ctx;
 
 static int optim_run(void *ctx, int n)
@@ -123,8 +122,8 @@ static int optim_row(const blob_optim *opt, const char *torch_key, int64_t n, do
     double blob_ns, copy_ns;
     int rc = optim_setup(&o, n);
     if (rc == 0)
-        rc = bench_time_pair(&blob_op, &copy_op, batch, reps, &bench_gpu_events, &blob_ns,
-                             &copy_ns);
+        rc =
+            bench_time_pair(&blob_op, &copy_op, batch, reps, &bench_gpu_events, &blob_ns, &copy_ns);
     if (rc == 0) {
         const double moved = 2.0 * (double)o.copy_bytes;
         v[0] = blob_ns / 1e3;
@@ -141,10 +140,9 @@ static int optim_row(const blob_optim *opt, const char *torch_key, int64_t n, do
 
 void bench_gpu_optim(void)
 {
-    static const char *const cols[] = {"blob us", "copy us", "blob GB/s", "copy GB/s",
+    static const char *const cols[] = {"blob us",   "copy us",  "blob GB/s", "copy GB/s",
                                        "blob/copy", "torch us", "torch/blob"};
-    report_section("8", "Optimizer step over 8 float32 tensors on the GPU, CUDA events", 7,
-                   cols);
+    report_section("8", "Optimizer step over 8 float32 tensors on the GPU, CUDA events", 7, cols);
     blob_optim sgd = blob_optim_default(BLOB_OPTIM_SGD, 0.01);
     sgd.momentum = 0.9;
     sgd.weight_decay = 5e-4;
@@ -187,9 +185,8 @@ static int linear_fused_run(void *ctx, int n)
 {
     linear_ctx *l = ctx;
     for (int i = 0; i < n; i++)
-        BTRY(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l->B, l->O, l->I,
-                                    l->x, l->w, l->y, BLOB_EPILOGUE_BIAS_RELU, l->b, l->mask,
-                                    l->mode));
+        BTRY(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l->B, l->O, l->I, l->x,
+                                    l->w, l->y, BLOB_EPILOGUE_BIAS_RELU, l->b, l->mask, l->mode));
     return 0;
 }
 
@@ -204,9 +201,9 @@ static int linear_unfused_run(void *ctx, int n)
                                                                     : CUBLAS_COMPUTE_32F;
     const int B = (int)l->B, I = (int)l->I, O = (int)l->O;
     for (int i = 0; i < n; i++) {
-        cublasStatus_t s = cublasGemmEx(l->h, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, l->w,
-                                        CUDA_R_32F, I, l->x, CUDA_R_32F, I, &zero, l->y,
-                                        CUDA_R_32F, O, compute, CUBLAS_GEMM_DEFAULT);
+        cublasStatus_t s =
+            cublasGemmEx(l->h, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, l->w, CUDA_R_32F, I, l->x,
+                         CUDA_R_32F, I, &zero, l->y, CUDA_R_32F, O, compute, CUBLAS_GEMM_DEFAULT);
         if (s == CUBLAS_STATUS_SUCCESS)
             s = cublasSgemm(l->h, CUBLAS_OP_N, CUBLAS_OP_N, O, B, 1, &one, l->b, O, l->ones, 1,
                             &one, l->y, O);
@@ -228,7 +225,7 @@ static int linear_setup(linear_ctx *l)
     CTRY(cudaMalloc(&l->mask, blob_relu_mask_bytes(l->B, l->O)));
     CTRY(cudaMemset(l->x, 0x3c, f * (size_t)(l->B * l->I))); /* 0.012 */
     CTRY(cudaMemset(l->w, 0x3c, f * (size_t)(l->O * l->I)));
-    CTRY(cudaMemset(l->b, 0xbc, f * (size_t)l->O));          /* -0.023 */
+    CTRY(cudaMemset(l->b, 0xbc, f * (size_t)l->O)); /* -0.023 */
     BTRY(blob_gpu_set(BLOB_FLOAT32, l->B, 1, l->ones));
     return 0;
 }
@@ -243,8 +240,17 @@ static void linear_free(linear_ctx *l)
 
 static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, double *v)
 {
-    linear_ctx l = {h, mode, linear_shapes[shape][0], linear_shapes[shape][1],
-                    linear_shapes[shape][2], NULL, NULL, NULL, NULL, NULL, NULL};
+    linear_ctx l = {h,
+                    mode,
+                    linear_shapes[shape][0],
+                    linear_shapes[shape][1],
+                    linear_shapes[shape][2],
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL};
     const double flops = 2.0 * (double)(l.B * l.I * l.O);
     const int batch = flops > 1e10 ? 20 : 200, reps = 11;
     const bench_op fused_op = {linear_fused_run, NULL, &l};
@@ -255,9 +261,9 @@ static int linear_row(cublasHandle_t h, size_t shape, blob_math_mode mode, doubl
         rc = bench_time_pair(&fused_op, &unfused_op, batch, reps, &bench_gpu_events, &fused_ns,
                              &unfused_ns);
     bool fused = false;
-    if (rc == 0 && blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l.B, l.O,
-                                                l.I, BLOB_EPILOGUE_BIAS_RELU, true, mode,
-                                                &fused) != BLOB_OK)
+    if (rc == 0 &&
+        blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, l.B, l.O, l.I,
+                                     BLOB_EPILOGUE_BIAS_RELU, true, mode, &fused) != BLOB_OK)
         rc = bench_fail("blob_gpu_gemm_epilogue_fused: %s", blob_last_error());
     if (rc == 0) {
         char key[24];
@@ -382,8 +388,8 @@ static int layer_kernels(bool fused, int64_t *kernels, int64_t *total)
 
 void bench_gpu_fused_gemm(void)
 {
-    static const char *const cols[] = {"fused us", "unfused us", "unfused/fused", "torch us",
-                                       "TFLOP/s", "lt fused"};
+    static const char *const cols[] = {"fused us", "unfused us", "unfused/fused",
+                                       "torch us", "TFLOP/s",    "lt fused"};
     report_section("9", "relu(x W^T + b) with the mask, float32 storage, CUDA events", 6, cols);
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
@@ -394,9 +400,9 @@ void bench_gpu_fused_gemm(void)
         for (size_t s = 0; s < COUNT(linear_shapes); s++) {
             char label[64];
             double v[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
-            snprintf(label, sizeof label, "%lldx%lld -> %lld, %s",
-                     (long long)linear_shapes[s][0], (long long)linear_shapes[s][1],
-                     (long long)linear_shapes[s][2], blob_math_mode_name(modes[m]));
+            snprintf(label, sizeof label, "%lldx%lld -> %lld, %s", (long long)linear_shapes[s][0],
+                     (long long)linear_shapes[s][1], (long long)linear_shapes[s][2],
+                     blob_math_mode_name(modes[m]));
             if (linear_row(h, s, modes[m], v) != 0)
                 report_error(label, bench_error());
             else
@@ -475,8 +481,7 @@ static int gemm16_lt_setup(gemm16_ctx *g, double *us)
     size_t ws = H_WORKSPACE;
     *us = NAN;
     if (cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
-            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t) !=
             CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt) !=
@@ -542,7 +547,7 @@ static int gemm16_alloc(gemm16_ctx *g, blob_dtype dtype)
 
 void bench_gpu_gemm16(void)
 {
-    static const char *const cols[] = {"bf16 us",  "TFLOP/s",     "tf32 us",
+    static const char *const cols[] = {"bf16 us",   "TFLOP/s",     "tf32 us",
                                        "bf16/tf32", "cublasLt us", "bf16/cublasLt"};
     report_section("H", "GEMM 512x4096x4096 (x W^T) with bfloat16 storage, CUDA events", 6, cols);
     const double flops = 2.0 * H_M * H_N * H_K;
@@ -574,7 +579,8 @@ void bench_gpu_gemm16(void)
         v[5] = lt_us / v[0];
         report_row("512x4096x4096 bf16", v, GOAL_NONE, false);
         report_note("goals: bf16/tf32 >= 2 (%s), bf16/cublasLt >= 0.95 (%s); cuBLASLt TFLOP/s "
-                    "%.0f", v[3] >= 2 ? "met" : "not met", v[5] >= 0.95 ? "met" : "not met",
+                    "%.0f",
+                    v[3] >= 2 ? "met" : "not met", v[5] >= 0.95 ? "met" : "not met",
                     flops / lt_us / 1e6);
     } else {
         report_error("512x4096x4096 bf16", bench_error());

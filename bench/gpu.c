@@ -7,7 +7,6 @@
 
 #include "bench_cuda.h"
 
-
 static const size_t alloc_sizes[] = {512, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 256 * MIB};
 static const size_t pinned_sizes[] = {512, 4 * KIB, 64 * KIB, MIB, 64 * MIB};
 static const size_t sync_sizes[] = {4 * KIB, 64 * KIB, MIB, 16 * MIB, 256 * MIB, GIB};
@@ -18,10 +17,7 @@ static cublasHandle_t cublas;
 static cudaEvent_t ev[2];
 
 /* CUDA events on the legacy default stream, where the library and the raw calls run. */
-static void event_begin(void)
-{
-    (void)cudaEventRecord(ev[0], 0);
-}
+static void event_begin(void) { (void)cudaEventRecord(ev[0], 0); }
 
 static double event_end(void)
 {
@@ -185,16 +181,16 @@ static int blob_block_run(void *ctx, int n)
 }
 
 /* The raw calls: n allocations, each freed at once. */
-#define CUDA_ALLOC_RUN(name, alloc, free)   \
-    static int name(void *ctx, int n)       \
-    {                                       \
-        alloc_ctx *a = ctx;                 \
-        for (int i = 0; i < n; i++) {       \
-            void *p;                        \
-            CTRY(alloc);                    \
-            CTRY(free);                     \
-        }                                   \
-        return 0;                           \
+#define CUDA_ALLOC_RUN(name, alloc, free) \
+    static int name(void *ctx, int n)     \
+    {                                     \
+        alloc_ctx *a = ctx;               \
+        for (int i = 0; i < n; i++) {     \
+            void *p;                      \
+            CTRY(alloc);                  \
+            CTRY(free);                   \
+        }                                 \
+        return 0;                         \
     }
 CUDA_ALLOC_RUN(cuda_malloc_run, cudaMalloc(&p, a->size), cudaFree(p))
 CUDA_ALLOC_RUN(cuda_malloc_async_run, cudaMallocAsync(&p, a->size, 0), cudaFreeAsync(p, 0))
@@ -202,8 +198,8 @@ CUDA_ALLOC_RUN(cuda_malloc_host_run, cudaMallocHost(&p, a->size), cudaFreeHost(p
 
 /* The library's path with caching on: us per call and the driver allocs+frees its timed
  * batches made (after one untimed call), or NAN. */
-static double blob_cached_us(int (*run)(void *, int), alloc_ctx *a, blob_place place,
-                             int batch, double *drv)
+static double blob_cached_us(int (*run)(void *, int), alloc_ctx *a, blob_place place, int batch,
+                             double *drv)
 {
     blob_alloc_stats s0, s1;
     if (run(a, 1) != 0 || drain(a) != 0)
@@ -269,7 +265,7 @@ static int alloc_row(size_t size, double *v)
 
 void bench_gpu_alloc(void)
 {
-    static const char *const cols[] = {"cached",     "uncached", "cudaMalloc", "mallocAsync",
+    static const char *const cols[] = {"cached",     "uncached", "cudaMalloc",    "mallocAsync",
                                        "blob block", "torch",    "Malloc/cached", "drv"};
     report_section("1", "Device alloc+free, us per call (wall clock)", 8, cols);
     cudaMemPool_t pool;
@@ -317,7 +313,7 @@ static int pinned_row(size_t size, double *v)
 
 void bench_gpu_pinned(void)
 {
-    static const char *const cols[] = {"cached", "uncached", "MallocHost", "blob block",
+    static const char *const cols[] = {"cached", "uncached",          "MallocHost", "blob block",
                                        "torch",  "MallocHost/cached", "drv"};
     report_section("2", "Pinned host alloc+free, us per call (wall clock)", 7, cols);
     for (size_t i = 0; i < COUNT(pinned_sizes); i++) {
@@ -345,28 +341,28 @@ typedef struct {
 } sync_ctx;
 
 /* The block's copy: a write of one side, then a read of the other. */
-#define BLOB_SYNC_RUN(name, write, read)        \
-    static int name(void *ctx, int n)           \
-    {                                           \
-        sync_ctx *s = ctx;                      \
-        void *p;                                \
-        const void *c;                          \
-        for (int i = 0; i < n; i++) {           \
-            BTRY(write(s->m, &p));              \
-            BTRY(read(s->m, &c));               \
-        }                                       \
-        return 0;                               \
+#define BLOB_SYNC_RUN(name, write, read) \
+    static int name(void *ctx, int n)    \
+    {                                    \
+        sync_ctx *s = ctx;               \
+        void *p;                         \
+        const void *c;                   \
+        for (int i = 0; i < n; i++) {    \
+            BTRY(write(s->m, &p));       \
+            BTRY(read(s->m, &c));        \
+        }                                \
+        return 0;                        \
     }
 BLOB_SYNC_RUN(blob_h2d_run, blob_syncedmem_mutable_cpu_data, blob_syncedmem_gpu_data)
 BLOB_SYNC_RUN(blob_d2h_run, blob_syncedmem_mutable_gpu_data, blob_syncedmem_cpu_data)
 
-#define COPY_RUN(name, dst, src, kind)                  \
-    static int name(void *ctx, int n)                   \
-    {                                                   \
-        sync_ctx *s = ctx;                              \
-        for (int i = 0; i < n; i++)                     \
-            CTRY(cudaMemcpy(dst, src, s->size, kind));  \
-        return 0;                                       \
+#define COPY_RUN(name, dst, src, kind)                 \
+    static int name(void *ctx, int n)                  \
+    {                                                  \
+        sync_ctx *s = ctx;                             \
+        for (int i = 0; i < n; i++)                    \
+            CTRY(cudaMemcpy(dst, src, s->size, kind)); \
+        return 0;                                      \
     }
 COPY_RUN(h2d_pinned_run, s->dev, s->pinned, cudaMemcpyHostToDevice)
 COPY_RUN(d2h_pinned_run, s->pinned, s->dev, cudaMemcpyDeviceToHost)
@@ -398,12 +394,12 @@ static int sync_dir(sync_ctx *s, bool h2d, double *v)
     double t_blob = time_us(h2d ? blob_h2d_run : blob_d2h_run, NULL, s, batch, reps, &bench_wall);
     if (isnan(t_blob))
         return -1;
-    double t_pin = time_us(h2d ? h2d_pinned_run : d2h_pinned_run, NULL, s, batch, reps,
-                           &bench_wall);
+    double t_pin =
+        time_us(h2d ? h2d_pinned_run : d2h_pinned_run, NULL, s, batch, reps, &bench_wall);
     if (isnan(t_pin))
         return -1;
-    double t_page = time_us(h2d ? h2d_pageable_run : d2h_pageable_run, NULL, s, batch, reps,
-                            &bench_wall);
+    double t_page =
+        time_us(h2d ? h2d_pageable_run : d2h_pageable_run, NULL, s, batch, reps, &bench_wall);
     if (isnan(t_page))
         return -1;
     v[0] = bytes / (t_blob * 1e3);
@@ -417,8 +413,8 @@ static int sync_dir(sync_ctx *s, bool h2d, double *v)
 
 void bench_gpu_sync(void)
 {
-    static const char *const cols[] = {"blob", "raw pinned", "blob/raw", "raw pageable",
-                                       "torch pinned", "torch pageable"};
+    static const char *const cols[] = {"blob",         "raw pinned",   "blob/raw",
+                                       "raw pageable", "torch pinned", "torch pageable"};
     report_section("3", "Blob sync H->D and D->H, GB/s (wall clock, synchronous)", 6, cols);
     for (size_t i = 0; i < COUNT(sync_sizes); i++) {
         sync_ctx s = {sync_sizes[i], NULL, NULL, NULL, NULL};
@@ -516,8 +512,8 @@ static int update_row(int64_t n, double *v)
 
 void bench_gpu_update(void)
 {
-    static const char *const cols[] = {"blob us", "saxpy us", "blob/saxpy", "copy us",
-                                       "blob GB/s", "torch us"};
+    static const char *const cols[] = {"blob us", "saxpy us",  "blob/saxpy",
+                                       "copy us", "blob GB/s", "torch us"};
     report_section("6", "blob_update (data -= diff on the GPU), float32, CUDA events", 6, cols);
     for (size_t i = 0; i < COUNT(update_sizes); i++) {
         char label[32];

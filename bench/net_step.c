@@ -38,14 +38,14 @@
 #include "bench.h"
 #include "net.h"
 
-#define WARMUP 20
+#define WARMUP      20
 #define MAX_REPEATS 101
-#define MAX_NETS 8
+#define MAX_NETS    8
 #define MAX_BATCHES 8
-#define MAX_MATHS 3
-#define CLASSES 10 /* every net here classifies Fashion-MNIST */
+#define MAX_MATHS   3
+#define CLASSES     10 /* every net here classifies Fashion-MNIST */
 
-static bool one_stream; /* --streams 1 */
+static bool one_stream;     /* --streams 1 */
 static int warmup = WARMUP; /* steps before the timed runs: WARMUP, or --steps if fewer */
 
 /* One kind of libblob's net (fused or plain), us per step (0: not measured). */
@@ -55,11 +55,11 @@ typedef struct {
 } blob_figures;
 
 typedef struct {
-    int64_t params;         /* learnable values, to match torch's net */
-    blob_figures kind[2];   /* fused, plain */
+    int64_t params;       /* learnable values, to match torch's net */
+    blob_figures kind[2]; /* fused, plain */
     /* PyTorch, us per step (0: not measured) */
     double torch_eager, torch_fused, torch_graph, torch_compile;
-    int64_t torch_kernels;  /* CUDA kernels of a torch eager step (0: none) */
+    int64_t torch_kernels; /* CUDA kernels of a torch eager step (0: none) */
     char compile_error[160];
 } figures;
 
@@ -76,8 +76,8 @@ static blob_status sync_device(nn_mode mode)
 
 /* Median microseconds per step over `repeats` runs of `steps` steps; with wait, every
  * step's loss is read on the host before the next is queued. */
-static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int steps,
-                              int repeats, bool wait, double *us)
+static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int steps, int repeats,
+                              bool wait, double *us)
 {
     double samples[MAX_REPEATS], loss;
     for (int s = 0; s < warmup; s++) {
@@ -112,12 +112,20 @@ static double *run_figure(blob_figures *k, run_kind run)
 /* A fresh net (fused, or plain) and two random resident batches, timed as `run` says
  * into the figures of its kind; the net's parameter count too, and with graphs the
  * kernels and nodes of one step's graph. */
-static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind run,
-                         int64_t batch, int steps, int repeats, figures *f)
+static blob_status bench(const net_def *def, nn_mode mode, bool plain, run_kind run, int64_t batch,
+                         int steps, int repeats, figures *f)
 {
-    net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32, .batch = batch,
-                      .seed = 1, .lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4,
-                      .graph = run != EAGER, .plain = plain, .loss_only = true,
+    net_config cfg = {.def = def,
+                      .mode = mode,
+                      .dtype = BLOB_FLOAT32,
+                      .batch = batch,
+                      .seed = 1,
+                      .lr = 0.01,
+                      .momentum = 0.9,
+                      .weight_decay = 5e-4,
+                      .graph = run != EAGER,
+                      .plain = plain,
+                      .loss_only = true,
                       .one_stream = one_stream};
     blob_figures *k = &f->kind[plain];
     uint64_t rng = 5;
@@ -149,23 +157,22 @@ static double figure(const char *s) { return strcmp(s, "-") ? atof(s) : 0; }
  * there are none, written to why. */
 static const char *torch_figures(const char *script, const char *python, nn_mode mode,
                                  const char *name, const char *math, int threads, int steps,
-                                 int repeats, const int64_t *batches, int num_batches,
-                                 figures *f, int64_t *params, char *device,
-                                 size_t device_size, char *why, size_t why_size)
+                                 int repeats, const int64_t *batches, int num_batches, figures *f,
+                                 int64_t *params, char *device, size_t device_size, char *why,
+                                 size_t why_size)
 {
     char cmd[4096], line[512];
     int at = snprintf(cmd, sizeof cmd,
                       "timeout 600 %s '%s' --net '%s' --device %s --math %s --steps %d "
                       "--repeats %d --warmup %d",
-                      python, script, name, mode == NN_GPU ? "cuda" : "cpu", math, steps,
-                      repeats, warmup);
+                      python, script, name, mode == NN_GPU ? "cuda" : "cpu", math, steps, repeats,
+                      warmup);
     if (mode == NN_GPU)
         at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --kernels");
     else
         at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --threads %d", threads);
     for (int i = 0; i < num_batches; i++)
-        at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --batch %lld",
-                       (long long)batches[i]);
+        at += snprintf(cmd + at, sizeof cmd - (size_t)at, " --batch %lld", (long long)batches[i]);
     FILE *p = popen(cmd, "r");
     if (!p) {
         snprintf(why, why_size, "cannot start %.100s", python);
@@ -190,8 +197,10 @@ static const char *torch_figures(const char *script, const char *python, nn_mode
             row->torch_kernels = count;
         else if (row && !strncmp(line + used, "compile_error ", 14))
             snprintf(row->compile_error, sizeof row->compile_error, "%.150s", line + used + 14);
-        else if (row && sscanf(line + used, "eager_us %31s fused_us %31s graph_us %31s "
-                                            "compile_us %31s", e, fu, g, c) == 4) {
+        else if (row && sscanf(line + used,
+                               "eager_us %31s fused_us %31s graph_us %31s "
+                               "compile_us %31s",
+                               e, fu, g, c) == 4) {
             row->torch_eager = figure(e);
             row->torch_fused = figure(fu);
             row->torch_graph = figure(g);
@@ -232,13 +241,12 @@ static double torch_best(const figures *f)
     return best;
 }
 
-static void print_table(const net_def *def, const char *math, nn_mode mode,
-                        const int64_t *batches, int num_batches, const figures *f,
-                        const char *no_torch)
+static void print_table(const net_def *def, const char *math, nn_mode mode, const int64_t *batches,
+                        int num_batches, const figures *f, const char *no_torch)
 {
     printf("\n%s (%s), %s GEMMs%s: one SGD step (forward, backward, update, loss read back), "
-           "us\n", def->name, def->title, math,
-           mode == NN_GPU && blob_gemm_tuning_get() ? " (tuned)" : "");
+           "us\n",
+           def->name, def->title, math, mode == NN_GPU && blob_gemm_tuning_get() ? " (tuned)" : "");
     printf("                ----------------- libblob -----------------  "
            "------------------ torch -------------------  best torch over\n");
     printf("batch  kind         eager     graph  graph async  kernels/nodes      "
@@ -312,10 +320,11 @@ static blob_status bench_all(const net_def *const *defs, int num_nets, const int
             for (int plain = 0; plain < 2; plain++)
                 for (int r = 0; r < num_runs; r++) {
                     const double t0 = nn_now();
-                    NN_TRY(bench(defs[k], mode, plain, runs[r], batches[i], steps, repeats,
-                                 &f[k][i]));
-                    fprintf(stderr, "net_step: %d/%d %s batch %lld %s, %s %s: %.1f us per step "
-                                    "(%.1f s)\n",
+                    NN_TRY(
+                        bench(defs[k], mode, plain, runs[r], batches[i], steps, repeats, &f[k][i]));
+                    fprintf(stderr,
+                            "net_step: %d/%d %s batch %lld %s, %s %s: %.1f us per step "
+                            "(%.1f s)\n",
                             ++row, rows, defs[k]->name, (long long)batches[i],
                             blob_math_mode_name(math), plain ? "plain" : "fused", run_names[r],
                             *run_figure(&f[k][i].kind[plain], runs[r]), nn_now() - t0);
@@ -413,10 +422,10 @@ static void run_torch(const options *o, nn_mode mode, int threads, char *torch_d
                 continue;
             }
             const double t0 = nn_now();
-            no_torch[m][k] = torch_figures(o->script, python, mode, name, math, threads,
-                                           o->steps, o->repeats, o->batches, o->num_batches,
-                                           f[m][k], &torch_params, torch_device, device_size,
-                                           w, sizeof why[m][k]);
+            no_torch[m][k] =
+                torch_figures(o->script, python, mode, name, math, threads, o->steps, o->repeats,
+                              o->batches, o->num_batches, f[m][k], &torch_params, torch_device,
+                              device_size, w, sizeof why[m][k]);
             fprintf(stderr, "net_step: torch %s %s, every batch: %s (%.1f s)\n", name, math,
                     no_torch[m][k] ? no_torch[m][k] : "done", nn_now() - t0);
             if (!no_torch[m][k] && torch_params != f[m][k][0].params) {
@@ -442,9 +451,9 @@ static void report(const options *o, nn_mode mode, const blob_blas_info *blas,
     if (mode == NN_GPU && blob_device_get(&gpu) == BLOB_OK)
         snprintf(where, sizeof where, "GPU %d", gpu);
     printf("net_step: libblob on %s%s%s%s; median of %d runs of %d steps after %d warm-up "
-           "steps\n", where, mode == NN_GPU ? (one_stream ? " (one stream)" : " (two streams)")
-           : "", *torch_device ? ", PyTorch on " : "", torch_device, o->repeats, o->steps,
-           warmup);
+           "steps\n",
+           where, mode == NN_GPU ? (one_stream ? " (one stream)" : " (two streams)") : "",
+           *torch_device ? ", PyTorch on " : "", torch_device, o->repeats, o->steps, warmup);
     if (mode == NN_CPU)
         printf("host BLAS: %s (torch: as many threads)\n", blas->summary);
     for (int m = 0; m < o->num_maths; m++)

@@ -165,7 +165,11 @@ static const char *fmt_value(double v, char buf[32])
         return "-";
     double a = fabs(v);
     bool whole = v == floor(v); /* counts */
-    snprintf(buf, 32, a >= 1e5 || whole ? "%.0f" : a >= 100 ? "%.1f" : a >= 10 ? "%.2f" : "%.3f",
+    snprintf(buf, 32,
+             a >= 1e5 || whole ? "%.0f"
+             : a >= 100        ? "%.1f"
+             : a >= 10         ? "%.2f"
+                               : "%.3f",
              v);
     return buf;
 }
@@ -225,8 +229,8 @@ int report_close(void)
         if (json) {
             fputs(g > 1 ? ",\n    {\"goal\": " : "\n    {\"goal\": ", json);
             json_string(goal_text[g]);
-            fprintf(json, ", \"result\": \"%s\", \"rows\": %d, \"missed\": %d}", res,
-                    goal_rows[g], goal_missed[g]);
+            fprintf(json, ", \"result\": \"%s\", \"rows\": %d, \"missed\": %d}", res, goal_rows[g],
+                    goal_missed[g]);
         }
     }
     if (n_errors)
@@ -267,8 +271,7 @@ const char *bench_python(void)
     return python && *python ? python : "python3";
 }
 
-void torch_load_launched(const char *launcher, int nproc, const char *script,
-                         const char *args)
+void torch_load_launched(const char *launcher, int nproc, const char *script, const char *args)
 {
     char py[512];
     snprintf(py, sizeof py, "%s --nproc %d %s", launcher, nproc, bench_python());

@@ -18,10 +18,7 @@ int bench_fail(const char *fmt, ...)
     return -1;
 }
 
-const char *bench_error(void)
-{
-    return error_msg;
-}
+const char *bench_error(void) { return error_msg; }
 
 double bench_now_ns(void)
 {
@@ -32,15 +29,9 @@ double bench_now_ns(void)
 
 static double wall_start;
 
-static void wall_begin(void)
-{
-    wall_start = bench_now_ns();
-}
+static void wall_begin(void) { wall_start = bench_now_ns(); }
 
-static double wall_end(void)
-{
-    return bench_now_ns() - wall_start;
-}
+static double wall_end(void) { return bench_now_ns() - wall_start; }
 
 const bench_clock bench_wall = {wall_begin, wall_end};
 

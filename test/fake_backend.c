@@ -28,16 +28,16 @@ typedef struct {
 typedef struct {
     op *ops;
     size_t n_ops, cap_ops;
-    size_t executed;  /* ops[0..executed) have run */
-    uint64_t id;      /* 0 for the default stream */
-    int priority;     /* as created */
+    size_t executed; /* ops[0..executed) have run */
+    uint64_t id;     /* 0 for the default stream */
+    int priority;    /* as created */
 } stream;
 
 /* Events name their stream by id: a stream destroyed after the record has run all its
  * work, so its events read as complete (as CUDA's do). */
 typedef struct {
     uint64_t stream_id;
-    size_t marker;    /* the stream's op count when recorded */
+    size_t marker; /* the stream's op count when recorded */
     bool recorded;
 } event;
 
@@ -56,8 +56,9 @@ static pthread_mutex_t fake_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
 static int64_t *live_bytes(block_kind kind)
 {
-    return kind == BLK_PINNED ? &stats.live_pinned_bytes
-           : kind == BLK_DEVICE ? &stats.live_device_bytes : NULL;
+    return kind == BLK_PINNED   ? &stats.live_pinned_bytes
+           : kind == BLK_DEVICE ? &stats.live_device_bytes
+                                : NULL;
 }
 
 static void grow(void **arr, size_t *cap, size_t need, size_t elem)
@@ -130,11 +131,9 @@ static bool op_valid(const op *o)
     if (o->is_memset)
         return inside(o->dst, o->bytes, BLK_DEVICE);
     switch (o->kind) {
-    case BLOB__H2D:
-        return inside(o->dst, o->bytes, BLK_DEVICE);
+    case BLOB__H2D: return inside(o->dst, o->bytes, BLK_DEVICE);
     case BLOB__D2H:
-    case BLOB__D2H_PINNED:
-        return inside(o->src, o->bytes, BLK_DEVICE);
+    case BLOB__D2H_PINNED: return inside(o->src, o->bytes, BLK_DEVICE);
     case BLOB__D2D:
         return inside(o->src, o->bytes, BLK_DEVICE) && inside(o->dst, o->bytes, BLK_DEVICE);
     }
@@ -163,9 +162,7 @@ static void run_op(const op *o)
         stats.d2h++;
         stats.d2h_bytes += o->bytes;
         break;
-    case BLOB__D2D:
-        stats.d2d++;
-        break;
+    case BLOB__D2D: stats.d2d++; break;
     }
 }
 
@@ -175,10 +172,7 @@ static void run_until(stream *s, size_t marker)
         run_op(&s->ops[s->executed++]);
 }
 
-static stream *as_stream(void *s)
-{
-    return s ? s : &default_stream;
-}
+static stream *as_stream(void *s) { return s ? s : &default_stream; }
 
 static blob_status enqueue(void *s, op o)
 {
@@ -257,14 +251,13 @@ static blob_status fake_pointer_device(const void *p, int *device)
     const unsigned char *c = p;
     *device = BLOB__HOST_MEMORY;
     for (size_t i = 0; i < n_blocks; i++)
-        if (blocks[i].kind == BLK_DEVICE && c >= blocks[i].p &&
-            c < blocks[i].p + blocks[i].size)
+        if (blocks[i].kind == BLK_DEVICE && c >= blocks[i].p && c < blocks[i].p + blocks[i].size)
             *device = blocks[i].device;
     return BLOB_OK;
 }
 
-static blob_status fake_copy_async(void *dst, const void *src, size_t bytes,
-                                   blob__copy_kind kind, void *s)
+static blob_status fake_copy_async(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
+                                   void *s)
 {
     return enqueue(s, (op){.kind = kind, .dst = dst, .src = src, .bytes = bytes});
 }
@@ -482,10 +475,7 @@ static blob_status fake_graph_launch(void *exec, void *s)
     return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 
-static void fake_graph_destroy(void *graph, void *exec)
-{
-    (void)graph, (void)exec;
-}
+static void fake_graph_destroy(void *graph, void *exec) { (void)graph, (void)exec; }
 
 static blob_status fake_graph_count_nodes(void *graph, int64_t *kernels, int64_t *host,
                                           int64_t *total)

@@ -15,16 +15,16 @@
 typedef struct {
     uint64_t host_allocs, pinned_allocs, device_allocs; /* successful allocations */
     uint64_t host_frees, pinned_frees, device_frees;
-    uint64_t failed_allocs;                             /* injected failures */
-    uint64_t h2d, d2h, d2d;                             /* copies executed */
+    uint64_t failed_allocs; /* injected failures */
+    uint64_t h2d, d2h, d2d; /* copies executed */
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t memsets;
     uint64_t stream_syncs, event_syncs, device_syncs;
     uint64_t events_created, streams_created;
-    int64_t live_blocks;                                /* pinned + device + streams + events */
-    int64_t live_host_blocks;                           /* pageable host allocations */
-    uint64_t violations;                                /* copies outside live blocks, etc. */
-    int64_t live_pinned_bytes, live_device_bytes;       /* bytes of live pinned/device blocks */
+    int64_t live_blocks;                          /* pinned + device + streams + events */
+    int64_t live_host_blocks;                     /* pageable host allocations */
+    uint64_t violations;                          /* copies outside live blocks, etc. */
+    int64_t live_pinned_bytes, live_device_bytes; /* bytes of live pinned/device blocks */
 } fake_stats;
 
 /* Install the fake as the library's backend, with zeroed counters and device 0 current. */

@@ -33,22 +33,9 @@ Suite *dtype_suite(void);
 Suite *mixed_suite(void);
 
 static Suite *(*const suites[])(void) = {
-    status_suite,
-    syncedmem_suite,
-    blob_suite,
-    npy_suite,
-    alloc_suite,
-    math_suite,
-    fused_suite,
-    gemm16_suite,
-    optim_suite,
-    dlpack_suite,
-    conv_suite,
-    null_args_suite,
-    comm_suite,
-    env_suite,
-    dtype_suite,
-    mixed_suite,
+    status_suite, syncedmem_suite, blob_suite,  npy_suite,    alloc_suite, math_suite,
+    fused_suite,  gemm16_suite,    optim_suite, dlpack_suite, conv_suite,  null_args_suite,
+    comm_suite,   env_suite,       dtype_suite, mixed_suite,
 };
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as
@@ -198,13 +185,16 @@ int main(int argc, char **argv)
         req_set_part(multi ? REQ_MULTI_GPU_PART : REQ_ONE_GPU_PART, all ? atoi(all) : gpus);
     printf("libblob tests: %s build, %d GPU(s) found%s\n",
            blob_built_with_cuda() ? "CUDA" : "CPU-only", gpus,
-           !part ? "" : multi ? ", the multi-GPU part" : ", the one-GPU part");
+           !part   ? ""
+           : multi ? ", the multi-GPU part"
+                   : ", the one-GPU part");
     const char *exclude = req_exclusions();
     fflush(stdout);
     const char *one_suite = getenv("CK_RUN_SUITE");
     const int jobs = suite_jobs();
     int failed;
-    if (!multi && jobs > 1 && !(fork_mode && !strcmp(fork_mode, "no")) && !(one_suite && *one_suite)) {
+    if (!multi && jobs > 1 && !(fork_mode && !strcmp(fork_mode, "no")) &&
+        !(one_suite && *one_suite)) {
         failed = run_suites_side_by_side(list, NUM_SUITES, exclude, jobs);
     } else {
         srunner_run_tagged(sr, NULL, NULL, multi ? "gpu2" : NULL, exclude, CK_NORMAL);

@@ -11,14 +11,14 @@
 
 /* Valid arguments, made afresh for each call (test_null_args.c). */
 typedef struct {
-    blob *b, *b2;           /* 2x3 float32, on the GPU when there is one */
-    blob_syncedmem *mem;    /* 64 bytes */
-    double host[64];        /* a host array, for host math and borrowing */
-    void *dev;              /* a device array of 512 bytes for device math (host without a GPU) */
-    void *place_block;      /* a live block of the host place */
-    char path[64];          /* a valid .npy file of a 2x3 float32 array */
-    int64_t shape[2];       /* {2, 3} */
-    char str[64];           /* outputs */
+    blob *b, *b2;        /* 2x3 float32, on the GPU when there is one */
+    blob_syncedmem *mem; /* 64 bytes */
+    double host[64];     /* a host array, for host math and borrowing */
+    void *dev;           /* a device array of 512 bytes for device math (host without a GPU) */
+    void *place_block;   /* a live block of the host place */
+    char path[64];       /* a valid .npy file of a 2x3 float32 array */
+    int64_t shape[2];    /* {2, 3} */
+    char str[64];        /* outputs */
     blob *out_blob;
     blob_syncedmem *out_mem;
     blob_graph *out_graph;
@@ -42,12 +42,12 @@ typedef struct {
     blob_comm_id comm_id;
     blob_comm *out_comm;
     blob_comm_list *out_list;
-    blob_optim optim;               /* Adam: every array of a step is needed */
-    blob_optim_state *optim_state;  /* empty */
+    blob_optim optim;              /* Adam: every array of a step is needed */
+    blob_optim_state *optim_state; /* empty */
     blob_optim_state *out_optim_state;
-    blob_grad_scaler *grad_scaler;  /* scale 1024, nothing checked */
+    blob_grad_scaler *grad_scaler; /* scale 1024, nothing checked */
     blob_grad_scaler *out_grad_scaler;
-    void *arrays[2];                /* {host, host + 32}: a step's arrays, never used */
+    void *arrays[2]; /* {host, host + 32}: a step's arrays, never used */
     blob_blas_info out_blas;
     bool out_bool;
     blob_comm_bucket_timing bucket_timing[1];

@@ -47,10 +47,7 @@ static char *get(blob_place place, size_t bytes, void *stream)
     return p;
 }
 
-static size_t round512(size_t n)
-{
-    return (n + 511) / 512 * 512;
-}
+static size_t round512(size_t n) { return (n + 511) / 512 * 512; }
 
 /* The place's driver memory matches the fake's own count of live bytes. */
 static void assert_reserved_matches(void)
@@ -266,16 +263,10 @@ static void check_counts(blob_place place, bool pinned)
     ck_assert_uint_eq(s.oom_count, 0);
 }
 
-START_TEST(test_stats_device)
-{
-    check_counts(DEV0, false);
-}
+START_TEST(test_stats_device) { check_counts(DEV0, false); }
 END_TEST
 
-START_TEST(test_stats_pinned)
-{
-    check_counts(PINNED, true);
-}
+START_TEST(test_stats_pinned) { check_counts(PINNED, true); }
 END_TEST
 
 START_TEST(test_stats_host)
@@ -736,8 +727,7 @@ START_TEST(test_threads)
     fake_stats f = fake_get_stats();
     ck_assert_int_eq(f.live_device_bytes + f.live_pinned_bytes, 0);
     ck_assert_uint_eq(stats_of(PINNED).driver_allocs, f.pinned_allocs);
-    ck_assert_uint_eq(stats_of(DEV0).driver_allocs + stats_of(DEV1).driver_allocs,
-                      f.device_allocs);
+    ck_assert_uint_eq(stats_of(DEV0).driver_allocs + stats_of(DEV1).driver_allocs, f.device_allocs);
     for (int d = 0; d < FAKE_DEVICES; d++)
         ck_ok(blob_stream_destroy(side[d]));
 }

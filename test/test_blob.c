@@ -132,7 +132,7 @@ START_TEST(test_offset)
     ck_assert_int_eq(off, (1 * 3 + 2) * 4 * 5);
     ck_ok(blob_offset(b, 0, NULL, &off));
     ck_assert_int_eq(off, 0);
-    int64_t bad[][4] = {{2, 0, 0, 0}, {0, 3, 0, 0}, {0, 0, 4, 0}, {0, 0, 0, 5},
+    int64_t bad[][4] = {{2, 0, 0, 0},  {0, 3, 0, 0},  {0, 0, 4, 0},  {0, 0, 0, 5},
                         {0, -1, 0, 0}, {0, 0, -1, 0}, {0, 0, 0, -1}, {-1, 0, 0, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_status(blob_offset(b, 4, bad[i], &off), BLOB_ERANGE);
@@ -263,7 +263,8 @@ START_TEST(test_share_diff)
     ck_ok(blob_share_diff(b, a));
     assert_values(b, true, ref, 0);
     blob *f;
-    ck_ok(blob_create(&f, dt == BLOB_FLOAT32 ? BLOB_FLOAT64 : BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1, t));
+    ck_ok(blob_create(&f, dt == BLOB_FLOAT32 ? BLOB_FLOAT64 : BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 1,
+                      t));
     ck_status(blob_share_diff(f, a), BLOB_EINVAL);
     ck_status(blob_share_diff(NULL, a), BLOB_EINVAL);
     blob_free(a);
@@ -356,7 +357,8 @@ START_TEST(test_copy_from)
     ck_ok(blob_copy_from(b, a, true, false));
     assert_values(b, true, d, 0);
     blob *f;
-    ck_ok(blob_create(&f, dt == BLOB_FLOAT32 ? BLOB_FLOAT64 : BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 2, s));
+    ck_ok(blob_create(&f, dt == BLOB_FLOAT32 ? BLOB_FLOAT64 : BLOB_FLOAT32, BLOB_DEVICE_DEFAULT, 2,
+                      s));
     ck_status(blob_copy_from(f, a, false, true), BLOB_EINVAL);
     ck_ok(blob_copy_from(a, a, false, false));
     blob_free(a);
@@ -416,11 +418,24 @@ typedef struct {
     int64_t prepare_count; /* reshape b to this 1-axis count before arming (0: don't) */
 } blob_case;
 
-static blob_status op_grow(blob *b, blob *o) { (void)o; int64_t s[] = {9, 9}; return blob_reshape(b, 2, s); }
+static blob_status op_grow(blob *b, blob *o)
+{
+    (void)o;
+    int64_t s[] = {9, 9};
+    return blob_reshape(b, 2, s);
+}
 static blob_status op_copy_reshape(blob *b, blob *o) { return blob_copy_from(b, o, false, true); }
 static blob_status op_copy_diff(blob *b, blob *o) { return blob_copy_from(b, o, true, true); }
-static blob_status op_shrink(blob *b, blob *o) { (void)o; return blob_shrink_to_fit(b); }
-static blob_status op_update(blob *b, blob *o) { (void)o; return blob_update(b); }
+static blob_status op_shrink(blob *b, blob *o)
+{
+    (void)o;
+    return blob_shrink_to_fit(b);
+}
+static blob_status op_update(blob *b, blob *o)
+{
+    (void)o;
+    return blob_update(b);
+}
 static blob_status op_set_cpu(blob *b, blob *o)
 {
     blob_share_data(b, o);
@@ -445,7 +460,8 @@ START_TEST(test_alloc_failure_blob_ops)
     for (uint64_t k = 1;; k++) {
         int64_t s[] = {4, 3}, os[] = {4, 3}, bs[] = {3, 5};
         blob *b = make(BLOB_FLOAT64, 2, s);
-        blob *o = make(BLOB_FLOAT64, 2, c->op == op_copy_reshape || c->op == op_copy_diff ? bs : os);
+        blob *o =
+            make(BLOB_FLOAT64, 2, c->op == op_copy_reshape || c->op == op_copy_diff ? bs : os);
         double *x = fill_random(b, false);
         double *od = fill_random(o, false);
         free(od);

@@ -50,17 +50,17 @@ typedef struct fake_world fake_world;
 typedef struct {
     fake_world *w;
     int rank;
-    bool gone;        /* aborted or destroyed */
-    uint64_t posted;  /* operations this rank has started */
-    void *stream;     /* the stream of its operations */
+    bool gone;       /* aborted or destroyed */
+    uint64_t posted; /* operations this rank has started */
+    void *stream;    /* the stream of its operations */
     fake_post posts[FAKE_MAX_POSTS];
 } fake_handle;
 
 struct fake_world {
     blob_comm_id id;
     int size, joined;
-    uint64_t done;    /* operations completed by every rank */
-    bool broken;      /* an injected transport error */
+    uint64_t done; /* operations completed by every rank */
+    bool broken;   /* an injected transport error */
     fake_handle *ranks[4];
 };
 
@@ -204,8 +204,8 @@ static blob_status fake_all_reduce(void *handle, void *buf, size_t count, blob_d
     return fake_post_op(handle, (fake_post){OP_REDUCE, buf, NULL, count, dtype, op, 0}, stream);
 }
 
-static blob_status fake_broadcast(void *handle, void *buf, size_t count, blob_dtype dtype,
-                                  int root, void *stream)
+static blob_status fake_broadcast(void *handle, void *buf, size_t count, blob_dtype dtype, int root,
+                                  void *stream)
 {
     return fake_post_op(handle, (fake_post){OP_BROADCAST, buf, NULL, count, dtype, 0, root},
                         stream);
@@ -219,7 +219,11 @@ static blob_status fake_all_gather(void *handle, const void *send, void *recv, s
 }
 
 static blob_status fake_group(void) { return BLOB_OK; }
-static blob_status fake_finalize(void *handle) { (void)handle; return BLOB_OK; }
+static blob_status fake_finalize(void *handle)
+{
+    (void)handle;
+    return BLOB_OK;
+}
 
 static void fake_release(void *handle)
 {
@@ -291,9 +295,9 @@ struct team {
     rank_fn after; /* run once the communicator is freed, if set */
     void *arg;
     pthread_barrier_t barrier;
-    blob_status st[MAX_RANKS];  /* the status a scenario reports */
-    char msg[MAX_RANKS][512];   /* with its detail */
-    double seconds[MAX_RANKS];  /* and how long the call took */
+    blob_status st[MAX_RANKS]; /* the status a scenario reports */
+    char msg[MAX_RANKS][512];  /* with its detail */
+    double seconds[MAX_RANKS]; /* and how long the call took */
 };
 
 typedef struct {
@@ -696,7 +700,7 @@ START_TEST(test_file_writer_paths)
      * this user, untouched for an hour, go */
     static const char *const names[] = {".id.blob-tmp-Ab12Cd", ".other.blob-tmp-zzzzzz",
                                         ".id.blob-tmp-fresh1", "id.blob-tmp-Ab12Cd",
-                                        ".id.blob-tmp-Ab12C", ".id.blob-tmp-Ab1_Cd"};
+                                        ".id.blob-tmp-Ab12C",  ".id.blob-tmp-Ab1_Cd"};
     static const bool stale[] = {true, true, false, false, false, false};
     char p[6][160];
     for (int i = 0; i < 6; i++) {
@@ -770,11 +774,23 @@ END_TEST
 
 static void clear_env(void)
 {
-    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "BLOB_COMM_ID", "BLOB_COMM_ID_FILE",
-                          "BLOB_COMM_TIMEOUT", "BLOB_COMM_BUCKET_MB", "NCCL_COMM_ID",
-                          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
-                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                          "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
+    const char *vars[] = {"RANK",
+                          "WORLD_SIZE",
+                          "LOCAL_RANK",
+                          "BLOB_COMM_ID",
+                          "BLOB_COMM_ID_FILE",
+                          "BLOB_COMM_TIMEOUT",
+                          "BLOB_COMM_BUCKET_MB",
+                          "NCCL_COMM_ID",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_LOCALID",
+                          "SLURM_NODEID",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "PMI_RANK",
+                          "PMI_SIZE",
                           "MPI_LOCALRANKID"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
@@ -851,7 +867,7 @@ START_TEST(test_env_bad_values)
     clear_env();
     blob_comm *c;
     blob_comm_options o = {0};
-    const char *bad_timeouts[] = {"0",  "-2",  "abc",    "inf",   "nan", "",
+    const char *bad_timeouts[] = {"0",  "-2",   "abc",    "inf",   "nan", "",
                                   " 5", "0x10", "1e-300", "1e300", "5s",  "1000001"};
     for (size_t i = 0; i < sizeof bad_timeouts / sizeof bad_timeouts[0]; i++) {
         setenv("BLOB_COMM_TIMEOUT", bad_timeouts[i], 1);
@@ -860,7 +876,8 @@ START_TEST(test_env_bad_values)
         char says[128];
         snprintf(says, sizeof says,
                  "blob_comm_create: BLOB_COMM_TIMEOUT=\"%s\" is not a number of seconds in "
-                 "[0.001, 1e+06]", bad_timeouts[i]);
+                 "[0.001, 1e+06]",
+                 bad_timeouts[i]);
         ck_assert_str_eq(blob_last_error(), says);
     }
     setenv("BLOB_COMM_TIMEOUT", "2.5", 1);
@@ -905,10 +922,10 @@ START_TEST(test_env_launchers)
         {"PMI_RANK=6 PMI_SIZE=7 MPI_LOCALRANKID=2", 6, 7, 2},
         {"PMI_RANK=6 PMI_SIZE=7", 6, 7, 6},
         /* torchrun's come first, Slurm's before MPI's */
-        {"RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=3", 1, 2,
-         1},
+        {"RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=3", 1, 2, 1},
         {"SLURM_PROCID=2 SLURM_NTASKS=3 SLURM_LOCALID=0 OMPI_COMM_WORLD_RANK=1 "
-         "OMPI_COMM_WORLD_SIZE=9 PMI_RANK=4 PMI_SIZE=5", 2, 3, 0},
+         "OMPI_COMM_WORLD_SIZE=9 PMI_RANK=4 PMI_SIZE=5",
+         2, 3, 0},
         /* one variable of torchrun's replaces its own alone: a task given one GPU */
         {"SLURM_PROCID=5 SLURM_NTASKS=8 SLURM_LOCALID=1 LOCAL_RANK=0", 5, 8, 0},
     };
@@ -1043,8 +1060,8 @@ START_TEST(test_one_rank)
     ck_assert(blob_comm_timeout(c) == 0.5);
     blob_comm_list_free(l);
 
-    blob *mixed[2] = {b[0], make_blob(dt == BLOB_FLOAT32 ? BLOB_FLOAT64 : BLOB_FLOAT32,
-                                      BLOB_HOST_ONLY, 2)};
+    blob *mixed[2] = {
+        b[0], make_blob(dt == BLOB_FLOAT32 ? BLOB_FLOAT64 : BLOB_FLOAT32, BLOB_HOST_ONLY, 2)};
     ck_status(blob_comm_list_create(&l, c, mixed, 2), BLOB_EINVAL);
     ck_assert_ptr_null(l);
     blob *twice[2] = {b[0], b[0]};
@@ -1181,8 +1198,8 @@ START_TEST(test_one_rank_alloc_failures)
         fake_fail_alloc_at(0, false);
         if (st == BLOB_OK)
             break;
-        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
-                      (unsigned long long)k, blob_status_name(st));
+        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s", (unsigned long long)k,
+                      blob_status_name(st));
         failures++;
     }
     ck_assert_int_gt(failures, 2);
@@ -1232,9 +1249,8 @@ START_TEST(test_plan)
     check_plan(b, 3, 4, (int64_t[]){0, 4, 4, 8, 8, 12, 12, 13}, 4);
     check_plan(b, 3, 3, (int64_t[]){0, 3, 3, 6, 6, 9, 9, 12, 12, 13}, 5);
     /* elements one by one */
-    check_plan(b, 3, 1,
-               (int64_t[]){0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11,
-                           11, 12, 12, 13},
+    check_plan(b, 3, 1, (int64_t[]){0, 1, 1, 2, 2, 3, 3,  4,  4,  5,  5,  6,  6,
+                                    7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13},
                13);
     /* empty blobs hold nothing; an empty list has no bucket */
     int64_t c[] = {0, 3, 0, 0, 2, 0};
@@ -1268,8 +1284,9 @@ START_TEST(test_compare_tables)
 {
     blob__comm_header h[3] = {{2, BLOB_OK, -1}, {2, BLOB_OK, -1}, {2, BLOB_OK, -1}};
     blob__comm_entry t[3 * 3] = {
-        {10, BLOB_FLOAT32}, {3, BLOB_FLOAT32}, {-1, -1}, {10, BLOB_FLOAT32}, {3, BLOB_FLOAT32},
-        {-1, -1},           {10, BLOB_FLOAT32}, {3, BLOB_FLOAT32}, {-1, -1},
+        {10, BLOB_FLOAT32}, {3, BLOB_FLOAT32}, {-1, -1},
+        {10, BLOB_FLOAT32}, {3, BLOB_FLOAT32}, {-1, -1},
+        {10, BLOB_FLOAT32}, {3, BLOB_FLOAT32}, {-1, -1},
     };
     ck_ok(blob__comm_compare(h, t, 3, 3));
     t[2 * 3 + 1].count = 4;
@@ -1340,8 +1357,8 @@ typedef struct {
     blob_dtype dtype;
     int nblobs;
     int64_t counts[MAX_BLOBS];
-    bool flat;               /* diffs are views of one flat blob: reduced in place */
-    bool overlapped;         /* begin, ready per layer of two blobs from the last, end */
+    bool flat;       /* diffs are views of one flat blob: reduced in place */
+    bool overlapped; /* begin, ready per layer of two blobs from the last, end */
     blob_comm_op op;
     double *values[MAX_RANKS]; /* rank r's diffs (and data), every blob end to end */
     double *result[MAX_RANKS]; /* rank r's diffs after the reduction */
@@ -1388,7 +1405,8 @@ static blob_status check_timing(blob_comm_list *l)
         return BLOB_FAIL(BLOB_EINVAL, "timing: %d buckets, backward ends at %g ms", num, end);
     for (int i = 0; i < num; i++)
         if (!(b[i].ready_ms >= 0 && b[i].start_ms >= b[i].ready_ms - 0.01 &&
-              b[i].end_ms >= b[i].start_ms) || b[i].elements < 1 || b[i].first > b[i].last)
+              b[i].end_ms >= b[i].start_ms) ||
+            b[i].elements < 1 || b[i].first > b[i].last)
             return BLOB_FAIL(BLOB_EINVAL, "timing of bucket %d: ready %g start %g end %g ms", i,
                              b[i].ready_ms, b[i].start_ms, b[i].end_ms);
     return BLOB_OK;
@@ -1516,10 +1534,7 @@ done:
     blob_free(flat);
 }
 
-static void rank_reduce(team *t, int r)
-{
-    reduce_on(t, r, t->arg);
-}
+static void rank_reduce(team *t, int r) { reduce_on(t, r, t->arg); }
 
 static void reduce_case_init(reduce_case *rc, blob_dtype dt, int n, const int64_t *counts)
 {
@@ -1556,8 +1571,8 @@ static void check_reduced(const team *t, const reduce_case *rc)
     for (int64_t i = 0; i < total; i++) {
         double s = 0, m = 0;
         for (int r = 0; r < t->n; r++) {
-            double v = rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i]
-                                                 : rc->values[r][i];
+            double v =
+                rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i] : rc->values[r][i];
             s += v;
             m += fabs(v);
         }
@@ -1571,10 +1586,10 @@ static void check_reduced(const team *t, const reduce_case *rc)
         for (int64_t i = 0; i < total; i++) {
             double got = rc->result[r][i];
             double err = fabs(got - ref[i]) / fmax(mag[i], 1e-3);
-            ck_assert_msg(err <= tol, "rank %d element %lld: %.9g, expected %.9g (rel err %.3g)",
-                          r, (long long)i, got, ref[i], err);
-            double data = rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i]
-                                                    : rc->values[r][i];
+            ck_assert_msg(err <= tol, "rank %d element %lld: %.9g, expected %.9g (rel err %.3g)", r,
+                          (long long)i, got, ref[i], err);
+            double data =
+                rc->dtype == BLOB_FLOAT32 ? (double)(float)rc->values[r][i] : rc->values[r][i];
             ck_assert_msg(rc->data[r][i] == data, "rank %d data %lld changed", r, (long long)i);
         }
     }
@@ -1639,10 +1654,7 @@ static void overlapped(bool flat, double timeout)
     }
 }
 
-START_TEST(test_fake_overlapped)
-{
-    overlapped(_i, 5);
-}
+START_TEST(test_fake_overlapped) { overlapped(_i, 5); }
 END_TEST
 
 /* A collective library whose calls could be captured, on a device that cannot capture
@@ -1702,10 +1714,7 @@ static void mismatch(double timeout)
     reduce_case_free(&rc);
 }
 
-START_TEST(test_fake_mismatch)
-{
-    mismatch(5);
-}
+START_TEST(test_fake_mismatch) { mismatch(5); }
 END_TEST
 
 /* A rank that cannot register (its blob on the other GPU) takes part and all fail. */
@@ -1764,10 +1773,7 @@ static void missing_peer(double timeout, double slack, int rounds, bool replay)
     reduce_case_free(&rc);
 }
 
-START_TEST(test_fake_missing_peer)
-{
-    missing_peer(0.5, 1.0, 0, false);
-}
+START_TEST(test_fake_missing_peer) { missing_peer(0.5, 1.0, 0, false); }
 END_TEST
 
 /* A transport error: every rank gets BLOB_ECOMM, and later calls the same. */
@@ -1871,10 +1877,7 @@ static void blobs_outlive(void)
     }
 }
 
-START_TEST(test_fake_blobs_outlive)
-{
-    blobs_outlive();
-}
+START_TEST(test_fake_blobs_outlive) { blobs_outlive(); }
 END_TEST
 
 /* Not all ranks arrive at creation: an error by the deadline, not a hang. */
@@ -1891,8 +1894,12 @@ static void *join_rank(void *p)
 {
     join_case *jc = ((void **)p)[0];
     int r = (int)(intptr_t)((void **)p)[1];
-    blob_comm_options o = {.rank = r, .world_size = jc->world, .device = r, .has_id = true,
-                           .id = jc->id, .timeout_s = jc->timeout};
+    blob_comm_options o = {.rank = r,
+                           .world_size = jc->world,
+                           .device = r,
+                           .has_id = true,
+                           .id = jc->id,
+                           .timeout_s = jc->timeout};
     blob_comm *c = NULL;
     double t0 = blob__now();
     jc->st[r] = blob_comm_create(&c, &o);
@@ -1923,18 +1930,13 @@ static void world_too_large(double timeout, double slack)
     snprintf(what, sizeof what, "joining %d ranks did not finish", n + 1);
     for (int r = 0; r < n; r++) {
         ck_assert_msg(jc.st[r] == BLOB_ETIMEDOUT, "rank %d: %s", r, jc.msg[r]);
-        ck_assert_msg(strstr(jc.msg[r], what) &&
-                          strstr(jc.msg[r], "WORLD_SIZE"),
-                      "%s", jc.msg[r]);
+        ck_assert_msg(strstr(jc.msg[r], what) && strstr(jc.msg[r], "WORLD_SIZE"), "%s", jc.msg[r]);
         ck_assert_msg(jc.seconds[r] >= timeout && jc.seconds[r] < timeout + slack, "%.3f s",
                       jc.seconds[r]);
     }
 }
 
-START_TEST(test_fake_world_too_large)
-{
-    world_too_large(0.5, 1.0);
-}
+START_TEST(test_fake_world_too_large) { world_too_large(0.5, 1.0); }
 END_TEST
 
 /* Rendezvous through a file, rank 0 writing and removing it; the id is the fake's. */
@@ -1949,8 +1951,8 @@ static void *file_rank(void *p)
 {
     file_case *fc = ((void **)p)[0];
     int r = (int)(intptr_t)((void **)p)[1];
-    blob_comm_options o = {.rank = r, .world_size = fc->world, .device = r, .id_file = fc->path,
-                           .timeout_s = 2};
+    blob_comm_options o = {
+        .rank = r, .world_size = fc->world, .device = r, .id_file = fc->path, .timeout_s = 2};
     if (r == 1)
         blob__sleep(0.1); /* the reader may come first or second */
     blob_comm *c = NULL;
@@ -1994,8 +1996,8 @@ START_TEST(test_fake_file_rendezvous)
     /* a file of another world size */
     blob_comm_id id = some_id(1);
     ck_ok(blob_comm_id_write_file(&id, 5, path));
-    blob_comm_options o = {.rank = 1, .world_size = 2, .device = 1, .id_file = path,
-                           .timeout_s = 2};
+    blob_comm_options o = {
+        .rank = 1, .world_size = 2, .device = 1, .id_file = path, .timeout_s = 2};
     blob_comm *c;
     ck_status(blob_comm_create(&c, &o), BLOB_EINVAL);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "written for 5 ranks"));
@@ -2055,10 +2057,7 @@ static void broadcast_case(void)
     reduce_case_free(&rc);
 }
 
-START_TEST(test_fake_broadcast)
-{
-    broadcast_case();
-}
+START_TEST(test_fake_broadcast) { broadcast_case(); }
 END_TEST
 
 /* ---- a rank per real GPU through NCCL ---- */
@@ -2138,40 +2137,22 @@ START_TEST(test_gpu_bf16)
 }
 END_TEST
 
-START_TEST(test_gpu_broadcast)
-{
-    broadcast_case();
-}
+START_TEST(test_gpu_broadcast) { broadcast_case(); }
 END_TEST
 
-START_TEST(test_gpu_mismatch)
-{
-    mismatch(30);
-}
+START_TEST(test_gpu_mismatch) { mismatch(30); }
 END_TEST
 
-START_TEST(test_gpu_missing_peer)
-{
-    missing_peer(3, 5, 0, false);
-}
+START_TEST(test_gpu_missing_peer) { missing_peer(3, 5, 0, false); }
 END_TEST
 
-START_TEST(test_gpu_missing_peer_replayed)
-{
-    missing_peer(3, 5, 2, true);
-}
+START_TEST(test_gpu_missing_peer_replayed) { missing_peer(3, 5, 2, true); }
 END_TEST
 
-START_TEST(test_gpu_blobs_outlive)
-{
-    blobs_outlive();
-}
+START_TEST(test_gpu_blobs_outlive) { blobs_outlive(); }
 END_TEST
 
-START_TEST(test_gpu_world_too_large)
-{
-    world_too_large(3, 5);
-}
+START_TEST(test_gpu_world_too_large) { world_too_large(3, 5); }
 END_TEST
 
 Suite *comm_suite(void)

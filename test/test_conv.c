@@ -58,8 +58,10 @@ static const char *describe(const blob_conv_geometry *g, char buf[160])
     return buf;
 }
 
-#define GEO(c, h, w, kh, kw, ph, pw, sh, sw, dh, dw, r) \
-    {c, h, w, kh, kw, ph, pw, sh, sw, dh, dw, BLOB_ROUND_##r}
+#define GEO(c, h, w, kh, kw, ph, pw, sh, sw, dh, dw, r)         \
+    {                                                           \
+        c, h, w, kh, kw, ph, pw, sh, sw, dh, dw, BLOB_ROUND_##r \
+    }
 
 /* Geometries for im2col and convolution, each with a batch size. */
 static const struct {
@@ -74,7 +76,7 @@ static const struct {
     {GEO(2, 4, 4, 2, 2, 3, 3, 2, 2, 1, 1, FLOOR), 2}, /* windows wholly in the padding */
     {GEO(2, 3, 4, 2, 3, 1, 2, 3, 1, 1, 1, CEIL), 1},
     {GEO(1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, FLOOR), 4},
-    {GEO(2, 0, 3, 1, 1, 1, 0, 1, 1, 1, 1, FLOOR), 2}, /* an empty plane: all padding */
+    {GEO(2, 0, 3, 1, 1, 1, 0, 1, 1, 1, 1, FLOOR), 2},   /* an empty plane: all padding */
     {GEO(4, 12, 12, 5, 5, 0, 0, 1, 1, 1, 1, FLOOR), 5}, /* LeNet's second convolution */
 };
 #define N_CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
@@ -129,11 +131,11 @@ START_TEST(test_output_sizes)
         {GEO(1, 7, 7, 2, 2, 0, 0, 2, 2, 1, 1, CEIL), 4, 4},
         {GEO(1, 112, 112, 3, 3, 1, 1, 2, 2, 1, 1, FLOOR), 56, 56},
         {GEO(1, 112, 112, 3, 3, 1, 1, 2, 2, 1, 1, CEIL), 57, 57}, /* Caffe's ResNet pool */
-        {GEO(1, 5, 5, 2, 2, 1, 1, 2, 2, 1, 1, CEIL), 3, 3},  /* a 4th would start at 5 */
-        {GEO(1, 5, 5, 1, 1, 0, 0, 3, 3, 1, 1, CEIL), 2, 2},  /* and here at 6 */
+        {GEO(1, 5, 5, 2, 2, 1, 1, 2, 2, 1, 1, CEIL), 3, 3},       /* a 4th would start at 5 */
+        {GEO(1, 5, 5, 1, 1, 0, 0, 3, 3, 1, 1, CEIL), 2, 2},       /* and here at 6 */
         {GEO(1, 10, 9, 3, 3, 2, 1, 1, 2, 2, 3, FLOOR), 10, 3},
         {GEO(1, 4, 4, 2, 2, 3, 3, 2, 2, 1, 1, FLOOR), 5, 5},
-        {GEO(1, 4, 4, 2, 2, 3, 3, 2, 2, 1, 1, CEIL), 4, 4},  /* PyTorch drops the 5th */
+        {GEO(1, 4, 4, 2, 2, 3, 3, 2, 2, 1, 1, CEIL), 4, 4}, /* PyTorch drops the 5th */
         {GEO(1, 0, 3, 1, 1, 1, 0, 1, 1, 1, 1, FLOOR), 2, 3},
         /* past INT_MAX: sizes are int64 throughout */
         {GEO(1, 3000000000LL, 1, 3, 1, 1, 0, 1, 1, 1, 1, FLOOR), 3000000000LL, 1},
@@ -145,9 +147,8 @@ START_TEST(test_output_sizes)
         int64_t oh = -1, ow = -1;
         ck_ok(blob_conv_output_size(&cases[i].g, &oh, &ow));
         ck_assert_msg(oh == cases[i].oh && ow == cases[i].ow,
-                      "%s: %lld x %lld, expected %lld x %lld",
-                      describe(&cases[i].g, buf), (long long)oh, (long long)ow,
-                      (long long)cases[i].oh, (long long)cases[i].ow);
+                      "%s: %lld x %lld, expected %lld x %lld", describe(&cases[i].g, buf),
+                      (long long)oh, (long long)ow, (long long)cases[i].oh, (long long)cases[i].ow);
     }
     /* pooling adds its own rules, and otherwise agrees */
     for (int i = 0; i < N_POOL_CASES; i++) {
@@ -240,8 +241,8 @@ static int64_t source_cell(const blob_conv_geometry *g, int64_t oh, int64_t ow, 
 
 /* A 7-loop direct convolution of x (num x C x H x W) with weights wt (M x C/G x kh x kw)
  * in G groups: out is num x M x oh x ow. */
-static void direct_conv(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
-                        int64_t M, int64_t G, const double *x, const double *wt, double *out)
+static void direct_conv(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num, int64_t M,
+                        int64_t G, const double *x, const double *wt, double *out)
 {
     const int64_t cg = g->channels / G, mg = M / G;
     for (int64_t n = 0; n < num; n++)
@@ -293,8 +294,8 @@ static void ref_window(const blob_conv_geometry *g, int64_t py, int64_t px, int6
 /* Max and average pooling forward and backward by direct loops: y, argmax (as int64;
  * the first maximum, NaN winning), avg; dx_max and dx_avg scatter dy back. */
 static void ref_pool(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
-                     const double *x, const double *dy, double *ymax, int64_t *argmax,
-                     double *yavg, double *dx_max, double *dx_avg)
+                     const double *x, const double *dy, double *ymax, int64_t *argmax, double *yavg,
+                     double *dx_max, double *dx_avg)
 {
     const int64_t plane = g->height * g->width;
     memset(dx_max, 0, (size_t)(num * g->channels * plane) * sizeof(double));
@@ -360,17 +361,13 @@ static void each_conv_case(uint64_t seed, int i,
         check((blob_dtype)i, &conv_cases[c].g, conv_cases[c].num);
 }
 
-START_TEST(test_cpu_im2col)
-{
-    each_conv_case(101, _i, check_im2col);
-}
+START_TEST(test_cpu_im2col) { each_conv_case(101, _i, check_im2col); }
 END_TEST
 
 /* Convolution through im2col + GEMM against the direct convolution, in `groups` groups:
  * once over the whole batch (one GEMM per group, output channel-major) and once per
  * image (Caffe's layout, num = 1 on each image). */
-static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t num,
-                            int64_t groups)
+static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t num, int64_t groups)
 {
     char buf[160];
     const call_sizes z = sizes_of(g, num, false);
@@ -396,9 +393,10 @@ static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t 
                 const double want = ref[(n * M + m) * P + p];
                 ck_assert_msg(fabs(got - want) <= test_tol(dt, kg) * fmax(fabs(want), 1),
                               "%s %s num %lld groups %lld (batched): out[%lld][%lld][%lld] = "
-                              "%.17g, expected %.17g", test_dtype_name(dt), describe(g, buf),
-                              (long long)num, (long long)groups, (long long)n, (long long)m,
-                              (long long)p, got, want);
+                              "%.17g, expected %.17g",
+                              test_dtype_name(dt), describe(g, buf), (long long)num,
+                              (long long)groups, (long long)n, (long long)m, (long long)p, got,
+                              want);
             }
 
     const int64_t img = g->channels * g->height * g->width;
@@ -414,8 +412,9 @@ static void check_conv_gemm(blob_dtype dt, const blob_conv_geometry *g, int64_t 
         ck_assert_msg(fabs(test_get(dt, out, i) - ref[i]) <=
                           test_tol(dt, kg) * fmax(fabs(ref[i]), 1),
                       "%s %s num %lld groups %lld (per image): out[%lld] = %.17g, expected "
-                      "%.17g", test_dtype_name(dt), describe(g, buf), (long long)num,
-                      (long long)groups, (long long)i, test_get(dt, out, i), ref[i]);
+                      "%.17g",
+                      test_dtype_name(dt), describe(g, buf), (long long)num, (long long)groups,
+                      (long long)i, test_get(dt, out, i), ref[i]);
     free(x);
     free(xv);
     free(wt);
@@ -469,9 +468,8 @@ static void check_col2im(blob_dtype dt, const blob_conv_geometry *g, int64_t num
     for (int64_t i = 0; i < n_im; i++)
         ck_assert_msg(fabs(test_get(dt, im, i) - ref[i]) <=
                           test_tol(dt, taps) * fmax(fabs(ref[i]), 1),
-                      "%s %s num %lld: col2im[%lld] = %.17g, expected %.17g",
-                      test_dtype_name(dt), describe(g, buf), (long long)num, (long long)i,
-                      test_get(dt, im, i), ref[i]);
+                      "%s %s num %lld: col2im[%lld] = %.17g, expected %.17g", test_dtype_name(dt),
+                      describe(g, buf), (long long)num, (long long)i, test_get(dt, im, i), ref[i]);
     free(x);
     free(xv);
     free(y);
@@ -481,10 +479,7 @@ static void check_col2im(blob_dtype dt, const blob_conv_geometry *g, int64_t num
     free(ref);
 }
 
-START_TEST(test_cpu_col2im)
-{
-    each_conv_case(303, _i, check_col2im);
-}
+START_TEST(test_cpu_col2im) { each_conv_case(303, _i, check_col2im); }
 END_TEST
 
 /* Pooling forward and backward against ref_pool. Data: random, or ties (values of
@@ -526,21 +521,19 @@ static void check_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num, 
     ck_ok(blob_cpu_max_pool_backward(dt, g, num, dy, argmax, dx));
     const int64_t overlap = (g->kernel_h / g->stride_h + 1) * (g->kernel_w / g->stride_w + 1);
     for (int64_t i = 0; i < n_x; i++)
-        ck_assert_msg(fabs(test_get(dt, dx, i) - dxm[i]) <=
-                          test_tol(dt, overlap) * fmax(fabs(dxm[i]), 1),
-                      "%s %s num %lld %s: max backward dx[%lld] = %.17g, expected %.17g",
-                      test_dtype_name(dt), describe(g, buf), (long long)num, what, (long long)i,
-                      test_get(dt, dx, i), dxm[i]);
+        ck_assert_msg(
+            fabs(test_get(dt, dx, i) - dxm[i]) <= test_tol(dt, overlap) * fmax(fabs(dxm[i]), 1),
+            "%s %s num %lld %s: max backward dx[%lld] = %.17g, expected %.17g", test_dtype_name(dt),
+            describe(g, buf), (long long)num, what, (long long)i, test_get(dt, dx, i), dxm[i]);
     if (kind != DATA_NAN) {
         fill_nan(dt, y, n_y);
         ck_ok(blob_cpu_avg_pool_forward(dt, g, num, x, y));
         const int64_t taps = g->kernel_h * g->kernel_w;
         for (int64_t i = 0; i < n_y; i++)
-            ck_assert_msg(fabs(test_get(dt, y, i) - yavg[i]) <=
-                              test_tol(dt, taps) * fmax(fabs(yavg[i]), 1),
-                          "%s %s num %lld %s: avg[%lld] = %.17g, expected %.17g",
-                          test_dtype_name(dt), describe(g, buf), (long long)num, what,
-                          (long long)i, test_get(dt, y, i), yavg[i]);
+            ck_assert_msg(
+                fabs(test_get(dt, y, i) - yavg[i]) <= test_tol(dt, taps) * fmax(fabs(yavg[i]), 1),
+                "%s %s num %lld %s: avg[%lld] = %.17g, expected %.17g", test_dtype_name(dt),
+                describe(g, buf), (long long)num, what, (long long)i, test_get(dt, y, i), yavg[i]);
         fill_nan(dt, dx, n_x);
         ck_ok(blob_cpu_avg_pool_backward(dt, g, num, dy, dx));
         for (int64_t i = 0; i < n_x; i++)
@@ -623,19 +616,19 @@ typedef struct {
     __typeof__(blob_cpu_avg_pool_backward) *avg_bwd;
 } side;
 
-#define SIDE(s, on_gpu)                                                                      \
-    {                                                                                        \
-        #s, on_gpu, blob_##s##_im2col, blob_##s##_col2im, blob_##s##_max_pool_forward,       \
-            blob_##s##_max_pool_backward, blob_##s##_avg_pool_forward,                       \
-            blob_##s##_avg_pool_backward                                                     \
+#define SIDE(s, on_gpu)                                                                \
+    {                                                                                  \
+#s, on_gpu, blob_##s##_im2col, blob_##s##_col2im, blob_##s##_max_pool_forward, \
+            blob_##s##_max_pool_backward, blob_##s##_avg_pool_forward,                 \
+            blob_##s##_avg_pool_backward                                               \
     }
 static const side cpu_side = SIDE(cpu, false);
 static const side gpu_side = SIDE(gpu, true);
 
 enum { N_OPS = 6 };
-static const char *const op_names[N_OPS] = {"im2col", "col2im", "max_pool_forward",
-                                            "max_pool_backward", "avg_pool_forward",
-                                            "avg_pool_backward"};
+static const char *const op_names[N_OPS] = {"im2col",           "col2im",
+                                            "max_pool_forward", "max_pool_backward",
+                                            "avg_pool_forward", "avg_pool_backward"};
 static const int op_arrays[N_OPS] = {2, 2, 3, 3, 2, 2};
 
 /* Op `op` of side s over g with array null_arg (-1: none) NULL and the others at buf. */
@@ -691,10 +684,8 @@ START_TEST(test_bad_arguments)
             ck_assert_msg(strstr(blob_last_error(), "is NULL"), "%s", blob_last_error());
         }
         /* num * channels * height * width past the address space */
-        ck_status(call_op(s, op, BLOB_FLOAT32, &ok, INT64_MAX / 8, -1, err_buf),
-                  BLOB_EOVERFLOW);
-        ck_status(call_op(s, op, BLOB_FLOAT32, &ok, (int64_t)1 << 60, -1, err_buf),
-                  BLOB_EOVERFLOW);
+        ck_status(call_op(s, op, BLOB_FLOAT32, &ok, INT64_MAX / 8, -1, err_buf), BLOB_EOVERFLOW);
+        ck_status(call_op(s, op, BLOB_FLOAT32, &ok, (int64_t)1 << 60, -1, err_buf), BLOB_EOVERFLOW);
         for (size_t i = 0; i < sizeof err_buf / sizeof err_buf[0]; i++)
             ck_assert(err_buf[i] == 0);
     }
@@ -719,8 +710,8 @@ START_TEST(test_big_sizes)
 {
     const side *s = _i ? &gpu_side : &cpu_side;
     /* 2^21 channels of 2^20 x 2^20 overflow the column count only */
-    blob_conv_geometry g = GEO((int64_t)1 << 21, (int64_t)1 << 20, (int64_t)1 << 20, 3, 3, 1, 1,
-                               1, 1, 1, 1, FLOOR);
+    blob_conv_geometry g =
+        GEO((int64_t)1 << 21, (int64_t)1 << 20, (int64_t)1 << 20, 3, 3, 1, 1, 1, 1, 1, 1, FLOOR);
     ck_status(s->im2col(BLOB_FLOAT32, &g, 1, err_buf, err_buf), BLOB_EOVERFLOW);
     ck_assert(strstr(blob_last_error(), "overflow"));
     ck_status(s->col2im(BLOB_FLOAT32, &g, 1, err_buf, err_buf), BLOB_EOVERFLOW);
@@ -864,8 +855,7 @@ static void check_gpu_conv(blob_dtype dt, const blob_conv_geometry *g, int64_t n
     free(got);
 }
 
-static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num,
-                           data_kind kind)
+static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num, data_kind kind)
 {
     char buf[160];
     const call_sizes z = sizes_of(g, num, true);
@@ -901,8 +891,8 @@ static void check_gpu_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t n
     ck_ok(blob__be->memset_async(d_y, 0xff, (size_t)n_y * es, blob_stream_get()));
     ck_ok(blob_gpu_avg_pool_forward(dt, g, num, d_x, d_y));
     dev_download(got, d_y, (size_t)n_y * es);
-    expect_close(dt, got, y, n_y, test_tol(dt, g->kernel_h * g->kernel_w), "avg_pool_forward",
-                 g, num);
+    expect_close(dt, got, y, n_y, test_tol(dt, g->kernel_h * g->kernel_w), "avg_pool_forward", g,
+                 num);
     ck_ok(blob_cpu_avg_pool_backward(dt, g, num, dy, dx));
     ck_ok(blob__be->memset_async(d_dx, 0xff, (size_t)n_x * es, blob_stream_get()));
     ck_ok(blob_gpu_avg_pool_backward(dt, g, num, d_dy, d_dx));
@@ -941,10 +931,7 @@ static void check_gpu_all(blob_dtype dt)
     check_gpu_pool(dt, &pool, 2, DATA_RANDOM);
 }
 
-START_TEST(test_gpu_ops)
-{
-    check_gpu_all((blob_dtype)_i);
-}
+START_TEST(test_gpu_ops) { check_gpu_all((blob_dtype)_i); }
 END_TEST
 
 /* Everything again on a stream of its own: the operations go to the current stream. */

@@ -18,7 +18,7 @@ typedef struct {
     DLManagedTensor t;
     int64_t shape[BLOB_MAX_AXES + 2], strides[BLOB_MAX_AXES + 2];
     int deleted;
-    int queued_at_delete; /* device work still queued when the deleter ran */
+    int queued_at_delete;   /* device work still queued when the deleter ran */
     DLManagedTensor *inner; /* a wrapped tensor, deleted with this one */
 } producer;
 
@@ -81,10 +81,7 @@ static void assert_same(blob_dtype dt, const void *p, const double *ref, int64_t
     ck_assert_msg(err == 0, "values differ (relative error %g)", err);
 }
 
-static blob_head head(blob *b)
-{
-    return blob_syncedmem_head(blob_data_mem(b));
-}
+static blob_head head(blob *b) { return blob_syncedmem_head(blob_data_mem(b)); }
 
 /* ---- export ---- */
 
@@ -360,9 +357,9 @@ START_TEST(test_export_alloc_failure)
             blob_head before = head(b);
             DLManagedTensor *t = (DLManagedTensor *)&t;
             fake_fail_alloc_at(k, persistent);
-            blob_status st = blob_to_dlpack(b, BLOB_PART_DATA,
-                                            device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST,
-                                            writable ? BLOB_DLPACK_WRITABLE : 0, NULL, &t);
+            blob_status st =
+                blob_to_dlpack(b, BLOB_PART_DATA, device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST,
+                               writable ? BLOB_DLPACK_WRITABLE : 0, NULL, &t);
             fake_fail_alloc_at(0, false);
             if (st == BLOB_OK) {
                 ck_assert_msg(k > (persistent ? 2u : 1u), "k=%llu: succeeded too early",
@@ -412,8 +409,8 @@ START_TEST(test_import_host)
     const void *r;
     void *w;
     ck_ok(blob_cpu_data(b, &r));
-    ck_assert_ptr_eq(r, buf); /* zero copy */
-    test_put(dt, buf, 2, 7.0);     /* the producer writes ... */
+    ck_assert_ptr_eq(r, buf);  /* zero copy */
+    test_put(dt, buf, 2, 7.0); /* the producer writes ... */
     ref[2] = 7.0;
     ck_ok(blob_cpu_data(b, &r));
     assert_same(dt, r, ref, 20); /* ... the blob sees it */
@@ -438,14 +435,14 @@ START_TEST(test_import_host)
 END_TEST
 
 enum {
-    LIFE_FREE,          /* free: deleted */
-    LIFE_SHARED,        /* another blob shares the block: deleted when both are gone */
-    LIFE_RESHAPE_GROW,  /* reshape past capacity replaces the block */
-    LIFE_RESHAPE_SHRINK,/* reshape within capacity keeps it */
-    LIFE_SHRINK_TO_FIT, /* shrink_to_fit after a smaller reshape replaces it */
-    LIFE_SET_CPU,       /* set_cpu_data replaces the borrowed side */
-    LIFE_REEXPORT,      /* an export of the imported blob outlives the blob */
-    LIFE_SET_GPU,       /* set_gpu_data keeps the borrowed host side until the block goes */
+    LIFE_FREE,           /* free: deleted */
+    LIFE_SHARED,         /* another blob shares the block: deleted when both are gone */
+    LIFE_RESHAPE_GROW,   /* reshape past capacity replaces the block */
+    LIFE_RESHAPE_SHRINK, /* reshape within capacity keeps it */
+    LIFE_SHRINK_TO_FIT,  /* shrink_to_fit after a smaller reshape replaces it */
+    LIFE_SET_CPU,        /* set_cpu_data replaces the borrowed side */
+    LIFE_REEXPORT,       /* an export of the imported blob outlives the blob */
+    LIFE_SET_GPU,        /* set_gpu_data keeps the borrowed host side until the block goes */
     LIFE_COUNT
 };
 
@@ -701,13 +698,41 @@ static void with_strides(producer *p, int64_t s0, int64_t s1)
     p->t.dl_tensor.strides = p->strides;
 }
 
-static void m_int16(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLInt, 16, 1}; }
-static void m_f8(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLFloat, 8, 1}; }
-static void m_lanes(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype.lanes = 2; }
-static void m_lanes0(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype.lanes = 0; }
-static void m_bf32(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLBfloat, 32, 1}; }
-static void m_complex(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLComplex, 64, 1}; }
-static void m_uint16(producer *p, float *b) { (void)b; p->t.dl_tensor.dtype = (DLDataType){kDLUInt, 16, 1}; }
+static void m_int16(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype = (DLDataType){kDLInt, 16, 1};
+}
+static void m_f8(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype = (DLDataType){kDLFloat, 8, 1};
+}
+static void m_lanes(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype.lanes = 2;
+}
+static void m_lanes0(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype.lanes = 0;
+}
+static void m_bf32(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype = (DLDataType){kDLBfloat, 32, 1};
+}
+static void m_complex(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype = (DLDataType){kDLComplex, 64, 1};
+}
+static void m_uint16(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.dtype = (DLDataType){kDLUInt, 16, 1};
+}
 static void m_ndim33(producer *p, float *b)
 {
     (void)b;
@@ -715,25 +740,93 @@ static void m_ndim33(producer *p, float *b)
         p->shape[i] = 1;
     p->t.dl_tensor.ndim = 33;
 }
-static void m_ndim_neg(producer *p, float *b) { (void)b; p->t.dl_tensor.ndim = -1; }
-static void m_shape_null(producer *p, float *b) { (void)b; p->t.dl_tensor.shape = NULL; }
-static void m_dim_neg(producer *p, float *b) { (void)b; p->shape[1] = -3; }
-static void m_overflow(producer *p, float *b) { (void)b; p->shape[0] = (int64_t)1 << 62; }
-static void m_transposed(producer *p, float *b) { (void)b; with_strides(p, 1, 2); }
-static void m_gapped(producer *p, float *b) { (void)b; with_strides(p, 6, 2); }
-static void m_offset_odd(producer *p, float *b) { (void)b; p->t.dl_tensor.byte_offset = 2; }
-static void m_offset_wraps(producer *p, float *b) { (void)b; p->t.dl_tensor.byte_offset = UINT64_MAX - 3; }
+static void m_ndim_neg(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.ndim = -1;
+}
+static void m_shape_null(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.shape = NULL;
+}
+static void m_dim_neg(producer *p, float *b)
+{
+    (void)b;
+    p->shape[1] = -3;
+}
+static void m_overflow(producer *p, float *b)
+{
+    (void)b;
+    p->shape[0] = (int64_t)1 << 62;
+}
+static void m_transposed(producer *p, float *b)
+{
+    (void)b;
+    with_strides(p, 1, 2);
+}
+static void m_gapped(producer *p, float *b)
+{
+    (void)b;
+    with_strides(p, 6, 2);
+}
+static void m_offset_odd(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.byte_offset = 2;
+}
+static void m_offset_wraps(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.byte_offset = UINT64_MAX - 3;
+}
 static void m_misaligned(producer *p, float *b) { p->t.dl_tensor.data = (char *)b + 1; }
-static void m_data_null(producer *p, float *b) { (void)b; p->t.dl_tensor.data = NULL; }
-static void m_opencl(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLOpenCL, 0}; }
-static void m_managed(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDAManaged, 0}; }
-static void m_rocm(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLROCM, 0}; }
-static void m_bogus_type(producer *p, float *b) { (void)b; p->t.dl_tensor.device.device_type = (DLDeviceType)999; }
-static void m_cpu_id(producer *p, float *b) { (void)b; p->t.dl_tensor.device.device_id = 1; }
-static void m_cuda_missing(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDA, FAKE_DEVICES}; }
-static void m_cuda_neg(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDA, -1}; }
+static void m_data_null(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.data = NULL;
+}
+static void m_opencl(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device = (DLDevice){kDLOpenCL, 0};
+}
+static void m_managed(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device = (DLDevice){kDLCUDAManaged, 0};
+}
+static void m_rocm(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device = (DLDevice){kDLROCM, 0};
+}
+static void m_bogus_type(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device.device_type = (DLDeviceType)999;
+}
+static void m_cpu_id(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device.device_id = 1;
+}
+static void m_cuda_missing(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device = (DLDevice){kDLCUDA, FAKE_DEVICES};
+}
+static void m_cuda_neg(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device = (DLDevice){kDLCUDA, -1};
+}
 /* accepted */
-static void m_compact(producer *p, float *b) { (void)b; with_strides(p, 3, 1); }
+static void m_compact(producer *p, float *b)
+{
+    (void)b;
+    with_strides(p, 3, 1);
+}
 static void m_unit_dims(producer *p, float *b)
 {
     (void)b;
@@ -749,9 +842,23 @@ static void m_empty(producer *p, float *b)
     with_strides(p, 12345, -1); /* count 0: any strides, no data */
     p->t.dl_tensor.data = NULL;
 }
-static void m_scalar(producer *p, float *b) { (void)b; p->t.dl_tensor.ndim = 0; p->t.dl_tensor.shape = NULL; }
-static void m_offset_ok(producer *p, float *b) { (void)b; p->shape[0] = 1; p->t.dl_tensor.byte_offset = 3 * sizeof(float); }
-static void m_pinned(producer *p, float *b) { (void)b; p->t.dl_tensor.device = (DLDevice){kDLCUDAHost, 0}; }
+static void m_scalar(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.ndim = 0;
+    p->t.dl_tensor.shape = NULL;
+}
+static void m_offset_ok(producer *p, float *b)
+{
+    (void)b;
+    p->shape[0] = 1;
+    p->t.dl_tensor.byte_offset = 3 * sizeof(float);
+}
+static void m_pinned(producer *p, float *b)
+{
+    (void)b;
+    p->t.dl_tensor.device = (DLDevice){kDLCUDAHost, 0};
+}
 
 static const bad_case bad_cases[] = {
     {"int16", BLOB_EINVAL, m_int16},
@@ -830,7 +937,7 @@ START_TEST(test_import_bad_arguments)
     ck_status(blob_from_dlpack(&b, NULL, BLOB_HOST_ONLY), BLOB_EINVAL);
     ck_assert_ptr_null(b);
     ck_status(blob_from_dlpack(NULL, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
-    ck_status(blob_from_dlpack(&b, &p.t, 7), BLOB_ERANGE);   /* no such GPU for host memory */
+    ck_status(blob_from_dlpack(&b, &p.t, 7), BLOB_ERANGE); /* no such GPU for host memory */
     ck_status(blob_from_dlpack(&b, &p.t, -3), BLOB_EINVAL);
     ck_assert_ptr_null(b);
     ck_assert_int_eq(p.deleted, 0);
@@ -912,8 +1019,7 @@ START_TEST(test_syncedmem_release)
     blob_syncedmem *h;
     ck_ok(blob_syncedmem_create(&h, sizeof a, BLOB_HOST_ONLY));
     ck_ok(blob_syncedmem_set_cpu_data_release(h, a, sizeof a, NULL, NULL));
-    ck_status(blob_syncedmem_set_gpu_data_release(h, b, sizeof b, count_release, &rb),
-              BLOB_ENODEV);
+    ck_status(blob_syncedmem_set_gpu_data_release(h, b, sizeof b, count_release, &rb), BLOB_ENODEV);
     ck_status(blob_syncedmem_set_gpu_data_release(NULL, b, sizeof b, count_release, &rb),
               BLOB_EINVAL);
     blob_syncedmem_free(h);
@@ -964,8 +1070,8 @@ START_TEST(test_million_round_trips)
             before = resident_kib();
         DLManagedTensor *t;
         blob *c;
-        blob_status st = blob_to_dlpack(a, BLOB_PART_DATA, BLOB_DLPACK_HOST,
-                                        BLOB_DLPACK_WRITABLE, NULL, &t);
+        blob_status st =
+            blob_to_dlpack(a, BLOB_PART_DATA, BLOB_DLPACK_HOST, BLOB_DLPACK_WRITABLE, NULL, &t);
         if (st == BLOB_OK && (st = blob_from_dlpack(&c, t, BLOB_HOST_ONLY)) != BLOB_OK)
             blob_dlpack_delete(t);
         ck_assert_msg(st == BLOB_OK, "cycle %d: %s", i, blob_last_error());
@@ -979,8 +1085,8 @@ START_TEST(test_million_round_trips)
     (void)before, (void)after;
 #else
     ck_assert_msg(before > 0 && after - before < 1024,
-                  "resident memory grew from %ld KiB to %ld KiB over 10^6 round trips",
-                  before, after);
+                  "resident memory grew from %ld KiB to %ld KiB over 10^6 round trips", before,
+                  after);
 #endif
 }
 END_TEST
@@ -1222,8 +1328,8 @@ START_TEST(test_versioned_round_trip)
     double *ref;
     blob *a = random_blob(BLOB_FLOAT64, 0, &ref);
     DLManagedTensorVersioned *t;
-    ck_ok(blob_to_dlpack_versioned(a, BLOB_PART_DATA, BLOB_DLPACK_HOST, BLOB_DLPACK_WRITABLE,
-                                   NULL, &t));
+    ck_ok(blob_to_dlpack_versioned(a, BLOB_PART_DATA, BLOB_DLPACK_HOST, BLOB_DLPACK_WRITABLE, NULL,
+                                   &t));
     blob *c;
     ck_ok(blob_from_dlpack_versioned(&c, t, 0));
     const void *pc;

@@ -183,8 +183,7 @@ START_TEST(test_round_float32)
     ck_ok(blob_cpu_convert(BLOB_FLOAT32, dt, n, x, y));
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(y[i] == ref_round(dt, x[i]), "%s: %a (%08x) -> %04x, expected %04x",
-                      blob_dtype_name(dt), (double)x[i], f32_bits(x[i]), y[i],
-                      ref_round(dt, x[i]));
+                      blob_dtype_name(dt), (double)x[i], f32_bits(x[i]), y[i], ref_round(dt, x[i]));
     free(x);
     free(y);
 }
@@ -250,7 +249,8 @@ START_TEST(test_convert_errors)
     int32_t y[2];
     ck_status(blob_cpu_convert(BLOB_FLOAT32, BLOB_INT32, 2, x, y), BLOB_ENOTSUP);
     ck_assert_msg(strstr(blob_last_error(), "blob_cpu_convert") &&
-                      strstr(blob_last_error(), "int32"), "%s", blob_last_error());
+                      strstr(blob_last_error(), "int32"),
+                  "%s", blob_last_error());
     ck_status(blob_cpu_convert(BLOB_UINT8, BLOB_FLOAT32, 2, y, x), BLOB_ENOTSUP);
     ck_status(blob_cpu_convert((blob_dtype)9, BLOB_FLOAT32, 2, y, x), BLOB_EINVAL);
     ck_status(blob_cpu_convert(BLOB_FLOAT32, BLOB_FLOAT16, -1, x, y), BLOB_EINVAL);
@@ -344,7 +344,8 @@ START_TEST(test_int_math_refused)
                       blob_status_name(calls[i].st));
     ck_status(blob_scale_diff(b, 2), BLOB_ENOTSUP);
     ck_assert_msg(strstr(blob_last_error(), "blob_scale_diff") &&
-                      strstr(blob_last_error(), blob_dtype_name(dt)), "%s", blob_last_error());
+                      strstr(blob_last_error(), blob_dtype_name(dt)),
+                  "%s", blob_last_error());
     ck_assert(v == 7);
     assert_same_bytes(b, false, copy, false);
     const void *p;
@@ -434,10 +435,7 @@ static void check_half_math(blob_dtype dt, bool gpu)
     blob_free(b);
 }
 
-START_TEST(test_half_math_host)
-{
-    check_half_math(HALVES[_i], false);
-}
+START_TEST(test_half_math_host) { check_half_math(HALVES[_i], false); }
 END_TEST
 
 /* blob_convert_from: float32 -> 16-bit -> float64 gives the rounded values, the same as
@@ -478,10 +476,7 @@ static void npy_setup(void)
     snprintf(npy_path, sizeof npy_path, "/tmp/blob_dtype_%d.npy", (int)getpid());
 }
 
-static void npy_teardown(void)
-{
-    unlink(npy_path);
-}
+static void npy_teardown(void) { unlink(npy_path); }
 
 /* Every dtype NumPy has: saved with its descr, loaded back into the same dtype. */
 START_TEST(test_npy_round_trip)
@@ -508,12 +503,13 @@ END_TEST
  * bfloat16 has no .npy dtype. Failed loads leave the blob alone. */
 START_TEST(test_npy_dtypes)
 {
-    blob *f32 = make(BLOB_FLOAT32, BLOB_HOST_ONLY, 2, 2), *f16 = make(BLOB_FLOAT16, BLOB_HOST_ONLY, 1, 3);
+    blob *f32 = make(BLOB_FLOAT32, BLOB_HOST_ONLY, 2, 2),
+         *f16 = make(BLOB_FLOAT16, BLOB_HOST_ONLY, 1, 3);
     float *p;
     ck_ok(blob_mutable_cpu_data(f32, (void **)&p));
     p[0] = 1.0f / 3;
-    p[1] = -65520.0f; /* overflows float16 */
-    p[2] = 0x1p-25f;  /* a tie with 0: to 0 */
+    p[1] = -65520.0f;  /* overflows float16 */
+    p[2] = 0x1p-25f;   /* a tie with 0: to 0 */
     p[3] = 0x1.8p-24f; /* a tie between the smallest two subnormals: to the even one */
     ck_ok(blob_save_npy(f32, BLOB_PART_DATA, npy_path));
     ck_ok(blob_load_npy(f16, BLOB_PART_DATA, npy_path));
@@ -523,14 +519,16 @@ START_TEST(test_npy_dtypes)
     ck_assert_uint_eq(h[1], 0xfc00);
     ck_assert_uint_eq(h[2], 0x0000);
     ck_assert_uint_eq(h[3], 0x0002);
-    blob *i32 = make(BLOB_INT32, BLOB_HOST_ONLY, 1, 5), *bf = make(BLOB_BFLOAT16, BLOB_HOST_ONLY, 1, 5);
+    blob *i32 = make(BLOB_INT32, BLOB_HOST_ONLY, 1, 5),
+         *bf = make(BLOB_BFLOAT16, BLOB_HOST_ONLY, 1, 5);
     ck_status(blob_load_npy(i32, BLOB_PART_DATA, npy_path), BLOB_EFORMAT);
-    ck_assert_msg(strstr(blob_last_error(), "float32") && strstr(blob_last_error(), "int32"),
-                  "%s", blob_last_error());
+    ck_assert_msg(strstr(blob_last_error(), "float32") && strstr(blob_last_error(), "int32"), "%s",
+                  blob_last_error());
     ck_assert_int_eq(blob_count(i32), 5);
     ck_status(blob_load_npy(bf, BLOB_PART_DATA, npy_path), BLOB_ENOTSUP);
     ck_assert_msg(strstr(blob_last_error(), "blob_load_npy") &&
-                      strstr(blob_last_error(), "bfloat16"), "%s", blob_last_error());
+                      strstr(blob_last_error(), "bfloat16"),
+                  "%s", blob_last_error());
     ck_assert_int_eq(blob_count(bf), 5);
     ck_status(blob_save_npy(bf, BLOB_PART_DATA, npy_path), BLOB_ENOTSUP);
     ck_assert_msg(strstr(blob_last_error(), "blob_save_npy"), "%s", blob_last_error());
@@ -576,8 +574,11 @@ START_TEST(test_dlpack_dtypes)
 
     unsigned char mem[48] = {1, 2, 3};
     int64_t shape[] = {3};
-    DLManagedTensor m = {.dl_tensor = {.data = mem, .device = {kDLCPU, 0}, .ndim = 1,
-                                       .dtype = {dl[_i].code, dl[_i].bits, 1}, .shape = shape},
+    DLManagedTensor m = {.dl_tensor = {.data = mem,
+                                       .device = {kDLCPU, 0},
+                                       .ndim = 1,
+                                       .dtype = {dl[_i].code, dl[_i].bits, 1},
+                                       .shape = shape},
                          .deleter = count_delete};
     deleted = 0;
     ck_ok(blob_from_dlpack(&c, &m, BLOB_HOST_ONLY));
@@ -620,8 +621,8 @@ START_TEST(test_alloc_failures)
             blob_free(dst);
             break;
         }
-        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s",
-                      (unsigned long long)k, blob_status_name(st));
+        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM, "k=%llu: %s", (unsigned long long)k,
+                      blob_status_name(st));
         ck_assert_int_eq(blob_count(dst), 4);
         ck_assert_ptr_eq(blob_data_mem(dst), mem);
         ck_ok(blob_cpu_data(dst, (const void **)&d));
@@ -652,7 +653,8 @@ START_TEST(test_gpu_convert)
     int64_t n;
     float *x = tricky_alloc(dt, &n);
     uint16_t *host = malloc((size_t)n * sizeof *host), *dev = malloc((size_t)n * sizeof *dev);
-    blob *f = make(BLOB_FLOAT32, 0, 1, n), *h = make(dt, 0, 1, n), *back = make(BLOB_FLOAT64, 0, 1, n);
+    blob *f = make(BLOB_FLOAT32, 0, 1, n), *h = make(dt, 0, 1, n),
+         *back = make(BLOB_FLOAT64, 0, 1, n);
     void *p;
     ck_ok(blob_mutable_cpu_data(f, &p));
     memcpy(p, x, (size_t)n * sizeof *x);
@@ -693,10 +695,7 @@ START_TEST(test_gpu_convert)
 }
 END_TEST
 
-START_TEST(test_gpu_half_math)
-{
-    check_half_math(HALVES[_i], true);
-}
+START_TEST(test_gpu_half_math) { check_half_math(HALVES[_i], true); }
 END_TEST
 
 /* update and scale give the host's bits on the GPU. */

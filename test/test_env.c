@@ -19,15 +19,30 @@ START_TEST(test_parse_int)
     static const struct {
         const char *s;
         int64_t v;
-    } good[] = {{"0", 0}, {"7", 7}, {"007", 7}, {"-3", -3}, {"-0", 0},
-                {"9223372036854775807", INT64_MAX}, {"-9223372036854775808", INT64_MIN}};
+    } good[] = {{"0", 0},
+                {"7", 7},
+                {"007", 7},
+                {"-3", -3},
+                {"-0", 0},
+                {"9223372036854775807", INT64_MAX},
+                {"-9223372036854775808", INT64_MIN}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         int64_t v = 42;
         ck_assert_msg(blob__parse_int(good[i].s, INT64_MIN, INT64_MAX, &v), "%s", good[i].s);
         ck_assert_int_eq(v, good[i].v);
     }
-    static const char *const bad[] = {"", "-", " 0", "0 ", "+1", "0x10", "1e3", "1.0", "--1",
-                                      "9223372036854775808", "-9223372036854775809", "1\n",
+    static const char *const bad[] = {"",
+                                      "-",
+                                      " 0",
+                                      "0 ",
+                                      "+1",
+                                      "0x10",
+                                      "1e3",
+                                      "1.0",
+                                      "--1",
+                                      "9223372036854775808",
+                                      "-9223372036854775809",
+                                      "1\n",
                                       "٣"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t v = 42;
@@ -45,17 +60,37 @@ START_TEST(test_parse_decimal)
     static const struct {
         const char *s;
         double v;
-    } good[] = {{"0", 0}, {"5", 5}, {"2.5", 2.5}, {"0.1", 0.1}, {"2.", 2}, {"-1.25", -1.25},
-                {"123456789012345", 123456789012345.0}, {"0.0000000000000000000001", 1e-22},
+    } good[] = {{"0", 0},
+                {"5", 5},
+                {"2.5", 2.5},
+                {"0.1", 0.1},
+                {"2.", 2},
+                {"-1.25", -1.25},
+                {"123456789012345", 123456789012345.0},
+                {"0.0000000000000000000001", 1e-22},
                 {"300.000", 300}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         double v = 42;
         ck_assert_msg(blob__parse_decimal(good[i].s, -1e300, 1e300, &v), "%s", good[i].s);
         ck_assert_msg(v == good[i].v, "%s read as %.17g", good[i].s, v);
     }
-    static const char *const bad[] = {"", ".", ".5", "-", " 5", "5 ", "+5", "0x10", "1e3",
-                                      "1e-300", "inf", "nan", "1..2", "1.2.3", "1,5",
-                                      "1234567890123456", "0.00000000000000000000001"};
+    static const char *const bad[] = {"",
+                                      ".",
+                                      ".5",
+                                      "-",
+                                      " 5",
+                                      "5 ",
+                                      "+5",
+                                      "0x10",
+                                      "1e3",
+                                      "1e-300",
+                                      "inf",
+                                      "nan",
+                                      "1..2",
+                                      "1.2.3",
+                                      "1,5",
+                                      "1234567890123456",
+                                      "0.00000000000000000000001"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         double v = 42;
         ck_assert_msg(!blob__parse_decimal(bad[i], -1e300, 1e300, &v), "\"%s\"", bad[i]);
@@ -107,8 +142,7 @@ START_TEST(test_env_readers)
     i = 5, d = 2.5, b = true, c = 1, t = "default";
     setenv(VAR, " 5", 1);
     ck_status(blob__env_int("blob_call", VAR, 0, 9, &i), BLOB_EINVAL);
-    ck_assert_str_eq(blob_last_error(),
-                     "blob_call: " VAR "=\" 5\" is not an integer in [0, 9]");
+    ck_assert_str_eq(blob_last_error(), "blob_call: " VAR "=\" 5\" is not an integer in [0, 9]");
     setenv(VAR, "1e-300", 1);
     ck_status(blob__env_seconds("blob_call", VAR, 0.001, 1e6, &d), BLOB_EINVAL);
     ck_assert_str_eq(blob_last_error(),
@@ -205,10 +239,10 @@ static bool bad_tuning(void)
     static const float a[16];
     float c[16];
     bool ok = !blob_gemm_tuning_get();
-    ok &= blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, a, a, c,
-                                 BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32) == BLOB_EINVAL &&
-          !strcmp(blob_last_error(),
-                  "blob_gpu_gemm_epilogue: BLOB_GEMM_TUNING=\"on\" is not 0 or 1");
+    ok &=
+        blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, a, a, c,
+                               BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32) == BLOB_EINVAL &&
+        !strcmp(blob_last_error(), "blob_gpu_gemm_epilogue: BLOB_GEMM_TUNING=\"on\" is not 0 or 1");
     blob_gemm_tuning_set(false);
     ok &= blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, 1, a, a, c,
                                  BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32) != BLOB_EINVAL;
@@ -234,10 +268,7 @@ static bool bad_alloc_cache(void)
     return ok;
 }
 
-static bool good_alloc_cache(void)
-{
-    return !blob_alloc_caching();
-}
+static bool good_alloc_cache(void) { return !blob_alloc_caching(); }
 
 START_TEST(test_library_settings)
 {

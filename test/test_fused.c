@@ -167,8 +167,8 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
     void *dbias = side_copy(gpu, hbias, (size_t)nb * es);
     void *dmask = side_copy(gpu, hmask, mbytes);
     blob_status st = (gpu ? blob_gpu_gemm_epilogue : blob_cpu_gemm_epilogue)(
-        dt, p->ta, p->tb, M, N, K, dA, dB, dC, p->e, nb ? dbias : NULL,
-        uses_mask ? dmask : NULL, mode);
+        dt, p->ta, p->tb, M, N, K, dA, dB, dC, p->e, nb ? dbias : NULL, uses_mask ? dmask : NULL,
+        mode);
     ck_assert_msg(st == BLOB_OK, "%s %s %s %lldx%lldx%lld %c%c: %s", gpu ? "gpu" : "cpu",
                   epi_names[p->e], blob_math_mode_name(mode), (long long)M, (long long)N,
                   (long long)K, p->ta ? 'T' : 'N', p->tb ? 'T' : 'N', blob_last_error());
@@ -179,9 +179,9 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
     const double t = mode_tol(dt, mode, gpu, K);
     char what[160];
     snprintf(what, sizeof what, "%s %s %s%s mode %s, %lldx%lldx%lld %c%c", gpu ? "gpu" : "cpu",
-             test_dtype_name(dt), epi_names[p->e],
-             p->with_mask && is_relu(p->e) ? "+mask" : "", blob_math_mode_name(mode),
-             (long long)M, (long long)N, (long long)K, p->ta ? 'T' : 'N', p->tb ? 'T' : 'N');
+             test_dtype_name(dt), epi_names[p->e], p->with_mask && is_relu(p->e) ? "+mask" : "",
+             blob_math_mode_name(mode), (long long)M, (long long)N, (long long)K, p->ta ? 'T' : 'N',
+             p->tb ? 'T' : 'N');
     int bad = 0;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
@@ -206,7 +206,7 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
                 fprintf(stderr, "%s: C[%lld,%lld] = %.9g, expected %.9g (band %.3g)%s\n", what,
                         (long long)i, (long long)j, got, is_relu(p->e) && v < 0 ? 0 : v, band,
                         p->with_mask && is_relu(p->e) ? (bit(hmask, N, i, j) ? " bit 1" : " bit 0")
-                                                     : "");
+                                                      : "");
             if (p->e == BLOB_EPILOGUE_DRELU_BGRAD) {
                 eb[j] += is_drelu(p->e) && !bit(in_mask, N, i, j) ? 0 : P[ij];
                 ebs[j] += is_drelu(p->e) && !bit(in_mask, N, i, j) ? 0 : S[ij];
@@ -247,17 +247,17 @@ static void check(const problem *p, bool gpu, blob_math_mode mode)
  * the MLP's, and ones whose host loops take several threads; every transpose. */
 static void check_all(blob_dtype dt, bool gpu, blob_math_mode mode)
 {
-    static const int64_t shapes[][3] = {{1, 1, 1},    {5, 7, 3},       {17, 130, 19},
-                                        {33, 2, 40},  {64, 256, 300},  {3, 129, 0},
-                                        {0, 5, 3},    {4, 0, 3},       {300, 2100, 3},
-                                        {2, 3, 300000}};
+    static const int64_t shapes[][3] = {{1, 1, 1},      {5, 7, 3},     {17, 130, 19}, {33, 2, 40},
+                                        {64, 256, 300}, {3, 129, 0},   {0, 5, 3},     {4, 0, 3},
+                                        {300, 2100, 3}, {2, 3, 300000}};
     test_seed(777 + (uint64_t)dt * 10 + (uint64_t)mode);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
             for (int e = 0; e <= BLOB_EPILOGUE_BGRADB; e++)
                 for (int m = 0; m < (is_relu((blob_epilogue)e) ? 2 : 1); m++) {
-                    problem p = {dt, (blob_trans)(t & 1), (blob_trans)(t >> 1), shapes[s][0],
-                                 shapes[s][1], shapes[s][2], (blob_epilogue)e, m == 1};
+                    problem p = {
+                        dt,           (blob_trans)(t & 1), (blob_trans)(t >> 1), shapes[s][0],
+                        shapes[s][1], shapes[s][2],        (blob_epilogue)e,     m == 1};
                     check(&p, gpu, mode);
                 }
 }
@@ -314,8 +314,7 @@ START_TEST(test_gemm_tuning_setting)
     }
     int status = -1;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "BLOB_GEMM_TUNING=1 not seen");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "BLOB_GEMM_TUNING=1 not seen");
     ck_assert(!blob_gemm_tuning_get());
     blob_gemm_tuning_set(true);
     ck_assert(blob_gemm_tuning_get());
@@ -336,12 +335,14 @@ START_TEST(test_epilogue_bad_arguments)
     ck_status(f((blob_dtype)7, n, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
               BLOB_EINVAL);
     ck_assert_msg(strstr(blob_last_error(), name), "%s", blob_last_error());
-    ck_status(f(BLOB_FLOAT32, (blob_trans)3, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL,
-                0), BLOB_EINVAL);
+    ck_status(
+        f(BLOB_FLOAT32, (blob_trans)3, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
+        BLOB_EINVAL);
     ck_status(f(BLOB_FLOAT32, n, n, -1, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
               BLOB_EINVAL);
-    ck_status(f(BLOB_FLOAT32, n, n, INT64_MAX / 2, 2, 4, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL,
-                0), BLOB_EOVERFLOW);
+    ck_status(
+        f(BLOB_FLOAT32, n, n, INT64_MAX / 2, 2, 4, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
+        BLOB_EOVERFLOW);
     ck_status(f(BLOB_FLOAT32, n, n, 2, 2, 2, NULL, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
               BLOB_EINVAL);
     ck_assert(strstr(blob_last_error(), "A is NULL"));
@@ -354,8 +355,9 @@ START_TEST(test_epilogue_bad_arguments)
     ck_assert(strstr(blob_last_error(), "bad epilogue"));
     ck_status(f(BLOB_FLOAT32, n, n, 2, 2, 2, b, b, b, (blob_epilogue)-1, NULL, NULL, 0),
               BLOB_EINVAL);
-    ck_status(f(BLOB_FLOAT32, n, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL,
-                (blob_math_mode)4), BLOB_EINVAL);
+    ck_status(
+        f(BLOB_FLOAT32, n, n, 2, 2, 2, b, b, b, BLOB_EPILOGUE_NONE, NULL, NULL, (blob_math_mode)4),
+        BLOB_EINVAL);
     ck_assert(strstr(blob_last_error(), "bad math mode"));
     for (int e = BLOB_EPILOGUE_BIAS; e <= BLOB_EPILOGUE_BGRADB; e++) {
         if (e == BLOB_EPILOGUE_RELU || e == BLOB_EPILOGUE_DRELU)
@@ -374,13 +376,16 @@ START_TEST(test_epilogue_bad_arguments)
                   BLOB_EINVAL);
         ck_assert_msg(strstr(blob_last_error(), "16-byte"), "%s", blob_last_error());
     }
-    ck_status(f(BLOB_FLOAT32, n, n, (int64_t)1 << 60, 1, 0, b, b, b, BLOB_EPILOGUE_RELU, NULL, b,
-                0), BLOB_EOVERFLOW);
+    ck_status(
+        f(BLOB_FLOAT32, n, n, (int64_t)1 << 60, 1, 0, b, b, b, BLOB_EPILOGUE_RELU, NULL, b, 0),
+        BLOB_EOVERFLOW);
     bool fused = true;
-    ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, n, n, 2, 2, 2, BLOB_EPILOGUE_NONE,
-                                           false, 0, NULL), BLOB_EINVAL);
-    ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, n, n, 2, 2, 2, (blob_epilogue)9, false,
-                                           0, &fused), BLOB_EINVAL);
+    ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, n, n, 2, 2, 2, BLOB_EPILOGUE_NONE, false,
+                                           0, NULL),
+              BLOB_EINVAL);
+    ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, n, n, 2, 2, 2, (blob_epilogue)9, false, 0,
+                                           &fused),
+              BLOB_EINVAL);
     ck_assert(!fused);
 }
 END_TEST
@@ -397,7 +402,8 @@ START_TEST(test_epilogue_unused_null)
                                  NULL, BLOB_EPILOGUE_DRELU_BGRAD, NULL, NULL, 0));
     blob_status expected = blob_device_count() > 0 ? BLOB_OK : BLOB_ENODEV;
     ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 0, 0, 3, NULL,
-                                     NULL, NULL, BLOB_EPILOGUE_BGRADA, NULL, NULL, 0), expected);
+                                     NULL, NULL, BLOB_EPILOGUE_BGRADA, NULL, NULL, 0),
+              expected);
 }
 END_TEST
 
@@ -408,8 +414,8 @@ START_TEST(test_math_mode_setting)
     if (pid == 0) {
         setenv("BLOB_MATH_MODE", "TF32", 1);
         int ok = blob_math_mode_get() == BLOB_MATH_TF32;
-        ok &= blob_math_mode_set(BLOB_MATH_BF16) == BLOB_OK &&
-              blob_math_mode_get() == BLOB_MATH_BF16;
+        ok &=
+            blob_math_mode_set(BLOB_MATH_BF16) == BLOB_OK && blob_math_mode_get() == BLOB_MATH_BF16;
         ok &= blob_math_mode_set(BLOB_MATH_DEFAULT) == BLOB_OK &&
               blob_math_mode_get() == BLOB_MATH_TF32; /* back to the environment's */
         _exit(ok ? 0 : 1);
@@ -565,12 +571,13 @@ START_TEST(test_epilogue_without_gpu)
     static _Alignas(16) float buf[64];
     test_hide_gpus();
     bool fused = true;
-    ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf,
-                                     buf, buf, BLOB_EPILOGUE_BIAS_RELU, buf, buf, 0),
+    ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf, buf,
+                                     buf, BLOB_EPILOGUE_BIAS_RELU, buf, buf, 0),
               BLOB_ENODEV);
     ck_assert(strstr(blob_last_error(), "no GPU"));
     ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
-                                           BLOB_EPILOGUE_NONE, false, 0, &fused), BLOB_ENODEV);
+                                           BLOB_EPILOGUE_NONE, false, 0, &fused),
+              BLOB_ENODEV);
     ck_assert(!fused);
     test_show_gpus();
 }
@@ -581,14 +588,17 @@ START_TEST(test_epilogue_launchers_without_cuda)
 {
     static _Alignas(16) float buf[64];
     bool fused;
-    ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf,
-                                     buf, buf, BLOB_EPILOGUE_NONE, NULL, NULL, 0), BLOB_ENODEV);
+    ck_status(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf, buf,
+                                     buf, BLOB_EPILOGUE_NONE, NULL, NULL, 0),
+              BLOB_ENODEV);
     ck_assert_msg(strstr(blob_last_error(), "built without CUDA"), "%s", blob_last_error());
     ck_status(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
-                                           BLOB_EPILOGUE_NONE, false, 0, &fused), BLOB_ENODEV);
+                                           BLOB_EPILOGUE_NONE, false, 0, &fused),
+              BLOB_ENODEV);
     ck_status(blob_math_mode_set(BLOB_MATH_TF32), BLOB_OK);
-    ck_status(blob_gpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, 1, buf, buf, 0,
-                            buf), BLOB_ENODEV);
+    ck_status(
+        blob_gpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, 1, buf, buf, 0, buf),
+        BLOB_ENODEV);
     ck_ok(blob_math_mode_set(BLOB_MATH_DEFAULT));
 }
 END_TEST
@@ -603,15 +613,14 @@ static void print_fused(blob_math_mode mode)
     static const int64_t shapes[][3] = {{64, 256, 784}, {256, 128, 256}, {512, 4096, 4096}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         char line[256];
-        int len = snprintf(line, sizeof line, "fused in %s at %lldx%lldx%lld (NT):",
-                           blob_math_mode_name(mode), (long long)shapes[s][0],
-                           (long long)shapes[s][1], (long long)shapes[s][2]);
+        int len = snprintf(
+            line, sizeof line, "fused in %s at %lldx%lldx%lld (NT):", blob_math_mode_name(mode),
+            (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2]);
         for (int e = 0; e <= BLOB_EPILOGUE_BGRADB; e++) {
             bool fused = false;
-            ck_ok(blob_gpu_gemm_epilogue_fused(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS,
-                                               shapes[s][0], shapes[s][1], shapes[s][2],
-                                               (blob_epilogue)e, is_relu((blob_epilogue)e),
-                                               mode, &fused));
+            ck_ok(blob_gpu_gemm_epilogue_fused(
+                BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, shapes[s][0], shapes[s][1], shapes[s][2],
+                (blob_epilogue)e, is_relu((blob_epilogue)e), mode, &fused));
             len += snprintf(line + len, sizeof line - (size_t)len, " %s %s", epi_names[e],
                             fused ? "yes" : "no");
         }
@@ -637,8 +646,14 @@ START_TEST(test_gpu_global_mode)
     ck_ok(blob_math_mode_set(mode));
     test_seed(99 + (uint64_t)_i);
     for (int t = 0; t < 4; t++) {
-        problem p = {BLOB_FLOAT32, (blob_trans)(t & 1), (blob_trans)(t >> 1), 96, 200, 513,
-                     BLOB_EPILOGUE_BIAS_RELU, true};
+        problem p = {BLOB_FLOAT32,
+                     (blob_trans)(t & 1),
+                     (blob_trans)(t >> 1),
+                     96,
+                     200,
+                     513,
+                     BLOB_EPILOGUE_BIAS_RELU,
+                     true};
         check(&p, true, BLOB_MATH_DEFAULT); /* the tolerance is the global mode's */
     }
     /* plain gemm: C = 0.5 * op(A) op(B) - 2 * C */
@@ -667,8 +682,8 @@ START_TEST(test_gpu_global_mode)
         }
     printf("plain gemm in %s: relative error %.3g (tolerance %.3g)\n", blob_math_mode_name(mode),
            worst, t);
-    ck_assert_msg(worst <= t, "plain gemm in %s: relative error %g > %g",
-                  blob_math_mode_name(mode), worst, t);
+    ck_assert_msg(worst <= t, "plain gemm in %s: relative error %g > %g", blob_math_mode_name(mode),
+                  worst, t);
     side_free(true, dA);
     side_free(true, dB);
     side_free(true, dC);
@@ -690,9 +705,10 @@ START_TEST(test_gpu_gemm_tuning)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int t = 0; t < 4; t++)
                 for (int e = 0; e <= BLOB_EPILOGUE_BGRADB; e++) {
-                    problem p = {BLOB_FLOAT32, (blob_trans)(t & 1), (blob_trans)(t >> 1),
-                                 shapes[s][0], shapes[s][1], shapes[s][2], (blob_epilogue)e,
-                                 is_relu((blob_epilogue)e)};
+                    problem p = {BLOB_FLOAT32,         (blob_trans)(t & 1),
+                                 (blob_trans)(t >> 1), shapes[s][0],
+                                 shapes[s][1],         shapes[s][2],
+                                 (blob_epilogue)e,     is_relu((blob_epilogue)e)};
                     check(&p, true, (blob_math_mode)mode);
                 }
 
@@ -717,9 +733,8 @@ START_TEST(test_gpu_gemm_tuning)
         if (run == 0)
             ck_ok(blob_graph_launch(g, s));
         else
-            ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, M, N, K, dA,
-                                         dB, dC, BLOB_EPILOGUE_BIAS, dbias, NULL,
-                                         BLOB_MATH_FP32));
+            ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, M, N, K, dA, dB,
+                                         dC, BLOB_EPILOGUE_BIAS, dbias, NULL, BLOB_MATH_FP32));
         ck_ok(blob_stream_synchronize(s));
         side_read(true, got, dC, f * M * N);
         for (int64_t i = 0; i < M; i++)
@@ -770,14 +785,14 @@ START_TEST(test_gpu_epilogue_graph)
     ck_ok(blob__be->memset_async(mask, 0, mb, s)); /* cuBLASLt reads the bytes it updates */
     /* y = relu(x w^T + b) with mask; dz = (dy w) masked by mask_i, gb2 its column sums;
      * gw = dy^T x with gb = the column sums of dy */
-#define STEP()                                                                               \
-    do {                                                                                     \
-        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw, \
-                                     y, BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));               \
-        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, B, I, O, ddy, \
-                                     dw, dz, BLOB_EPILOGUE_DRELU_BGRAD, gb2, mask_i, 0));     \
-        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, O, I, B, ddy, dx, \
-                                     gw, BLOB_EPILOGUE_BGRADA, gb, NULL, 0));                 \
+#define STEP()                                                                                     \
+    do {                                                                                           \
+        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, B, O, I, dx, dw, y,  \
+                                     BLOB_EPILOGUE_BIAS_RELU, db, mask, 0));                       \
+        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, B, I, O, ddy, dw, \
+                                     dz, BLOB_EPILOGUE_DRELU_BGRAD, gb2, mask_i, 0));              \
+        ck_ok(blob_gpu_gemm_epilogue(BLOB_FLOAT32, BLOB_TRANS, BLOB_NO_TRANS, O, I, B, ddy, dx,    \
+                                     gw, BLOB_EPILOGUE_BGRADA, gb, NULL, 0));                      \
     } while (0)
     STEP();
     const size_t sizes[] = {f * B * O, f * B * I, f * O * I, f * O, f * I, mb};

@@ -14,18 +14,12 @@ static const blob_dtype dts[] = {BLOB_BFLOAT16, BLOB_FLOAT16};
 static const int64_t sizes[] = {1, 7, 33, 257};
 
 /* Unit roundoff of a 16-bit dtype (half its ulp at 1) and of float32. */
-static double unit(blob_dtype dt)
-{
-    return dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11;
-}
+static double unit(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11; }
 static const double U32 = 0x1p-24;
 
 /* Half the spacing of a 16-bit dtype's subnormals: the absolute error of rounding there,
  * which a relative bound does not cover. */
-static double tiny(blob_dtype dt)
-{
-    return dt == BLOB_BFLOAT16 ? 0x1p-134 : 0x1p-25;
-}
+static double tiny(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x1p-134 : 0x1p-25; }
 
 typedef struct {
     blob_dtype dt;
@@ -45,10 +39,7 @@ typedef struct {
     size_t mbytes;
 } inputs;
 
-static bool bias_along_m(const problem *p)
-{
-    return p->epi && p->e == BLOB_EPILOGUE_BGRADA;
-}
+static bool bias_along_m(const problem *p) { return p->epi && p->e == BLOB_EPILOGUE_BGRADA; }
 
 /* n random values in [-1, 1) of dt, never all 0, and their exact doubles. */
 static uint16_t *random16(blob_dtype dt, int64_t n, double **values)
@@ -142,11 +133,11 @@ static void run(const problem *p, const inputs *in, bool gpu, outputs *out)
     void *C = to_side(gpu, out->C, cb);
     void *bias = to_side(gpu, out->bias, bb);
     void *mask = to_side(gpu, out->mask, in->mbytes);
-    blob_status st =
-        p->epi ? (gpu ? blob_gpu_gemm_epilogue : blob_cpu_gemm_epilogue)(
-                     p->dt, p->ta, p->tb, p->M, p->N, p->K, A, B, C, p->e, bias, mask, 0)
-               : (gpu ? blob_gpu_gemm : blob_cpu_gemm)(p->dt, p->ta, p->tb, p->M, p->N, p->K,
-                                                       p->alpha, A, B, p->beta, C);
+    blob_status st = p->epi
+                         ? (gpu ? blob_gpu_gemm_epilogue : blob_cpu_gemm_epilogue)(
+                               p->dt, p->ta, p->tb, p->M, p->N, p->K, A, B, C, p->e, bias, mask, 0)
+                         : (gpu ? blob_gpu_gemm : blob_cpu_gemm)(p->dt, p->ta, p->tb, p->M, p->N,
+                                                                 p->K, p->alpha, A, B, p->beta, C);
     ck_assert_msg(st == BLOB_OK, "%s: %s", blob_status_name(st), blob_last_error());
     from_side(gpu, out->C, C, cb);
     from_side(gpu, out->bias, bias, bb);
@@ -157,10 +148,7 @@ static void run(const problem *p, const inputs *in, bool gpu, outputs *out)
     }
 }
 
-static void free_outputs(outputs *o)
-{
-    free(o->C), free(o->bias), free(o->mask);
-}
+static void free_outputs(outputs *o) { free(o->C), free(o->bias), free(o->mask); }
 
 static double val(blob_dtype dt, const uint16_t *h, int64_t i)
 {
@@ -171,10 +159,10 @@ static double val(blob_dtype dt, const uint16_t *h, int64_t i)
 
 static void describe(const problem *p, char *s, size_t n)
 {
-    snprintf(s, n, "%s %s%s %lldx%lldx%lld %c%c alpha %g beta %g",
-             blob_dtype_name(p->dt), p->epi ? "epilogue " : "gemm",
-             p->epi ? (const char *[]){"NONE", "BIAS", "RELU", "BIAS_RELU", "DRELU",
-                                       "DRELU_BGRAD", "BGRADA", "BGRADB"}[p->e]
+    snprintf(s, n, "%s %s%s %lldx%lldx%lld %c%c alpha %g beta %g", blob_dtype_name(p->dt),
+             p->epi ? "epilogue " : "gemm",
+             p->epi ? (const char *[]){"NONE", "BIAS", "RELU", "BIAS_RELU", "DRELU", "DRELU_BGRAD",
+                                       "BGRADA", "BGRADB"}[p->e]
                     : "",
              (long long)p->M, (long long)p->N, (long long)p->K, p->ta ? 'T' : 'N',
              p->tb ? 'T' : 'N', p->alpha, p->beta);
@@ -258,23 +246,24 @@ static void free_reference(reference *r)
 typedef double (*tolerance_fn)(blob_dtype dt, int64_t terms, double scale, double want);
 
 static void compare(const problem *p, const inputs *in, const reference *r, const outputs *o,
-                    const double *want_C, const double *want_bias,
-                    const unsigned char *want_mask, tolerance_fn tol, const char *what)
+                    const double *want_C, const double *want_bias, const unsigned char *want_mask,
+                    tolerance_fn tol, const char *what)
 {
     char d[160];
     describe(p, d, sizeof d);
     const int64_t M = p->M, N = p->N;
     const blob_epilogue e = p->epi ? p->e : BLOB_EPILOGUE_NONE;
     const bool relu = e == BLOB_EPILOGUE_RELU || e == BLOB_EPILOGUE_BIAS_RELU;
-    const bool writes_bias = e == BLOB_EPILOGUE_DRELU_BGRAD || e == BLOB_EPILOGUE_BGRADA ||
-                             e == BLOB_EPILOGUE_BGRADB;
+    const bool writes_bias =
+        e == BLOB_EPILOGUE_DRELU_BGRAD || e == BLOB_EPILOGUE_BGRADA || e == BLOB_EPILOGUE_BGRADB;
     const int64_t terms = p->K + 2;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             const int64_t x = i * N + j;
             const double got = val(p->dt, o->C, x), t = tol(p->dt, terms, r->scale[x], want_C[x]);
-            ck_assert_msg(fabs(got - want_C[x]) <= t, "%s %s: C[%lld,%lld] = %.9g, want %.9g (tolerance %.3g)",
-                          what, d, (long long)i, (long long)j, got, want_C[x], t);
+            ck_assert_msg(fabs(got - want_C[x]) <= t,
+                          "%s %s: C[%lld,%lld] = %.9g, want %.9g (tolerance %.3g)", what, d,
+                          (long long)i, (long long)j, got, want_C[x], t);
             if (relu && fabs(r->pre[x]) > tol(p->dt, terms, r->scale[x], r->pre[x]))
                 ck_assert_msg(bit(o->mask, N, i, j) == bit(want_mask, N, i, j),
                               "%s %s: mask bit (%lld,%lld)", what, d, (long long)i, (long long)j);
@@ -290,8 +279,9 @@ static void compare(const problem *p, const inputs *in, const reference *r, cons
         /* DRELU_BGRAD sums C's values, each with its own 16-bit rounding */
         const double t = tol(p->dt, bterms, r->bscale[x], want_bias[x]) +
                          (e == BLOB_EPILOGUE_DRELU_BGRAD ? unit(p->dt) * r->bscale[x] : 0);
-        ck_assert_msg(fabs(got - want_bias[x]) <= t, "%s %s: bias[%lld] = %.9g, want %.9g (tolerance %.3g)",
-                      what, d, (long long)x, got, want_bias[x], t);
+        ck_assert_msg(fabs(got - want_bias[x]) <= t,
+                      "%s %s: bias[%lld] = %.9g, want %.9g (tolerance %.3g)", what, d, (long long)x,
+                      got, want_bias[x], t);
     }
     if (!relu)
         ck_assert_msg(!memcmp(o->mask, in->mask, in->mbytes), "%s %s: mask written", what, d);
@@ -379,9 +369,10 @@ static void gemm_all(int dti, bool gpu)
         for (size_t nn = 0; nn < 4; nn++)
             for (size_t k = 0; k < 4; k++)
                 for (int t = 0; t < 4; t++, n++) {
-                    const problem p = {dts[dti], (blob_trans)(t & 1), (blob_trans)(t >> 1),
-                                       sizes[m], sizes[nn], sizes[k], scalars[n % 4][0],
-                                       scalars[n % 4][1], false, BLOB_EPILOGUE_NONE};
+                    const problem p = {dts[dti],          (blob_trans)(t & 1), (blob_trans)(t >> 1),
+                                       sizes[m],          sizes[nn],           sizes[k],
+                                       scalars[n % 4][0], scalars[n % 4][1],   false,
+                                       BLOB_EPILOGUE_NONE};
                     (gpu ? check_gpu : check_host)(&p);
                 }
 }
@@ -389,29 +380,30 @@ static void gemm_all(int dti, bool gpu)
 /* Every epilogue and transposition on a few odd shapes. */
 static void epilogues_all(int dti, bool gpu)
 {
-    static const int64_t shapes[][3] = {{1, 1, 1}, {7, 33, 257}, {33, 257, 7}, {257, 7, 33},
-                                        {33, 33, 1}};
+    static const int64_t shapes[][3] = {
+        {1, 1, 1}, {7, 33, 257}, {33, 257, 7}, {257, 7, 33}, {33, 33, 1}};
     test_seed(1700 + (uint64_t)dti);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int e = BLOB_EPILOGUE_NONE; e <= BLOB_EPILOGUE_BGRADB; e++)
             for (int t = 0; t < 4; t++) {
-                const problem p = {dts[dti], (blob_trans)(t & 1), (blob_trans)(t >> 1),
-                                   shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, true,
+                const problem p = {dts[dti],
+                                   (blob_trans)(t & 1),
+                                   (blob_trans)(t >> 1),
+                                   shapes[s][0],
+                                   shapes[s][1],
+                                   shapes[s][2],
+                                   1,
+                                   0,
+                                   true,
                                    (blob_epilogue)e};
                 (gpu ? check_gpu : check_host)(&p);
             }
 }
 
-START_TEST(test_cpu_gemm16)
-{
-    gemm_all(_i, false);
-}
+START_TEST(test_cpu_gemm16) { gemm_all(_i, false); }
 END_TEST
 
-START_TEST(test_cpu_epilogue16)
-{
-    epilogues_all(_i, false);
-}
+START_TEST(test_cpu_epilogue16) { epilogues_all(_i, false); }
 END_TEST
 
 /* beta == 0 does not read C: NaN there is overwritten; K == 0 scales C by beta. */
@@ -453,10 +445,10 @@ START_TEST(test_cpu_gemm16_rounding)
         float a[3];
         double want;
     } cases[] = {
-        {{1, 0x1p-8f, 0}, 1},                    /* halfway: to the even 1 */
-        {{1, 0x1p-8f, 0x1p-9f}, 1 + 0x1p-7},     /* past halfway: up */
-        {{1, 0x1p-7f, 0x1p-8f}, 1 + 0x1p-6},     /* halfway from an odd one: up to even */
-        {{-1, -0x1p-9f, 0}, -1},                 /* below halfway: down, sign kept */
+        {{1, 0x1p-8f, 0}, 1},                /* halfway: to the even 1 */
+        {{1, 0x1p-8f, 0x1p-9f}, 1 + 0x1p-7}, /* past halfway: up */
+        {{1, 0x1p-7f, 0x1p-8f}, 1 + 0x1p-6}, /* halfway from an odd one: up to even */
+        {{-1, -0x1p-9f, 0}, -1},             /* below halfway: down, sign kept */
     };
     const float ones[3] = {1, 1, 1};
     uint16_t A[3], B[3], C[1];
@@ -481,9 +473,9 @@ START_TEST(test_gemm16_bad_arguments)
     blob_status (*gemm)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t, double,
                         const void *, const void *, double, void *) =
         gpu ? blob_gpu_gemm : blob_cpu_gemm;
-    blob_status (*epi)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t,
-                       const void *, const void *, void *, blob_epilogue, void *, void *,
-                       blob_math_mode) = gpu ? blob_gpu_gemm_epilogue : blob_cpu_gemm_epilogue;
+    blob_status (*epi)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t, const void *,
+                       const void *, void *, blob_epilogue, void *, void *, blob_math_mode) =
+        gpu ? blob_gpu_gemm_epilogue : blob_cpu_gemm_epilogue;
     const char *gname = gpu ? "blob_gpu_gemm" : "blob_cpu_gemm";
     const char *ename = gpu ? "blob_gpu_gemm_epilogue" : "blob_cpu_gemm_epilogue";
     static const blob_dtype ints[] = {BLOB_INT32, BLOB_INT64, BLOB_UINT8};
@@ -493,8 +485,8 @@ START_TEST(test_gemm16_bad_arguments)
         ck_assert_msg(strstr(blob_last_error(), gname) &&
                           strstr(blob_last_error(), blob_dtype_name(ints[d])),
                       "%s", blob_last_error());
-        ck_status(epi(ints[d], BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C,
-                      BLOB_EPILOGUE_BIAS, bias, NULL, 0),
+        ck_status(epi(ints[d], BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_BIAS,
+                      bias, NULL, 0),
                   BLOB_ENOTSUP);
         ck_assert_msg(strstr(blob_last_error(), ename) &&
                           strstr(blob_last_error(), blob_dtype_name(ints[d])),
@@ -511,24 +503,24 @@ START_TEST(test_gemm16_bad_arguments)
         ck_status(gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, 1, A, NULL, 0, C), BLOB_EINVAL);
         ck_status(gemm(dt, (blob_trans)7, BLOB_NO_TRANS, 2, 2, 2, 1, A, B, 0, C), BLOB_EINVAL);
         ck_status(gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, 1, A, B, 0, NULL), BLOB_EINVAL);
-        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_BIAS,
-                      NULL, NULL, 0),
+        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_BIAS, NULL,
+                      NULL, 0),
                   BLOB_EINVAL);
         ck_assert_msg(strstr(blob_last_error(), "bias is NULL"), "%s", blob_last_error());
-        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_DRELU,
-                      NULL, NULL, 0),
+        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_DRELU, NULL,
+                      NULL, 0),
                   BLOB_EINVAL);
-        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_DRELU,
-                      NULL, mask + 1, 0),
+        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_DRELU, NULL,
+                      mask + 1, 0),
                   BLOB_EINVAL);
-        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, -2, A, B, C, BLOB_EPILOGUE_NONE,
-                      NULL, NULL, 0),
+        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, -2, A, B, C, BLOB_EPILOGUE_NONE, NULL,
+                      NULL, 0),
                   BLOB_EINVAL);
-        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, (blob_epilogue)99,
-                      bias, mask, 0),
+        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, (blob_epilogue)99, bias,
+                      mask, 0),
                   BLOB_EINVAL);
-        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_NONE,
-                      NULL, NULL, (blob_math_mode)9),
+        ck_status(epi(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, A, B, C, BLOB_EPILOGUE_NONE, NULL,
+                      NULL, (blob_math_mode)9),
                   BLOB_EINVAL);
     }
     ck_assert(!memcmp(C, before, sizeof C));
@@ -544,11 +536,11 @@ START_TEST(test_math16_refused)
     for (size_t d = 0; d < sizeof refused / sizeof refused[0]; d++) {
         const blob_dtype dt = refused[d];
         const char *name = blob_dtype_name(dt);
-#define REFUSED(call, fname)                                                              \
-    do {                                                                                  \
-        ck_status(call, BLOB_ENOTSUP);                                                    \
-        ck_assert_msg(strstr(blob_last_error(), fname) && strstr(blob_last_error(), name), \
-                      "%s", blob_last_error());                                           \
+#define REFUSED(call, fname)                                                                     \
+    do {                                                                                         \
+        ck_status(call, BLOB_ENOTSUP);                                                           \
+        ck_assert_msg(strstr(blob_last_error(), fname) && strstr(blob_last_error(), name), "%s", \
+                      blob_last_error());                                                        \
     } while (0)
         REFUSED(blob_cpu_gemv(dt, BLOB_NO_TRANS, 2, 2, 1, x, y, 0, z), "blob_cpu_gemv");
         REFUSED(blob_gpu_gemv(dt, BLOB_NO_TRANS, 2, 2, 1, x, y, 0, z), "blob_gpu_gemv");
@@ -570,10 +562,7 @@ START_TEST(test_math16_refused)
 }
 END_TEST
 
-static int no_devices(void)
-{
-    return 0;
-}
+static int no_devices(void) { return 0; }
 
 /* Without a GPU the 16-bit GPU calls give BLOB_ENODEV once their arguments pass. */
 START_TEST(test_gpu16_without_gpu)
@@ -600,16 +589,10 @@ END_TEST
 
 /* ---- Real GPU ---- */
 
-START_TEST(test_gpu_gemm16)
-{
-    gemm_all(_i, true);
-}
+START_TEST(test_gpu_gemm16) { gemm_all(_i, true); }
 END_TEST
 
-START_TEST(test_gpu_epilogue16)
-{
-    epilogues_all(_i, true);
-}
+START_TEST(test_gpu_epilogue16) { epilogues_all(_i, true); }
 END_TEST
 
 /* Which epilogues cuBLASLt fuses on 16-bit floats at an MLP layer's shape, for the record
@@ -655,7 +638,7 @@ START_TEST(test_gpu_gemm16_replay)
     uint16_t *host = malloc(cb), *got = malloc(cb);
     double *want = malloc(sizeof(double) * (size_t)(M * N));
     reference r;
-    static const double runs[][2] = {{0.5, -2}, {0.5, -2}, {1, 0}, {1, 0}, {1, 0},
+    static const double runs[][2] = {{0.5, -2}, {0.5, -2}, {1, 0},    {1, 0},    {1, 0},
                                      {2, 0},    {2, 0},    {0.5, -2}, {0.5, -2}, {-1, 0.5}};
     for (int k = 0; k < 11; k++) {
         const bool graph = k == 10;

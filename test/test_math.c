@@ -39,9 +39,9 @@ typedef struct {
     __typeof__(blob_cpu_softmax_loss_forward_backward) *softmax_loss_forward_backward;
 } side;
 
-#define SIDE(s, on_gpu)                                                                       \
-    {                                                                                         \
-        #s, on_gpu, blob_##s##_gemm, blob_##s##_gemv, blob_##s##_axpy, blob_##s##_axpby,      \
+#define SIDE(s, on_gpu)                                                                        \
+    {                                                                                          \
+#s, on_gpu, blob_##s##_gemm, blob_##s##_gemv, blob_##s##_axpy, blob_##s##_axpby,       \
             blob_##s##_scal, blob_##s##_dot, blob_##s##_asum, blob_##s##_copy, blob_##s##_set, \
             blob_##s##_add_scalar, blob_##s##_mul, blob_##s##_relu_forward,                    \
             blob_##s##_relu_backward, blob_##s##_softmax_loss_forward,                         \
@@ -148,8 +148,8 @@ static void check_gemm(const side *s, blob_dtype dt, blob_trans ta, blob_trans t
         for (int64_t j = 0; j < N; j++) {
             double sum = 0;
             for (int64_t k = 0; k < K; k++)
-                sum += (ta ? A.v[k * M + i] : A.v[i * K + k]) *
-                       (tb ? B.v[j * K + k] : B.v[k * N + j]);
+                sum +=
+                    (ta ? A.v[k * M + i] : A.v[i * K + k]) * (tb ? B.v[j * K + k] : B.v[k * N + j]);
             ref[i * N + j] = alpha * sum + beta * C.v[i * N + j];
         }
     ck_ok(s->gemm(dt, ta, tb, M, N, K, alpha, A.d, B.d, beta, C.d));
@@ -196,14 +196,14 @@ static void check_vector_ops(const side *s, blob_dtype dt, int64_t n)
 
     /* Each step updates y from its previous value y0 (the reference of the step before). */
     memcpy(y0, y.v, (size_t)n * sizeof(double));
-#define STEP(call, formula, what)                           \
-    do {                                                    \
-        ck_ok(call);                                        \
-        for (int64_t i = 0; i < n; i++)                     \
-            ref[i] = (formula);                             \
-        expect(s, &y, ref, t, 1, what);                     \
-        for (int64_t i = 0; i < n; i++)                     \
-            y0[i] = test_get(dt, y.h, i);                        \
+#define STEP(call, formula, what)         \
+    do {                                  \
+        ck_ok(call);                      \
+        for (int64_t i = 0; i < n; i++)   \
+            ref[i] = (formula);           \
+        expect(s, &y, ref, t, 1, what);   \
+        for (int64_t i = 0; i < n; i++)   \
+            y0[i] = test_get(dt, y.h, i); \
     } while (0)
     STEP(s->axpy(dt, n, alpha, x.d, y.d), y0[i] + alpha * x.v[i], "axpy");
     STEP(s->axpby(dt, n, alpha, x.d, beta, y.d), alpha * x.v[i] + beta * y0[i], "axpby");
@@ -292,8 +292,8 @@ static void check_softmax(const side *s, blob_dtype dt, int64_t rows, int64_t cl
     /* in one pass: the same values as the two passes, bit for bit */
     arr prob1 = arr_on(s, dt, rows * classes, 0, 1), loss1 = arr_on(s, dt, rows, 0, 1);
     arr dlogits1 = arr_on(s, dt, rows * classes, -1, 1);
-    ck_ok(s->softmax_loss_forward_backward(dt, rows, classes, logits.d, labels.d, scale,
-                                           prob1.d, loss1.d, dlogits1.d));
+    ck_ok(s->softmax_loss_forward_backward(dt, rows, classes, logits.d, labels.d, scale, prob1.d,
+                                           loss1.d, dlogits1.d));
     arr_down(s, &prob1);
     arr_down(s, &loss1);
     arr_down(s, &dlogits1);
@@ -386,10 +386,7 @@ static void check_all(const side *s, blob_dtype dt)
 
 /* ---- Host ---- */
 
-START_TEST(test_cpu_ops)
-{
-    check_all(&cpu_side, (blob_dtype)_i);
-}
+START_TEST(test_cpu_ops) { check_all(&cpu_side, (blob_dtype)_i); }
 END_TEST
 
 /* With CBLAS calls of at most 7 elements per dimension every result must stay the same. */
@@ -417,7 +414,7 @@ static int host_threads(void)
 START_TEST(test_cpu_ops_threaded)
 {
     static const int64_t mnk[][3] = {{64, 256, 100}, {256, 96, 64}, {100, 37, 300},
-                                     {9, 1000, 20}, {1000, 9, 20}, {130, 130, 130}};
+                                     {9, 1000, 20},  {1000, 9, 20}, {130, 130, 130}};
     const blob_dtype dt = (blob_dtype)_i;
     const int before = host_threads();
     ck_ok(blob_host_threads_set(7));
@@ -442,8 +439,8 @@ END_TEST
  * product then right on its own threads). */
 START_TEST(test_gemm_grid)
 {
-    static const int64_t mnk[][3] = {{64, 256, 784}, {256, 784, 64}, {256, 10, 128},
-                                     {10, 128, 64},  {1, 1, 1},      {3, 5000, 5000},
+    static const int64_t mnk[][3] = {{64, 256, 784},  {256, 784, 64},    {256, 10, 128},
+                                     {10, 128, 64},   {1, 1, 1},         {3, 5000, 5000},
                                      {5000, 3, 5000}, {1000, 1000, 1000}};
     const int before = host_threads();
     ck_ok(blob_host_threads_set(7));
@@ -461,8 +458,8 @@ START_TEST(test_gemm_grid)
             ck_assert_int_le((N + whole_cols - 1) / whole_cols, 7);
             const int64_t blocks = ((M + rows - 1) / rows) * ((N + cols - 1) / cols);
             ck_assert_msg(rows >= 1 && rows <= M && cols >= 1 && cols <= N && blocks <= 7,
-                          "%lld x %lld x %lld: blocks of %lld x %lld", (long long)M,
-                          (long long)N, (long long)K, (long long)rows, (long long)cols);
+                          "%lld x %lld x %lld: blocks of %lld x %lld", (long long)M, (long long)N,
+                          (long long)K, (long long)rows, (long long)cols);
             ck_assert(rows == M || rows % 8 == 0);
             ck_assert(cols == N || cols % (int64_t)(64 / elem) == 0);
             if (M * N * K < (1 << 16))
@@ -499,15 +496,26 @@ END_TEST
 /* ---- Errors: each operation called with small valid arguments except for one ---- */
 
 enum { N_OPS = 16 };
-static const char *const op_names[N_OPS] = {
-    "gemm", "gemv", "axpy", "axpby", "scal", "dot", "asum", "copy",
-    "set", "add_scalar", "mul", "relu_forward", "relu_backward",
-    "softmax_loss_forward", "softmax_loss_backward", "softmax_loss_forward_backward"};
+static const char *const op_names[N_OPS] = {"gemm",
+                                            "gemv",
+                                            "axpy",
+                                            "axpby",
+                                            "scal",
+                                            "dot",
+                                            "asum",
+                                            "copy",
+                                            "set",
+                                            "add_scalar",
+                                            "mul",
+                                            "relu_forward",
+                                            "relu_backward",
+                                            "softmax_loss_forward",
+                                            "softmax_loss_backward",
+                                            "softmax_loss_forward_backward"};
 static const int op_arrays[N_OPS] = {3, 3, 2, 2, 1, 2, 1, 2, 1, 1, 3, 2, 3, 4, 3, 5};
 
 /* Op `op` of side s with sizes n and arrays all at buf except array null_arg (NULL). */
-static blob_status call_op(const side *s, int op, blob_dtype dt, int64_t n, int null_arg,
-                           void *buf)
+static blob_status call_op(const side *s, int op, blob_dtype dt, int64_t n, int null_arg, void *buf)
 {
     void *p[5] = {buf, buf, buf, buf, buf};
     if (null_arg >= 0)
@@ -529,8 +537,7 @@ static blob_status call_op(const side *s, int op, blob_dtype dt, int64_t n, int 
     case 12: return s->relu_backward(dt, n, p[0], p[1], p[2]);
     case 13: return s->softmax_loss_forward(dt, n, n, p[0], p[1], p[2], p[3]);
     case 14: return s->softmax_loss_backward(dt, n, n, p[0], p[1], 0.5, p[2]);
-    case 15:
-        return s->softmax_loss_forward_backward(dt, n, n, p[0], p[1], 0.5, p[2], p[3], p[4]);
+    case 15: return s->softmax_loss_forward_backward(dt, n, n, p[0], p[1], 0.5, p[2], p[3], p[4]);
     }
     return BLOB_EINVAL;
 }
@@ -546,8 +553,8 @@ START_TEST(test_bad_arguments)
     for (int op = 0; op < N_OPS; op++) {
         snprintf(name, sizeof name, "blob_%s_%s", s->name, op_names[op]);
         ck_status(call_op(s, op, (blob_dtype)7, 2, -1, err_buf), BLOB_EINVAL);
-        ck_assert_msg(strstr(blob_last_error(), name), "detail \"%s\" lacks %s",
-                      blob_last_error(), name);
+        ck_assert_msg(strstr(blob_last_error(), name), "detail \"%s\" lacks %s", blob_last_error(),
+                      name);
         ck_status(call_op(s, op, (blob_dtype)-1, 2, -1, err_buf), BLOB_EINVAL);
         ck_status(call_op(s, op, BLOB_FLOAT32, -1, -1, err_buf), BLOB_EINVAL);
         ck_status(call_op(s, op, BLOB_FLOAT64, INT64_MAX, -1, err_buf), BLOB_EOVERFLOW);
@@ -558,16 +565,20 @@ START_TEST(test_bad_arguments)
     }
     ck_status(s->dot(BLOB_FLOAT32, 2, err_buf, err_buf, NULL), BLOB_EINVAL);
     ck_status(s->asum(BLOB_FLOAT32, 0, NULL, NULL), BLOB_EINVAL);
-    ck_status(s->gemm(BLOB_FLOAT32, (blob_trans)2, BLOB_NO_TRANS, 1, 1, 1, 1, err_buf, err_buf,
-                      0, err_buf), BLOB_EINVAL);
-    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, (blob_trans)-1, 1, 1, 1, 1, err_buf, err_buf,
-                      0, err_buf), BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, (blob_trans)2, BLOB_NO_TRANS, 1, 1, 1, 1, err_buf, err_buf, 0,
+                      err_buf),
+              BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, (blob_trans)-1, 1, 1, 1, 1, err_buf, err_buf, 0,
+                      err_buf),
+              BLOB_EINVAL);
     ck_status(s->gemv(BLOB_FLOAT32, (blob_trans)2, 1, 1, 1, err_buf, err_buf, 0, err_buf),
               BLOB_EINVAL);
-    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, -1, 1, err_buf, err_buf,
-                      0, err_buf), BLOB_EINVAL);
-    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, INT64_MAX / 2, 1, 4, 1,
-                      err_buf, err_buf, 0, err_buf), BLOB_EOVERFLOW);
+    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, -1, 1, err_buf, err_buf, 0,
+                      err_buf),
+              BLOB_EINVAL);
+    ck_status(s->gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, INT64_MAX / 2, 1, 4, 1, err_buf,
+                      err_buf, 0, err_buf),
+              BLOB_EOVERFLOW);
     ck_status(s->softmax_loss_forward(BLOB_FLOAT32, 2, -3, err_buf, err_buf, err_buf, err_buf),
               BLOB_EINVAL);
     ck_assert(strstr(blob_last_error(), "classes = -3"));
@@ -618,10 +629,12 @@ START_TEST(test_cpu_leading_dim_overflow)
 {
     const int64_t big = (int64_t)INT_MAX + 1;
     ck_status(blob_cpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, big, 1, err_buf,
-                            err_buf, 0, err_buf), BLOB_EOVERFLOW);
+                            err_buf, 0, err_buf),
+              BLOB_EOVERFLOW);
     ck_assert(strstr(blob_last_error(), "row length"));
-    ck_status(blob_cpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, 1, big, 1, 1, err_buf,
-                            err_buf, 0, err_buf), BLOB_EOVERFLOW);
+    ck_status(blob_cpu_gemm(BLOB_FLOAT32, BLOB_NO_TRANS, BLOB_TRANS, 1, big, 1, 1, err_buf, err_buf,
+                            0, err_buf),
+              BLOB_EOVERFLOW);
     ck_status(blob_cpu_gemv(BLOB_FLOAT64, BLOB_TRANS, 1, big, 1, err_buf, err_buf, 0, err_buf),
               BLOB_EOVERFLOW);
 }
@@ -654,10 +667,7 @@ END_TEST
 
 /* ---- Real GPU ---- */
 
-START_TEST(test_gpu_ops)
-{
-    check_all(&gpu_side, (blob_dtype)_i);
-}
+START_TEST(test_gpu_ops) { check_all(&gpu_side, (blob_dtype)_i); }
 END_TEST
 
 /* Bad labels on the GPU: NaN loss and zero gradient for that row only. */
@@ -690,8 +700,8 @@ START_TEST(test_gpu_bad_labels)
     /* in one pass: the same */
     arr loss1 = arr_on(&gpu_side, dt, rows, 0, 1);
     arr dl1 = arr_on(&gpu_side, dt, rows * classes, -1, 1);
-    ck_ok(blob_gpu_softmax_loss_forward_backward(dt, rows, classes, logits.d, labels.d, 2,
-                                                 prob.d, loss1.d, dl1.d));
+    ck_ok(blob_gpu_softmax_loss_forward_backward(dt, rows, classes, logits.d, labels.d, 2, prob.d,
+                                                 loss1.d, dl1.d));
     arr_down(&gpu_side, &loss1);
     arr_down(&gpu_side, &dl1);
     ck_assert(isfinite(test_get(dt, loss1.h, 0)));
@@ -785,8 +795,9 @@ START_TEST(test_host_for_partition)
             cover_ctx c = {hits};
             blob__host_for(threads[b], n, cover_range, &c);
             for (int64_t i = 0; i < n; i++)
-                ck_assert_msg(atomic_load(&hits[i]) == 1, "n %lld, %d threads: index %lld hit %d times",
-                              (long long)n, threads[b], (long long)i, atomic_load(&hits[i]));
+                ck_assert_msg(atomic_load(&hits[i]) == 1,
+                              "n %lld, %d threads: index %lld hit %d times", (long long)n,
+                              threads[b], (long long)i, atomic_load(&hits[i]));
         }
     free(hits);
 }
@@ -845,16 +856,10 @@ static void run_loop_callers(int threads, bool fork_first)
 
 /* Several threads run pooled loops at once (one has the host threads, the others run
  * theirs alone): every result right, and, under ThreadSanitizer, no race. */
-START_TEST(test_host_loops_threads)
-{
-    run_loop_callers(LOOP_THREADS, false);
-}
+START_TEST(test_host_loops_threads) { run_loop_callers(LOOP_THREADS, false); }
 END_TEST
 
-START_TEST(test_host_loops_after_fork)
-{
-    run_loop_callers(0, true);
-}
+START_TEST(test_host_loops_after_fork) { run_loop_callers(0, true); }
 END_TEST
 
 Suite *math_suite(void)
@@ -868,8 +873,7 @@ Suite *math_suite(void)
     add_tests(tc, test_cpu_leading_dim_overflow, test_gpu_without_gpu, test_host_for_partition,
               test_host_loops_threads);
 
-    add_tests(suite_case(s, "after fork", "forkthreads", NULL, NULL),
-              test_host_loops_after_fork);
+    add_tests(suite_case(s, "after fork", "forkthreads", NULL, NULL), test_host_loops_after_fork);
     add_tests(suite_case(s, "no-cuda", "nocuda", fake_setup, fake_teardown),
               test_launchers_without_cuda);
 

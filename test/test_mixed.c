@@ -31,8 +31,7 @@ static blob_optim config(int c)
         o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
         o.weight_decay = 1e-2;
         return o;
-    default:
-        return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
+    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
     }
 }
 enum { CONFIGS = 4 };
@@ -169,8 +168,10 @@ static void expect_work_is_rounded(mixed *m, const char *what)
     for (int i = 0; i < m->n; i++)
         for (int64_t j = 0; j < m->counts[i]; j++) {
             const int64_t k = m->offset[i] + j;
-            ck_assert_msg(got[k] == r[k], "%s: work of tensor %d [%lld] = 0x%04x, rounded "
-                          "master 0x%04x", what, i, (long long)j, got[k], r[k]);
+            ck_assert_msg(got[k] == r[k],
+                          "%s: work of tensor %d [%lld] = 0x%04x, rounded "
+                          "master 0x%04x",
+                          what, i, (long long)j, got[k], r[k]);
         }
     free(r);
 }
@@ -186,8 +187,8 @@ static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what
         for (int64_t j = 0; j < x->counts[i]; j++) {
             const int64_t kx = x->offset[i] + j, ky = y->offset[i] + j;
             if (!(fabs((double)p[kx] - q[ky]) <= tol * fmax(fabs(q[ky]), 1)) && bad++ < 5)
-                fprintf(stderr, "%s: array %d of tensor %d [%lld] = %.9g, expected %.9g\n",
-                        what, a, i, (long long)j, p[kx], q[ky]);
+                fprintf(stderr, "%s: array %d of tensor %d [%lld] = %.9g, expected %.9g\n", what, a,
+                        i, (long long)j, p[kx], q[ky]);
         }
     ck_assert_msg(!bad, "%s: %d values of array %d differ (see above)", what, bad, a);
 }
@@ -226,8 +227,8 @@ START_TEST(test_cpu_mixed_matches_float32)
         ck_ok(blob_cpu_convert(half, BLOB_FLOAT32, m.total, m.host[G], g));
         ck_ok(mixed_step(&m, &o, 1));
         ck_ok(mixed_step(&scaled, &o, 1.0 / 1024));
-        ck_ok(blob_cpu_optim_step(&o, BLOB_FLOAT32, 4, counts, pw, (const void *const *)pg, ph,
-                                  pv, step32));
+        ck_ok(blob_cpu_optim_step(&o, BLOB_FLOAT32, 4, counts, pw, (const void *const *)pg, ph, pv,
+                                  step32));
     }
     ck_assert_int_eq(m.step[0], 5);
     mixed_sync(&m, W, false);
@@ -237,8 +238,10 @@ START_TEST(test_cpu_mixed_matches_float32)
     for (int i = 0; i < 4; i++)
         for (int64_t j = 0; j < counts[i]; j++) {
             const int64_t k = m.offset[i] + j;
-            ck_assert_msg(mw[k] == w[k] && mh[k] == h[k], "tensor %d [%lld]: mixed %.9g %.9g, "
-                          "float32 %.9g %.9g", i, (long long)j, mw[k], mh[k], w[k], h[k]);
+            ck_assert_msg(mw[k] == w[k] && mh[k] == h[k],
+                          "tensor %d [%lld]: mixed %.9g %.9g, "
+                          "float32 %.9g %.9g",
+                          i, (long long)j, mw[k], mh[k], w[k], h[k]);
             ck_assert_msg(sw[k] == mw[k], "tensor %d [%lld]: scaled %.9g, unscaled %.9g", i,
                           (long long)j, sw[k], mw[k]);
         }
@@ -295,16 +298,15 @@ START_TEST(test_mixed_errors)
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "int32"));
     ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 0, 1, counts, pw, pg, ph, pv, pk, step),
               BLOB_EINVAL);
-    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, INFINITY, 1, counts, pw, pg, ph, pv, pk,
-                                        step),
-              BLOB_EINVAL);
-    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 1, 1, counts, pw, pg, ph, pv, NULL,
-                                        step),
+    ck_status(
+        blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, INFINITY, 1, counts, pw, pg, ph, pv, pk, step),
+        BLOB_EINVAL);
+    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 1, 1, counts, pw, pg, ph, pv, NULL, step),
               BLOB_EINVAL);
     void *nowork[] = {NULL};
-    ck_status(blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 1, 1, counts, pw, pg, ph, pv, nowork,
-                                        step),
-              BLOB_EINVAL);
+    ck_status(
+        blob_cpu_optim_step_mixed(&o, BLOB_FLOAT16, 1, 1, counts, pw, pg, ph, pv, nowork, step),
+        BLOB_EINVAL);
     ck_assert_int_eq(step[0], 0);
     int32_t found = 0;
     const void *ints[] = {w};
@@ -535,10 +537,7 @@ static void check_scaler(int device, bool gpu, blob_dtype half)
     net_free(&t);
 }
 
-START_TEST(test_blob_scaler_host)
-{
-    check_scaler(BLOB_HOST_ONLY, false, halves[_i]);
-}
+START_TEST(test_blob_scaler_host) { check_scaler(BLOB_HOST_ONLY, false, halves[_i]); }
 END_TEST
 
 /* A scaled step is the unscaled step on the unscaled gradients (a power-of-two scale). */
@@ -609,8 +608,8 @@ START_TEST(test_gpu_mixed_vs_host)
         const int n = shape ? 600 : 8;
         const int64_t *counts = shape ? many : odd;
         test_seed(7 + (uint64_t)_i);
-        mixed g = mixed_new(half, true, n, counts, c % 2), h = mixed_new(half, false, n, counts,
-                                                                        false);
+        mixed g = mixed_new(half, true, n, counts, c % 2),
+              h = mixed_new(half, false, n, counts, false);
         for (int i = 0; i < n; i++)
             memcpy((float *)h.host[W] + h.offset[i], (float *)g.host[W] + g.offset[i],
                    sizeof(float) * (size_t)counts[i]);
@@ -701,7 +700,8 @@ START_TEST(test_gpu_find_nonfinite)
         ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, n + 7, src, host));
         const double bad = t == 1 ? INFINITY : NAN;
         if (t)
-            ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, 1, &bad, host + (size_t)(t == 1 ? n - 1 : n + 3) * es));
+            ck_ok(blob_cpu_convert(BLOB_FLOAT64, dt, 1, &bad,
+                                   host + (size_t)(t == 1 ? n - 1 : n + 3) * es));
         found = 0;
         ck_ok(blob__be->copy_async(dev, host, bytes, BLOB__H2D, s));
         ck_ok(blob__be->copy_async(flag, &found, sizeof found, BLOB__H2D, s));

@@ -83,10 +83,7 @@ static void assert_same_file(const char *a, const char *b)
 
 /* The values of every fixture: element i is i * 1.375 - 7.0625 (exact in float32). */
 #define RAMP 1.375, -7.0625
-static double ramp(int64_t i)
-{
-    return (double)i * 1.375 - 7.0625;
-}
+static double ramp(int64_t i) { return (double)i * 1.375 - 7.0625; }
 
 /* A file of format major.0 with the header `text` as it is (numpy needs no padding)
  * and `ndata` bytes of float32 ramp data in the host's byte order. */
@@ -151,10 +148,7 @@ static blob *make_guard_of(blob_dtype dt)
     return b;
 }
 
-static blob *make_guard(void)
-{
-    return make_guard_of(BLOB_FLOAT32);
-}
+static blob *make_guard(void) { return make_guard_of(BLOB_FLOAT32); }
 
 static void assert_guard(blob *b, blob_syncedmem *data, blob_syncedmem *diff)
 {
@@ -350,8 +344,8 @@ START_TEST(test_header_variants)
     assert_shape(b, 2, (const int64_t[]){2, 3});
     assert_values(b, BLOB_PART_DATA, RAMP);
 
-    write_crafted(PATH("a.npy"), 2,
-                  "{'descr': '=f4', 'fortran_order': False, 'shape': (6,), }\n\n", 24);
+    write_crafted(PATH("a.npy"), 2, "{'descr': '=f4', 'fortran_order': False, 'shape': (6,), }\n\n",
+                  24);
     ck_ok(blob_load_npy(b, BLOB_PART_DIFF, PATH("a.npy")));
     assert_shape(b, 1, (const int64_t[]){6});
     assert_values(b, BLOB_PART_DIFF, RAMP);
@@ -488,8 +482,8 @@ END_TEST
 
 START_TEST(test_unknown_dtype)
 {
-    static const char *const descrs[] = {"<i2", "|f4", "<f3", "<c8", "f4", "float32", "<f16",
-                                         "<u8", ">f"};
+    static const char *const descrs[] = {"<i2",     "|f4",  "<f3", "<c8", "f4",
+                                         "float32", "<f16", "<u8", ">f"};
     char text[128], detail[64];
     for (size_t i = 0; i < sizeof descrs / sizeof descrs[0]; i++) {
         sprintf(text, "{'descr': '%s', 'fortran_order': False, 'shape': (2, 3)}", descrs[i]);
@@ -538,9 +532,8 @@ END_TEST
 
 START_TEST(test_count_overflow)
 {
-    assert_text_fails(
-        "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}",
-        "count overflows");
+    assert_text_fails("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}",
+                      "count overflows");
 }
 END_TEST
 
@@ -615,10 +608,7 @@ END_TEST
 
 /* Loop index of the save tests below: 0 writes an unnamed file first (O_TMPFILE, where
  * /tmp has it), 1 takes the path of file systems without O_TMPFILE. */
-static void choose_tmpfile(int i)
-{
-    blob__replace_tmpfile = i == 0;
-}
+static void choose_tmpfile(int i) { blob__replace_tmpfile = i == 0; }
 
 static mode_t mode_of(const char *path)
 {
@@ -813,7 +803,7 @@ START_TEST(test_save_removes_stale)
     blob *b = make_guard();
     static const char *const names[] = {".a.npy.blob-tmp-Xy12Zw", ".b.npy.blob-tmp-000000",
                                         ".a.npy.blob-tmp-recent", "a.npy.backup",
-                                        "a.npy.Xy12Zw", ".a.npy.blob-tmp-others"};
+                                        "a.npy.Xy12Zw",           ".a.npy.blob-tmp-others"};
     static const bool removed[] = {true, true, false, false, false, false};
     for (int i = 0; i < 6; i++) {
         test_write_file(PATH(names[i]), "residue", 7);
@@ -851,7 +841,8 @@ START_TEST(test_count_zero_huge_dims)
         ck_assert_int_eq(blob_count(b), 0);
         blob_free(b);
     } else {
-        assert_load_fails_into(dt, PATH("f4.npy"), BLOB_EOVERFLOW, "overflows as the blob's 8-byte");
+        assert_load_fails_into(dt, PATH("f4.npy"), BLOB_EOVERFLOW,
+                               "overflows as the blob's 8-byte");
     }
     assert_load_fails_into(dt, PATH("f8.npy"), BLOB_EFORMAT, "count overflows");
 }
@@ -892,10 +883,7 @@ static void no_cache_setup(void)
     ck_ok(blob_alloc_set_caching(false));
 }
 
-static void no_cache_teardown(void)
-{
-    ck_ok(blob_alloc_set_caching(caching_was));
-}
+static void no_cache_teardown(void) { ck_ok(blob_alloc_set_caching(caching_was)); }
 
 /* n float64 whose data is the ramp on the fake GPU (head AT_GPU); *dev points at it. */
 static blob *make_gpu_ramp(int64_t n, double **dev)
@@ -929,10 +917,7 @@ END_TEST
 /* Failure injection: the k-th allocation from now fails (and with `persistent` every
  * later one), for k = 1, 2, ... until k passes the operation's last allocation. A
  * transient failure of pinned memory is absorbed by the allocator's retry. */
-static uint64_t injected(void)
-{
-    return fake_get_stats().failed_allocs;
-}
+static uint64_t injected(void) { return fake_get_stats().failed_allocs; }
 
 /* Loop index: part, and whether failures persist. The file's 20 elements exceed the
  * blob's 6, so the other part needs a new block as well. */

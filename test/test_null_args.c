@@ -77,13 +77,21 @@ static void fixture_setup(void)
     ck_ok(blob_place_alloc(blob_place_host(), 64, NULL, &fx.place_block));
     fx.tensor_shape[0] = 2;
     fx.tensor_shape[1] = 3;
-    fx.tensor = (DLManagedTensor){
-        .dl_tensor = {.data = fx.host, .device = {kDLCPU, 0}, .ndim = 2,
-                      .dtype = {kDLFloat, 32, 1}, .shape = fx.tensor_shape},
-        .deleter = null_deleter};
-    fx.geom = (blob_conv_geometry){.channels = 1, .height = 4, .width = 4, .kernel_h = 2,
-                                   .kernel_w = 2, .stride_h = 1, .stride_w = 1,
-                                   .dilation_h = 1, .dilation_w = 1};
+    fx.tensor = (DLManagedTensor){.dl_tensor = {.data = fx.host,
+                                                .device = {kDLCPU, 0},
+                                                .ndim = 2,
+                                                .dtype = {kDLFloat, 32, 1},
+                                                .shape = fx.tensor_shape},
+                                  .deleter = null_deleter};
+    fx.geom = (blob_conv_geometry){.channels = 1,
+                                   .height = 4,
+                                   .width = 4,
+                                   .kernel_h = 2,
+                                   .kernel_w = 2,
+                                   .stride_h = 1,
+                                   .stride_w = 1,
+                                   .dilation_h = 1,
+                                   .dilation_w = 1};
     fx.comm_opts = (blob_comm_options){0};
     ck_ok(blob_comm_create(&fx.comm, &fx.comm_opts));
     fx.blobs[0] = fx.b;
@@ -136,8 +144,8 @@ static int num_failures;
 static void failed(const char *what, const char *detail)
 {
     size_t used = strlen(failures);
-    snprintf(failures + used, sizeof failures - used, "\n  %s(%s = NULL) %s%s",
-             current->function, current->param, what, detail);
+    snprintf(failures + used, sizeof failures - used, "\n  %s(%s = NULL) %s%s", current->function,
+             current->param, what, detail);
     num_failures++;
 }
 

@@ -17,8 +17,7 @@ static blob_optim config(int c)
 {
     blob_optim o;
     switch (c) {
-    case 0:
-        return blob_optim_default(BLOB_OPTIM_SGD, 0.1);
+    case 0: return blob_optim_default(BLOB_OPTIM_SGD, 0.1);
     case 1:
         o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
         o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
@@ -31,14 +30,12 @@ static blob_optim config(int c)
         o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
         o.momentum = 0.9, o.weight_decay = 5e-4;
         return o;
-    case 4:
-        return blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
+    case 4: return blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
     case 5:
         o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
         o.weight_decay = 1e-2;
         return o;
-    default:
-        return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
+    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
     }
 }
 enum { CONFIGS = 7 };
@@ -85,10 +82,10 @@ typedef struct {
     int n;
     int64_t *counts, *offset; /* elements; offsets into one buffer per array kind */
     int64_t total;
-    void *host[4];   /* w, g, h, v over all tensors, dtype */
-    void *side[4];   /* the same on the side (one allocation each) */
-    void **ptr[4];   /* per-tensor pointers into side[] */
-    int64_t *step;   /* on the side */
+    void *host[4]; /* w, g, h, v over all tensors, dtype */
+    void *side[4]; /* the same on the side (one allocation each) */
+    void **ptr[4]; /* per-tensor pointers into side[] */
+    int64_t *step; /* on the side */
 } tensors;
 
 /* n tensors of the given counts; with gap, odd tensors start one element late (so their
@@ -176,8 +173,8 @@ static void read_step(const tensors *t, int64_t out[BLOB_OPTIM_STEP_WORDS])
 static blob_status step_on(tensors *t, const blob_optim *o)
 {
     return (t->gpu ? blob_gpu_optim_step : blob_cpu_optim_step)(
-        o, t->dt, t->n, t->counts, t->ptr[0], (const void *const *)t->ptr[1], t->ptr[2],
-        t->ptr[3], t->step);
+        o, t->dt, t->n, t->counts, t->ptr[0], (const void *const *)t->ptr[1], t->ptr[2], t->ptr[3],
+        t->step);
 }
 
 /* Array a of t matches ref (in double, over all tensors) within tol * max(|ref|, 1). */
@@ -265,10 +262,7 @@ static void check_adam_many_steps(int i, bool gpu, int64_t first)
     tensors_free(&t);
 }
 
-START_TEST(test_cpu_adam_many_steps)
-{
-    check_adam_many_steps(_i, false, 1000);
-}
+START_TEST(test_cpu_adam_many_steps) { check_adam_many_steps(_i, false, 1000); }
 END_TEST
 
 START_TEST(test_optim_defaults)
@@ -438,10 +432,7 @@ static void check_blob_steps(int device, bool gpu, blob_dtype dt)
         blob_free(ps[i]);
 }
 
-START_TEST(test_blob_optim_host)
-{
-    check_blob_steps(BLOB_HOST_ONLY, false, (blob_dtype)_i);
-}
+START_TEST(test_blob_optim_host) { check_blob_steps(BLOB_HOST_ONLY, false, (blob_dtype)_i); }
 END_TEST
 
 START_TEST(test_blob_optim_errors)
@@ -567,10 +558,7 @@ START_TEST(test_gpu_optim_large)
 }
 END_TEST
 
-START_TEST(test_gpu_adam_many_steps)
-{
-    check_adam_many_steps(_i, true, 100000);
-}
+START_TEST(test_gpu_adam_many_steps) { check_adam_many_steps(_i, true, 100000); }
 END_TEST
 
 /* A captured step replayed: the count advances on the device, values as eager steps. */
@@ -641,8 +629,8 @@ START_TEST(test_gpu_blob_optim_graph)
     blob *eager[2] = {param(BLOB_FLOAT32, dev, 64, 33), param(BLOB_FLOAT32, dev, 10, 1)};
     blob *cap[2];
     for (int i = 0; i < 2; i++) {
-        ck_ok(blob_create(&cap[i], BLOB_FLOAT32, dev, blob_num_axes(eager[i]),
-                          blob_shape(eager[i])));
+        ck_ok(
+            blob_create(&cap[i], BLOB_FLOAT32, dev, blob_num_axes(eager[i]), blob_shape(eager[i])));
         ck_ok(blob_copy_from(cap[i], eager[i], false, false));
         ck_ok(blob_copy_from(cap[i], eager[i], true, false));
         const void *p;

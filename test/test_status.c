@@ -29,12 +29,11 @@ END_TEST
 
 /* The detail of a failure names the public call that failed, never a function inside the
  * library: expr fails with status, its detail starting "call: ". */
-#define ck_names(expr, status, call)                                                      \
-    do {                                                                                  \
-        ck_status((expr), (status));                                                      \
-        ck_assert_msg(!strncmp(blob_last_error(), call ": ", strlen(call ": ")),          \
-                      "%s: the detail \"%s\" does not name %s", #expr, blob_last_error(), \
-                      call);                                                              \
+#define ck_names(expr, status, call)                                                             \
+    do {                                                                                         \
+        ck_status((expr), (status));                                                             \
+        ck_assert_msg(!strncmp(blob_last_error(), call ": ", strlen(call ": ")),                 \
+                      "%s: the detail \"%s\" does not name %s", #expr, blob_last_error(), call); \
     } while (0)
 
 START_TEST(test_details_name_the_call)
@@ -43,8 +42,7 @@ START_TEST(test_details_name_the_call)
     int64_t two = 2, three = 3, bad = -1;
     ck_ok(blob_create(&a, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &two));
     ck_ok(blob_create(&b, BLOB_FLOAT64, BLOB_HOST_ONLY, 1, &three));
-    ck_names(blob_create(&none, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &bad), BLOB_EINVAL,
-             "blob_create");
+    ck_names(blob_create(&none, BLOB_FLOAT32, BLOB_HOST_ONLY, 1, &bad), BLOB_EINVAL, "blob_create");
     ck_names(blob_reshape(a, 1, &bad), BLOB_EINVAL, "blob_reshape");
     ck_names(blob_share_data(a, b), BLOB_ESHAPE, "blob_share_data");
     ck_names(blob_share_diff(a, b), BLOB_ESHAPE, "blob_share_diff");
@@ -70,8 +68,7 @@ START_TEST(test_details_name_the_call)
     ck_ok(blob_syncedmem_create(&m, 16, BLOB_HOST_ONLY));
     const void *x;
     ck_names(blob_syncedmem_gpu_data(m, &x), BLOB_ENODEV, "blob_syncedmem_gpu_data");
-    ck_names(blob_syncedmem_async_gpu_push(m, NULL), BLOB_ENODEV,
-             "blob_syncedmem_async_gpu_push");
+    ck_names(blob_syncedmem_async_gpu_push(m, NULL), BLOB_ENODEV, "blob_syncedmem_async_gpu_push");
     ck_names(blob_syncedmem_set_cpu_data_release(m, NULL, 16, NULL, NULL), BLOB_EINVAL,
              "blob_syncedmem_set_cpu_data_release");
     blob_syncedmem_free(m);
@@ -251,7 +248,7 @@ START_TEST(test_stream_wait_stream)
     ck_ok(blob_stream_wait_stream(b, NULL));
     ck_ok(blob_stream_wait_stream(b, a));
     ck_assert_uint_eq(fake_get_stats().events_created, 1); /* the pool's one event */
-    ck_ok(blob_device_set(1)); /* events are per device */
+    ck_ok(blob_device_set(1));                             /* events are per device */
     ck_ok(blob_stream_wait_stream(NULL, b));
     ck_assert_uint_eq(fake_get_stats().events_created, 2);
     ck_ok(blob_device_set(0));

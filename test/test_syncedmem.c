@@ -14,14 +14,10 @@ typedef enum { ACC_CPU, ACC_MUT_CPU, ACC_GPU, ACC_MUT_GPU } access;
 static blob_status do_access(blob_syncedmem *m, access a, void **p)
 {
     switch (a) {
-    case ACC_CPU:
-        return blob_syncedmem_cpu_data(m, (const void **)p);
-    case ACC_MUT_CPU:
-        return blob_syncedmem_mutable_cpu_data(m, p);
-    case ACC_GPU:
-        return blob_syncedmem_gpu_data(m, (const void **)p);
-    case ACC_MUT_GPU:
-        return blob_syncedmem_mutable_gpu_data(m, p);
+    case ACC_CPU: return blob_syncedmem_cpu_data(m, (const void **)p);
+    case ACC_MUT_CPU: return blob_syncedmem_mutable_cpu_data(m, p);
+    case ACC_GPU: return blob_syncedmem_gpu_data(m, (const void **)p);
+    case ACC_MUT_GPU: return blob_syncedmem_mutable_gpu_data(m, p);
     }
     return BLOB_EINVAL;
 }
@@ -106,13 +102,17 @@ START_TEST(test_caffe_sequence)
 {
     blob_syncedmem *m = block_at(BLOB_HEAD_AT_CPU);
     void *p;
-    struct { access a; int h2d, d2h; blob_head head; } steps[] = {
-        {ACC_GPU, 1, 0, BLOB_HEAD_SYNCED},      /* data copied cpu->gpu */
-        {ACC_CPU, 1, 0, BLOB_HEAD_SYNCED},      /* no copy: both up to date */
+    struct {
+        access a;
+        int h2d, d2h;
+        blob_head head;
+    } steps[] = {
+        {ACC_GPU, 1, 0, BLOB_HEAD_SYNCED},     /* data copied cpu->gpu */
+        {ACC_CPU, 1, 0, BLOB_HEAD_SYNCED},     /* no copy: both up to date */
         {ACC_MUT_GPU, 1, 0, BLOB_HEAD_AT_GPU}, /* no copy */
         {ACC_MUT_GPU, 1, 0, BLOB_HEAD_AT_GPU}, /* still on the GPU */
-        {ACC_CPU, 1, 1, BLOB_HEAD_SYNCED},      /* gpu->cpu: the GPU side was modified */
-        {ACC_GPU, 1, 1, BLOB_HEAD_SYNCED},      /* no copy */
+        {ACC_CPU, 1, 1, BLOB_HEAD_SYNCED},     /* gpu->cpu: the GPU side was modified */
+        {ACC_GPU, 1, 1, BLOB_HEAD_SYNCED},     /* no copy */
         {ACC_MUT_CPU, 1, 1, BLOB_HEAD_AT_CPU}, /* still no copy */
         {ACC_MUT_GPU, 2, 1, BLOB_HEAD_AT_GPU}, /* cpu->gpu */
         {ACC_MUT_CPU, 2, 2, BLOB_HEAD_AT_CPU}, /* gpu->cpu */
@@ -306,7 +306,7 @@ START_TEST(test_async_pull)
     assert_contents(p, false);
     fake_stats st = fake_get_stats();
     ck_assert_int_eq(st.d2h, 1);
-    ck_assert_int_eq(st.event_syncs, 1); /* only this copy's event ... */
+    ck_assert_int_eq(st.event_syncs, 1);                    /* only this copy's event ... */
     ck_assert_int_eq(st.device_syncs + st.stream_syncs, 0); /* ... not the device */
     void *w;
     ck_ok(blob_syncedmem_mutable_cpu_data(m, &w));
@@ -328,7 +328,7 @@ START_TEST(test_cross_stream_reuse)
     ck_ok(blob_syncedmem_mutable_gpu_data(m1, &d)); /* allocated on a */
     blob_stream_set(b);
     const void *p;
-    ck_ok(blob_syncedmem_gpu_data(m1, &p));        /* now used on b too */
+    ck_ok(blob_syncedmem_gpu_data(m1, &p));                            /* now used on b too */
     ck_ok(blob__be->memset_async((void *)p, 1, N * sizeof(float), b)); /* b's work, queued */
     blob_syncedmem_free(m1);
     blob_stream_set(a);
@@ -351,7 +351,7 @@ START_TEST(test_cross_stream_order)
     blob_stream_set(a);
     blob_syncedmem *m = block_at(BLOB_HEAD_UNINITIALIZED);
     const void *d, *h;
-    ck_ok(blob_syncedmem_gpu_data(m, &d)); /* zero fill queued on a, not run */
+    ck_ok(blob_syncedmem_gpu_data(m, &d));   /* zero fill queued on a, not run */
     memset((void *)d, 7, N * sizeof(float)); /* stale bytes under the queued fill */
     blob_stream_set(b);
     ck_ok(blob_syncedmem_cpu_data(m, &h)); /* D->H on b, after a's fill */
@@ -440,11 +440,32 @@ typedef struct {
     blob_status (*op)(blob_syncedmem *m, void *stream);
 } alloc_case;
 
-static blob_status op_cpu(blob_syncedmem *m, void *s) { (void)s; const void *p; return blob_syncedmem_cpu_data(m, &p); }
-static blob_status op_mut_gpu(blob_syncedmem *m, void *s) { (void)s; void *p; return blob_syncedmem_mutable_gpu_data(m, &p); }
-static blob_status op_gpu(blob_syncedmem *m, void *s) { (void)s; const void *p; return blob_syncedmem_gpu_data(m, &p); }
-static blob_status op_push(blob_syncedmem *m, void *s) { return blob_syncedmem_async_gpu_push(m, s); }
-static blob_status op_pull(blob_syncedmem *m, void *s) { return blob_syncedmem_async_cpu_pull(m, s); }
+static blob_status op_cpu(blob_syncedmem *m, void *s)
+{
+    (void)s;
+    const void *p;
+    return blob_syncedmem_cpu_data(m, &p);
+}
+static blob_status op_mut_gpu(blob_syncedmem *m, void *s)
+{
+    (void)s;
+    void *p;
+    return blob_syncedmem_mutable_gpu_data(m, &p);
+}
+static blob_status op_gpu(blob_syncedmem *m, void *s)
+{
+    (void)s;
+    const void *p;
+    return blob_syncedmem_gpu_data(m, &p);
+}
+static blob_status op_push(blob_syncedmem *m, void *s)
+{
+    return blob_syncedmem_async_gpu_push(m, s);
+}
+static blob_status op_pull(blob_syncedmem *m, void *s)
+{
+    return blob_syncedmem_async_cpu_pull(m, s);
+}
 
 static const alloc_case alloc_cases[] = {
     {"cpu from UNINITIALIZED", BLOB_HEAD_UNINITIALIZED, op_cpu},
@@ -489,8 +510,8 @@ START_TEST(test_alloc_failure_each_op)
             break;
         }
         failures++;
-        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM || st == BLOB_ECUDA,
-                      "%s k=%llu: %s", c->name, (unsigned long long)k, blob_status_name(st));
+        ck_assert_msg(st == BLOB_ENOMEM || st == BLOB_EDEVMEM || st == BLOB_ECUDA, "%s k=%llu: %s",
+                      c->name, (unsigned long long)k, blob_status_name(st));
         ck_assert_int_eq(blob_syncedmem_head(m), c->from);
         ck_assert(!blob_syncedmem_pending(m));
         if (c->from != BLOB_HEAD_UNINITIALIZED) {
@@ -672,8 +693,7 @@ Suite *syncedmem_suite(void)
 
     tc = suite_case(s, "gpu", "gpu", NULL, NULL);
     add_tests(tc, test_gpu_sequence, test_gpu_zero_fill_and_async);
-    add_loop_tests(tc, 0, (int)(3 * sizeof pull_sizes / sizeof pull_sizes[0]),
-                   test_gpu_pull_sizes);
+    add_loop_tests(tc, 0, (int)(3 * sizeof pull_sizes / sizeof pull_sizes[0]), test_gpu_pull_sizes);
     add_tests(suite_case(s, "gpu2", "gpu gpu2", NULL, NULL), test_gpu_device_mismatch);
     return s;
 }

@@ -73,7 +73,7 @@ static struct {
     {"forkthreads", "they start threads in a forked child, which ThreadSanitizer forbids", false,
      threads_after_fork, 0},
 };
-#define NUM_REQS ((int)(sizeof reqs / sizeof reqs[0]))
+#define NUM_REQS      ((int)(sizeof reqs / sizeof reqs[0]))
 #define MAX_CASE_REQS 4
 
 /* The needs of each case made by req_tcase, and its count of tests. */
@@ -251,8 +251,8 @@ const char *req_exclusions(void)
     /* the caller's own exclusions (Check reads CK_EXCLUDE_TAGS only when given none) */
     const char *more = getenv("CK_EXCLUDE_TAGS");
     if (more && *more) {
-        used += (size_t)snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? " " : "",
-                                 more);
+        used +=
+            (size_t)snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? " " : "", more);
         printf("excluded by CK_EXCLUDE_TAGS: %s\n", more);
     }
     if (used >= sizeof exclude)
@@ -333,10 +333,7 @@ double test_time_scale(void)
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-void test_seed(uint64_t seed)
-{
-    rng_state = seed ? seed : 0x9e3779b97f4a7c15ull;
-}
+void test_seed(uint64_t seed) { rng_state = seed ? seed : 0x9e3779b97f4a7c15ull; }
 
 double test_uniform(double lo, double hi)
 {

@@ -9,12 +9,11 @@
 #include "blob/blob.h"
 
 /* Assert a call's exact status, printing the detail message when it differs. */
-#define ck_status(expr, expected)                                                      \
-    do {                                                                               \
-        blob_status ck_st_ = (expr);                                                   \
-        ck_assert_msg(ck_st_ == (expected), "%s returned %s (%s), expected %s", #expr, \
-                      blob_status_name(ck_st_), blob_last_error(),                     \
-                      blob_status_name(expected));                                     \
+#define ck_status(expr, expected)                                                               \
+    do {                                                                                        \
+        blob_status ck_st_ = (expr);                                                            \
+        ck_assert_msg(ck_st_ == (expected), "%s returned %s (%s), expected %s", #expr,          \
+                      blob_status_name(ck_st_), blob_last_error(), blob_status_name(expected)); \
     } while (0)
 #define ck_ok(expr) ck_status((expr), BLOB_OK)
 
@@ -112,7 +111,6 @@ const char *test_dtype_name(blob_dtype dtype);
 double test_tol(blob_dtype dtype, int64_t k);
 
 /* max_i |a_i - b_i| / max(|b_i|, floor): relative error against a reference. */
-double test_rel_err(blob_dtype dtype, const void *a, const double *ref, int64_t n,
-                    double floor);
+double test_rel_err(blob_dtype dtype, const void *a, const double *ref, int64_t n, double floor);
 
 #endif

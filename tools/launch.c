@@ -102,9 +102,12 @@ static const char *signal_name(int sig)
 /* What a path that is not a regular file is, for messages. */
 static const char *file_kind(mode_t mode)
 {
-    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-         : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
 }
 
 /* Remove the rendezvous file at the end of path's symbolic links if it is an empty
@@ -133,7 +136,8 @@ static int remove_record(const char *path)
     if (fd >= 0)
         close(fd);
     if (why) {
-        fprintf(stderr, "%s: --rendezvous %s: %s is %s, so it stays; give each job a rendezvous "
+        fprintf(stderr,
+                "%s: --rendezvous %s: %s is %s, so it stays; give each job a rendezvous "
                 "path of its own (nothing there, an empty file or a record of this user)\n",
                 prog, path, target, why);
         return -1;
@@ -221,7 +225,8 @@ _Noreturn static void keeper(const launch_options *o, char **cmd, int r, pid_t l
                 end_as(ws);
             int sig = WSTOPSIG(ws);
             if (sig == SIGTTIN || sig == SIGTTOU) {
-                fprintf(stderr, "%s: rank %ld (pid %d) was stopped by %s: it used the terminal, "
+                fprintf(stderr,
+                        "%s: rank %ld (pid %d) was stopped by %s: it used the terminal, "
                         "which ranks do not own (their input is /dev/null); killing it\n",
                         prog, rank, (int)pid, signal_name(sig));
                 kill(pid, SIGKILL);
@@ -237,10 +242,10 @@ typedef struct {
     char file[PATH_MAX + 16]; /* the rendezvous file */
     sigset_t set, old;        /* the signals taken by sigtimedwait; the mask before */
     rank_proc ranks[LAUNCH_MAX_NPROC];
-    int nproc, alive;         /* the ranks started; those not reaped yet */
-    int status, stop_signal;  /* the first failed rank's status; the first forwarded signal */
+    int nproc, alive;        /* the ranks started; those not reaped yet */
+    int status, stop_signal; /* the first failed rank's status; the first forwarded signal */
     bool stopping;
-    double kill_at;           /* when the ranks still running get SIGKILL, once stopping */
+    double kill_at; /* when the ranks still running get SIGKILL, once stopping */
 } launcher;
 
 /* The rendezvous file: the given one (a stale record removed by node 0, before any rank
@@ -328,13 +333,16 @@ static void rank_ended(launcher *l, int r, pid_t pid, int ws)
         return;
     int global = l->o->node_rank * l->o->nproc + r;
     if (WIFSIGNALED(ws)) {
-        fprintf(stderr, "%s: rank %d (process group %d) was killed by %s; stopping the "
+        fprintf(stderr,
+                "%s: rank %d (process group %d) was killed by %s; stopping the "
                 "others\n",
                 prog, global, (int)pid, signal_name(WTERMSIG(ws)));
         l->status = 128 + WTERMSIG(ws);
     } else {
-        fprintf(stderr, "%s: rank %d (process group %d) exited with status %d; "
-                "stopping the others\n", prog, global, (int)pid, WEXITSTATUS(ws));
+        fprintf(stderr,
+                "%s: rank %d (process group %d) exited with status %d; "
+                "stopping the others\n",
+                prog, global, (int)pid, WEXITSTATUS(ws));
         l->status = WEXITSTATUS(ws);
     }
     begin_stopping(l);

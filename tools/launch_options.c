@@ -24,8 +24,8 @@ void launch_usage(FILE *f)
             LAUNCH_MAX_GRACE_S);
 }
 
-__attribute__((format(printf, 3, 4))) static int refuse(char *err, size_t size,
-                                                        const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int refuse(char *err, size_t size, const char *fmt,
+                                                        ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -40,8 +40,8 @@ static int int_value(const char *option, const char *v, int lo, int hi, int *out
 {
     int64_t x;
     if (!blob__parse_int(v, lo, hi, &x))
-        return refuse(err, size, "%s must be a whole number in [%d, %d], got \"%.40s\"", option,
-                      lo, hi, v);
+        return refuse(err, size, "%s must be a whole number in [%d, %d], got \"%.40s\"", option, lo,
+                      hi, v);
     *out = (int)x;
     return 0;
 }
@@ -66,8 +66,7 @@ static int set_value(const char *a, const char *v, launch_options *o, char *err,
         return refuse(err, size, "--grace must be a number of seconds in [0, %d], got \"%.40s\"",
                       LAUNCH_MAX_GRACE_S, v);
     if (!strcmp(a, "--rendezvous") && (!*v || strlen(v) >= PATH_MAX))
-        return refuse(err, size, "--rendezvous needs a path of 1 to %d characters",
-                      PATH_MAX - 1);
+        return refuse(err, size, "--rendezvous needs a path of 1 to %d characters", PATH_MAX - 1);
     if (!strcmp(a, "--rendezvous"))
         o->rendezvous = v;
     return 0;
@@ -85,8 +84,9 @@ static int check_options(const launch_options *o, int program, int argc, char *e
         return refuse(err, size, "--node-rank %d must be below --nnodes %d", o->node_rank,
                       o->nnodes);
     if (o->nnodes > 1 && !o->rendezvous)
-        return refuse(err, size, "several hosts meet through a --rendezvous file that every "
-                                 "host can read (see docs/distributed.md)");
+        return refuse(err, size,
+                      "several hosts meet through a --rendezvous file that every "
+                      "host can read (see docs/distributed.md)");
     if ((int64_t)o->nproc * o->nnodes > LAUNCH_MAX_RANKS)
         return refuse(err, size, "%d x %d ranks: more than %d", o->nnodes, o->nproc,
                       LAUNCH_MAX_RANKS);

@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define LAUNCH_MAX_NPROC 1024
-#define LAUNCH_MAX_NNODES (1 << 20)
-#define LAUNCH_MAX_RANKS (1 << 30)
+#define LAUNCH_MAX_NPROC   1024
+#define LAUNCH_MAX_NNODES  (1 << 20)
+#define LAUNCH_MAX_RANKS   (1 << 30)
 #define LAUNCH_MAX_GRACE_S 3600
 
 typedef struct {
@@ -17,8 +17,8 @@ typedef struct {
     double grace;           /* seconds from SIGTERM to SIGKILL */
     const char *rendezvous; /* NULL: a file in a fresh temporary directory */
     bool one_gpu;
-    bool help;              /* -h or --help: print the usage, start nothing */
-    int program;            /* argv[program] is the program to run (unless help) */
+    bool help;   /* -h or --help: print the usage, start nothing */
+    int program; /* argv[program] is the program to run (unless help) */
 } launch_options;
 
 /* Parse argv[1..argc): 0, or -1 with what is wrong in err (size bytes, always

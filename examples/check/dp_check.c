@@ -43,11 +43,11 @@
 
 #include "net.h"
 
-#define STEPS 50
-#define BATCH 32 /* per rank */
-#define INPUTS 784
-#define CLASSES 10
-#define NET "mlp"
+#define STEPS     50
+#define BATCH     32 /* per rank */
+#define INPUTS    784
+#define CLASSES   10
+#define NET       "mlp"
 #define MAX_RANKS 8
 
 static int passed, failed;
@@ -173,9 +173,16 @@ static blob_status snapshot(net *n, result *r)
 static blob_status train(const run_spec *spec, blob_comm *comm, const dataset *d, int rank,
                          int ranks, int64_t batch, result *out)
 {
-    net_config cfg = {.def = net_def_find(spec->net), .mode = spec->mode, .dtype = spec->dtype,
-                      .batch = batch, .seed = 3, .lr = 0.05, .momentum = 0.9,
-                      .weight_decay = 5e-4, .graph = spec->graph, .comm = comm};
+    net_config cfg = {.def = net_def_find(spec->net),
+                      .mode = spec->mode,
+                      .dtype = spec->dtype,
+                      .batch = batch,
+                      .seed = 3,
+                      .lr = 0.05,
+                      .momentum = 0.9,
+                      .weight_decay = 5e-4,
+                      .graph = spec->graph,
+                      .comm = comm};
     int64_t xshape[2] = {batch, INPUTS};
     net *n = NULL;
     blob *x = NULL, *y = NULL;
@@ -245,9 +252,11 @@ static bool compare(const char *what, const net *n, const result *got, const res
         }
     }
     bool ok = worst <= tol;
-    say(ok, "%s: largest difference %.2g x the blob's largest weight (tolerance %.0e), at "
-        "%s[%lld]: %.17g against %.17g", what, worst, tol, net_param_name(n, worst_blob),
-        (long long)(worst_k - worst_base), got->w[worst_k], want->w[worst_k]);
+    say(ok,
+        "%s: largest difference %.2g x the blob's largest weight (tolerance %.0e), at "
+        "%s[%lld]: %.17g against %.17g",
+        what, worst, tol, net_param_name(n, worst_blob), (long long)(worst_k - worst_base),
+        got->w[worst_k], want->w[worst_k]);
     return ok;
 }
 
@@ -269,8 +278,7 @@ static bool identical(const char *what, const net *n, const result *a, const res
         say(false, "%s: first difference at %s[%lld]: %.17g against %.17g", what,
             net_param_name(n, i), (long long)(k - at), a->w[k], b->w[k]);
     else
-        say(false, "%s: %lld weights against %lld", what, (long long)a->count,
-            (long long)b->count);
+        say(false, "%s: %lld weights against %lld", what, (long long)a->count, (long long)b->count);
     return false;
 }
 
@@ -284,8 +292,8 @@ static bool close_loss(const char *what, double got, double want, double tol)
 /* A CPU net of NET, for the names and sizes of its parameters. */
 static net *layout(const char *name)
 {
-    net_config cfg = {.def = net_def_find(name), .mode = NN_CPU, .dtype = BLOB_FLOAT32,
-                      .batch = 1, .seed = 1};
+    net_config cfg = {
+        .def = net_def_find(name), .mode = NN_CPU, .dtype = BLOB_FLOAT32, .batch = 1, .seed = 1};
     net *n = NULL;
     if (!cfg.def || net_create(&n, &cfg) != BLOB_OK)
         return NULL;
@@ -365,8 +373,13 @@ static void *rank_main(void *arg)
         j->st = blob_stream_create(&stream);
     blob_stream_set(stream);
     if (j->st == BLOB_OK && j->net) { /* ranks whose nets differ */
-        net_config cfg = {.def = net_def_find(j->net), .mode = NN_GPU, .dtype = BLOB_FLOAT32,
-                          .batch = BATCH, .seed = 3, .lr = 0.05, .comm = j->comm};
+        net_config cfg = {.def = net_def_find(j->net),
+                          .mode = NN_GPU,
+                          .dtype = BLOB_FLOAT32,
+                          .batch = BATCH,
+                          .seed = 3,
+                          .lr = 0.05,
+                          .comm = j->comm};
         net *n = NULL;
         double t0 = nn_now();
         j->st = net_create(&n, &cfg);
@@ -377,21 +390,30 @@ static void *rank_main(void *arg)
         if (j->st != BLOB_OK) {
             blob_status st = blob_comm_all_reduce_host(j->comm, &one, 1, BLOB_COMM_SUM);
             if (st != BLOB_OK || one != ranks)
-                snprintf(j->err, sizeof j->err, "the communicator does not work after it: %s, "
-                         "a sum of ones %g", blob_status_name(st), one);
+                snprintf(j->err, sizeof j->err,
+                         "the communicator does not work after it: %s, "
+                         "a sum of ones %g",
+                         blob_status_name(st), one);
         }
     } else if (j->st == BLOB_OK) {
         /* graphs are refused with several ranks, before any collective */
-        net_config cfg = {.def = net_def_find(NET), .mode = NN_GPU, .dtype = j->spec->dtype,
-                          .batch = BATCH, .seed = 3, .lr = 0.05, .graph = true,
+        net_config cfg = {.def = net_def_find(NET),
+                          .mode = NN_GPU,
+                          .dtype = j->spec->dtype,
+                          .batch = BATCH,
+                          .seed = 3,
+                          .lr = 0.05,
+                          .graph = true,
                           .comm = j->comm};
         net *n = NULL;
         blob_status graph_st = net_create(&n, &cfg);
         net_free(n);
         if (graph_st != BLOB_ENOTSUP) {
             j->st = graph_st == BLOB_OK ? BLOB_EINVAL : graph_st;
-            snprintf(j->err, sizeof j->err, "net_create with graphs and %d ranks gave %s, "
-                     "expected ENOTSUP", ranks, blob_status_name(graph_st));
+            snprintf(j->err, sizeof j->err,
+                     "net_create with graphs and %d ranks gave %s, "
+                     "expected ENOTSUP",
+                     ranks, blob_status_name(graph_st));
         } else {
             j->st = train(j->spec, j->comm, j->d, rank, ranks, BATCH, &j->res);
             j->mean_loss = j->res.loss;
@@ -572,7 +594,8 @@ static void check_rank(const dataset *d, const net *names)
     void *stream = NULL;
     blob_comm *c = NULL;
     /* the stream is made on this rank's GPU before blob_comm_create makes it current */
-    if ((st = blob_device_set(o.device)) != BLOB_OK || (st = blob_stream_create(&stream)) != BLOB_OK) {
+    if ((st = blob_device_set(o.device)) != BLOB_OK ||
+        (st = blob_stream_create(&stream)) != BLOB_OK) {
         say(false, "GPU %d: %s: %s", o.device, blob_status_name(st), blob_last_error());
         return;
     }

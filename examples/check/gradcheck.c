@@ -21,11 +21,11 @@
 
 #include "net.h"
 
-#define EPS 1e-6      /* finite-difference step */
-#define GRAD_TOL 1e-6 /* |analytic - numeric| <= GRAD_TOL * max(1, |analytic| + |numeric|) */
-#define AGREE_TOL 1e-3 /* relative, float32 CPU vs GPU after a few steps */
-#define SAME_TOL 1e-6  /* relative, float32 GPU with and without the side stream */
-#define FB_TOL 1e-12   /* relative, a layer's forward_backward against forward, backward */
+#define EPS       1e-6  /* finite-difference step */
+#define GRAD_TOL  1e-6  /* |analytic - numeric| <= GRAD_TOL * max(1, |analytic| + |numeric|) */
+#define AGREE_TOL 1e-3  /* relative, float32 CPU vs GPU after a few steps */
+#define SAME_TOL  1e-6  /* relative, float32 GPU with and without the side stream */
+#define FB_TOL    1e-12 /* relative, a layer's forward_backward against forward, backward */
 
 static int passed, failed, skipped;
 
@@ -99,8 +99,8 @@ static blob_status check_blob(layer_case *c, blob *v, const char *label, double 
         double err = fabs(a - numeric) / fmax(1.0, fabs(a) + fabs(numeric));
         *max_err = fmax(*max_err, err);
         if (err > GRAD_TOL) {
-            printf("  %s %s[%lld]: analytic %.10g, numeric %.10g\n", c->name, label,
-                   (long long)i, a, numeric);
+            printf("  %s %s[%lld]: analytic %.10g, numeric %.10g\n", c->name, label, (long long)i,
+                   a, numeric);
             ++*bad;
         }
     }
@@ -258,16 +258,22 @@ static blob_status make_softmax_loss(nn_layer **l, nn_mode mode)
 /* 3x3, pad 1: one chunk of the whole batch */
 static blob_status make_conv(nn_layer **l, nn_mode mode)
 {
-    nn_conv_param p = {.channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3,
-                       .pad_h = 1, .pad_w = 1};
+    nn_conv_param p = {
+        .channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1};
     return nn_conv_create(l, mode, dt, &p, 11);
 }
 
 /* two groups, a 3x2 kernel, stride 2x1, dilation 1x2, Xavier weights */
 static blob_status make_conv_groups(nn_layer **l, nn_mode mode)
 {
-    nn_conv_param p = {.channels = 4, .num_output = 6, .kernel_h = 3, .kernel_w = 2,
-                       .pad_h = 1, .stride_h = 2, .dilation_w = 2, .groups = 2,
+    nn_conv_param p = {.channels = 4,
+                       .num_output = 6,
+                       .kernel_h = 3,
+                       .kernel_w = 2,
+                       .pad_h = 1,
+                       .stride_h = 2,
+                       .dilation_w = 2,
+                       .groups = 2,
                        .filler = NN_FILL_XAVIER};
     return nn_conv_create(l, mode, dt, &p, 12);
 }
@@ -276,8 +282,13 @@ static blob_status make_conv_groups(nn_layer **l, nn_mode mode)
  * chunks of 2 and 1, so both the reorder of a chunk and the direct path of one image run */
 static blob_status make_conv_chunked(nn_layer **l, nn_mode mode)
 {
-    nn_conv_param p = {.channels = 3, .num_output = 4, .kernel_h = 3, .kernel_w = 3,
-                       .pad_h = 1, .pad_w = 1, .stride_h = 2,
+    nn_conv_param p = {.channels = 3,
+                       .num_output = 4,
+                       .kernel_h = 3,
+                       .kernel_w = 3,
+                       .pad_h = 1,
+                       .pad_w = 1,
+                       .stride_h = 2,
                        .max_col_bytes = 2 * 27 * 15 * 8};
     return nn_conv_create(l, mode, dt, &p, 13);
 }
@@ -285,18 +296,21 @@ static blob_status make_conv_chunked(nn_layer **l, nn_mode mode)
 /* one image per chunk: its product goes to top directly */
 static blob_status make_conv_per_image(nn_layer **l, nn_mode mode)
 {
-    nn_conv_param p = {.channels = 2, .num_output = 3, .kernel_h = 2, .kernel_w = 3,
-                       .pad_w = 1, .max_col_bytes = 1};
+    nn_conv_param p = {.channels = 2,
+                       .num_output = 3,
+                       .kernel_h = 2,
+                       .kernel_w = 3,
+                       .pad_w = 1,
+                       .max_col_bytes = 1};
     return nn_conv_create(l, mode, dt, &p, 14);
 }
 
 /* Windows of 2x2, stride 2; or (overlap) 3x3, stride 2, padding 1, rounded up, so that some
  * windows are partial. */
-static blob_status make_pool_kind(nn_layer **l, nn_mode mode, nn_pool_method method,
-                                  bool overlap)
+static blob_status make_pool_kind(nn_layer **l, nn_mode mode, nn_pool_method method, bool overlap)
 {
-    nn_pool_param p = {.method = method, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
-                       .stride_w = 2};
+    nn_pool_param p = {
+        .method = method, .kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
     if (overlap) {
         p.kernel_h = p.kernel_w = 3;
         p.pad_h = p.pad_w = 1;
@@ -404,8 +418,13 @@ static blob_status reshape_to(nn_layer *l, int axes, const int64_t *shape)
  * NET_RESULTS - 1, and with loss_only only the loss. */
 static void check_result_refusals(int *bad)
 {
-    net_config cfg = {.def = net_def_find("mlp"), .mode = NN_CPU, .dtype = BLOB_FLOAT32,
-                      .batch = 2, .seed = 1, .lr = 0.01, .loss_only = true};
+    net_config cfg = {.def = net_def_find("mlp"),
+                      .mode = NN_CPU,
+                      .dtype = BLOB_FLOAT32,
+                      .batch = 2,
+                      .seed = 1,
+                      .lr = 0.01,
+                      .loss_only = true};
     const int64_t shape[4] = {2, 1, 28, 28}, two = 2;
     net *n = NULL;
     blob *x = NULL, *y = NULL;
@@ -421,8 +440,8 @@ static void check_result_refusals(int *bad)
         expect(net_output(n, &loss, &correct), BLOB_ENOTSUP, "the output with loss_only", bad);
         expect(net_output_ago(n, NET_RESULTS, &loss, &correct), BLOB_EINVAL,
                "an output NET_RESULTS calls back", bad);
-        expect(net_output_ago(n, 1, &loss, &correct), BLOB_EINVAL,
-               "the output of a call not made", bad);
+        expect(net_output_ago(n, 1, &loss, &correct), BLOB_EINVAL, "the output of a call not made",
+               bad);
     }
     net_free(n);
     blob_free(x);
@@ -521,9 +540,16 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
     net *n = NULL;
     blob *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
     uint64_t rng = 9;
-    net_config cfg = {.def = def, .mode = mode, .dtype = BLOB_FLOAT32,
-                      .batch = BATCH, .seed = 3, .lr = 0.05, .momentum = 0.9,
-                      .weight_decay = 1e-3, .graph = graph, .plain = plain,
+    net_config cfg = {.def = def,
+                      .mode = mode,
+                      .dtype = BLOB_FLOAT32,
+                      .batch = BATCH,
+                      .seed = 3,
+                      .lr = 0.05,
+                      .momentum = 0.9,
+                      .weight_decay = 1e-3,
+                      .graph = graph,
+                      .plain = plain,
                       .one_stream = one_stream};
     blob_status st = mode == NN_GPU ? blob_stream_create(&stream) : BLOB_OK;
     blob_stream_set(stream);
@@ -537,8 +563,8 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
         if ((st = net_train_step(n, x[s % 2], y[s % 2])) == BLOB_OK && s > 0 &&
             (st = net_output_ago(n, 1, &late_loss, &late_correct)) == BLOB_OK &&
             (late_loss != r->loss[s - 1] || late_correct != r->correct[s - 1])) {
-            printf("  step %d read late: loss %.9g, %lld correct; at once: %.9g, %lld\n",
-                   s - 1, late_loss, (long long)late_correct, r->loss[s - 1],
+            printf("  step %d read late: loss %.9g, %lld correct; at once: %.9g, %lld\n", s - 1,
+                   late_loss, (long long)late_correct, r->loss[s - 1],
                    (long long)r->correct[s - 1]);
             r->late_mismatches++;
         }
@@ -572,11 +598,10 @@ static void compare(const char *net_name, const char *what, const run_result *re
         scale = fmax(scale, fabs(ref->params[i]));
     }
     param_err /= scale;
-    bool ok = loss_err <= tol && param_err <= tol && !r->late_mismatches &&
-              !ref->late_mismatches;
+    bool ok = loss_err <= tol && param_err <= tol && !r->late_mismatches && !ref->late_mismatches;
     printf("agreement %-6s %-24s %d steps: loss %.6f vs %.6f, max loss error %.1e, max "
-           "weight error %.1e%s  %s\n", net_name, what, STEPS, r->loss[STEPS - 1],
-           ref->loss[STEPS - 1], loss_err, param_err,
+           "weight error %.1e%s  %s\n",
+           net_name, what, STEPS, r->loss[STEPS - 1], ref->loss[STEPS - 1], loss_err, param_err,
            r->late_mismatches || ref->late_mismatches ? ", results read late differ" : "",
            ok ? "ok" : "FAILED");
     if (ok)
@@ -598,26 +623,21 @@ static bool check_kind(const net_def *def, bool plain, bool gpu, run_result *cpu
         snprintf(what, sizeof what, "training %s %s on the CPU", kind, def->name);
         report(st, what);
         return false;
-    }
-    else if (!gpu) {
+    } else if (!gpu) {
         printf("agreement %-6s %s CPU vs GPU eager and graph, GPU 1 vs 2 streams: skipped "
-               "(no GPU)\n", def->name, kind);
+               "(no GPU)\n",
+               def->name, kind);
         skipped += 3;
-    }
-    else if ((st = run_steps(def, NN_GPU, false, plain, false, &eager)) != BLOB_OK) {
+    } else if ((st = run_steps(def, NN_GPU, false, plain, false, &eager)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU", kind, def->name);
         report(st, what);
-    }
-    else if ((st = run_steps(def, NN_GPU, true, plain, false, &graph)) != BLOB_OK) {
+    } else if ((st = run_steps(def, NN_GPU, true, plain, false, &graph)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU with graphs", kind, def->name);
         report(st, what);
-    }
-    else if ((st = run_steps(def, NN_GPU, false, plain, true, &one)) != BLOB_OK) {
-        snprintf(what, sizeof what, "training %s %s on the GPU on one stream", kind,
-                 def->name);
+    } else if ((st = run_steps(def, NN_GPU, false, plain, true, &one)) != BLOB_OK) {
+        snprintf(what, sizeof what, "training %s %s on the GPU on one stream", kind, def->name);
         report(st, what);
-    }
-    else {
+    } else {
         snprintf(what, sizeof what, "%s CPU vs GPU eager", kind);
         compare(def->name, what, cpu, &eager, AGREE_TOL);
         snprintf(what, sizeof what, "%s CPU vs GPU graph", kind);

@@ -12,11 +12,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define IDX_UBYTE 0x08
+#define IDX_UBYTE    0x08
 /* Bound on a dimension left free, so a forged header cannot ask for terabytes. */
 #define MAX_FREE_DIM (1u << 20)
 /* The payload buffer starts this large and doubles as data arrives. */
-#define FIRST_CHUNK (64u << 10)
+#define FIRST_CHUNK  (64u << 10)
 
 static int fail(char *err, size_t size, const char *fmt, ...)
 {
@@ -119,8 +119,8 @@ static int read_idx(int fd, const char *name, int ndims, const uint32_t *expect,
         else if (expect[i] && dims[i] != expect[i])
             rc = fail(err, size, "%s: %u %s, expected %u", name, dims[i], what[i], expect[i]);
         else if (!expect[i] && dims[i] > MAX_FREE_DIM)
-            rc = fail(err, size, "%s: %u %s, more than the %u accepted", name, dims[i],
-                      what[i], MAX_FREE_DIM);
+            rc = fail(err, size, "%s: %u %s, more than the %u accepted", name, dims[i], what[i],
+                      MAX_FREE_DIM);
         n *= dims[i];
     }
     if (rc == 0)
@@ -143,8 +143,8 @@ int fmnist_read(fmnist_set *set, int images_fd, const char *images_name, int lab
     static const char *const image_dims[] = {"images", "rows", "columns"};
     static const char *const label_dims[] = {"labels"};
     uint32_t idims[3], expect[3] = {0, FMNIST_SIDE, FMNIST_SIDE}, count;
-    int rc = read_idx(images_fd, images_name, 3, expect, image_dims, idims, &set->images, err,
-                      err_size);
+    int rc =
+        read_idx(images_fd, images_name, 3, expect, image_dims, idims, &set->images, err, err_size);
     if (rc == 0)
         rc = read_idx(labels_fd, labels_name, 1, idims, label_dims, &count, &set->labels, err,
                       err_size);
@@ -170,20 +170,20 @@ static int open_regular(const char *path, char *err, size_t size)
     if (stat(path, &sb) != 0)
         return fail(err, size, "%s: %s", path, strerror(errno));
     int fd = -1;
-    if (S_ISREG(sb.st_mode) &&
-        (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
+    if (S_ISREG(sb.st_mode) && (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
         return fail(err, size, "%s: %s", path, strerror(errno));
     if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
         return fd;
     if (fd >= 0)
         close(fd);
     return fail(err, size, "%s: not a regular file (%s)", path,
-                S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
-                : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : "a socket");
+                S_ISDIR(sb.st_mode)                          ? "a directory"
+                : S_ISFIFO(sb.st_mode)                       ? "a FIFO"
+                : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                                                             : "a socket");
 }
 
-int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err,
-                size_t err_size)
+int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err, size_t err_size)
 {
     memset(set, 0, sizeof *set);
     char images[4096], labels[4096];

@@ -21,9 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FMNIST_SIDE 28
-#define FMNIST_PIXELS (FMNIST_SIDE * FMNIST_SIDE)
-#define FMNIST_CLASSES 10
+#define FMNIST_SIDE        28
+#define FMNIST_PIXELS      (FMNIST_SIDE * FMNIST_SIDE)
+#define FMNIST_CLASSES     10
 /* Where Debian's dataset-fashion-mnist package puts the files. */
 #define FMNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -35,8 +35,7 @@ typedef struct {
 
 /* Read DIR/PREFIX-images-idx3-ubyte.gz and DIR/PREFIX-labels-idx1-ubyte.gz (PREFIX is
  * "train" or "t10k"). Returns 0, or -1 with a message naming the file in err. */
-int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err,
-                size_t err_size);
+int fmnist_load(fmnist_set *set, const char *dir, const char *prefix, char *err, size_t err_size);
 
 /* The same from open files (any file descriptor: a pipe, a memfd), which stay open;
  * the names are used in messages. */

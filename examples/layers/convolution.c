@@ -6,18 +6,18 @@
 
 typedef struct {
     nn_layer base;
-    nn_conv_param p;          /* with the defaults filled in */
-    blob_conv_geometry g;     /* one input image's windows */
+    nn_conv_param p;      /* with the defaults filled in */
+    blob_conv_geometry g; /* one input image's windows */
     /* The output plane as a 1x1-kernel geometry of num_output channels: im2col over it
      * turns NCHW into the channel-major layout of the GEMM's product (num_output x
      * (images x out_h x out_w)), and col2im turns it back. */
     blob_conv_geometry plane;
-    int64_t num, chunk;       /* images in the batch, and per im2col */
-    blob *col;                /* (channels kernel_h kernel_w) x (chunk out_h out_w) */
-    blob *dcol;               /* with a side stream: the columns' gradient, as col */
-    blob *product;            /* num_output x (chunk out_h out_w): output, then top diff */
-    blob *ones;               /* chunk out_h out_w ones: the bias is a GEMM with them */
-    bool col_fresh;           /* col holds the columns of the whole batch's last forward */
+    int64_t num, chunk; /* images in the batch, and per im2col */
+    blob *col;          /* (channels kernel_h kernel_w) x (chunk out_h out_w) */
+    blob *dcol;         /* with a side stream: the columns' gradient, as col */
+    blob *product;      /* num_output x (chunk out_h out_w): output, then top diff */
+    blob *ones;         /* chunk out_h out_w ones: the bias is a GEMM with them */
+    bool col_fresh;     /* col holds the columns of the whole batch's last forward */
 } conv_layer;
 
 static conv_layer *conv_of(nn_layer *l) { return (conv_layer *)l; }
@@ -27,15 +27,21 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
     conv_layer *cv = conv_of(l);
     const nn_conv_param *p = &cv->p;
     blob *x = bottom[0];
-    if (blob_get_dtype(x) != l->dtype || blob_num_axes(x) != 4 ||
-        blob_shape(x)[1] != p->channels)
+    if (blob_get_dtype(x) != l->dtype || blob_num_axes(x) != 4 || blob_shape(x)[1] != p->channels)
         return BLOB_ESHAPE;
     const int64_t *s = blob_shape(x);
     blob_conv_geometry g = {
-        .channels = p->channels, .height = s[2], .width = s[3],
-        .kernel_h = p->kernel_h, .kernel_w = p->kernel_w, .pad_h = p->pad_h, .pad_w = p->pad_w,
-        .stride_h = p->stride_h, .stride_w = p->stride_w,
-        .dilation_h = p->dilation_h, .dilation_w = p->dilation_w,
+        .channels = p->channels,
+        .height = s[2],
+        .width = s[3],
+        .kernel_h = p->kernel_h,
+        .kernel_w = p->kernel_w,
+        .pad_h = p->pad_h,
+        .pad_w = p->pad_w,
+        .stride_h = p->stride_h,
+        .stride_w = p->stride_w,
+        .dilation_h = p->dilation_h,
+        .dilation_w = p->dilation_w,
     };
     int64_t oh, ow;
     NN_TRY(blob_conv_output_size(&g, &oh, &ow)); /* BLOB_ESHAPE: kernel beyond the input */
@@ -47,8 +53,7 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
     int64_t chunk = (int64_t)(p->max_col_bytes / (size_t)image_bytes);
     chunk = chunk < 1 ? 1 : chunk > num ? num : chunk;
     int64_t top_shape[4] = {num, p->num_output, oh, ow};
-    int64_t col_shape[2] = {rows, chunk * plane}, product_shape[2] = {p->num_output,
-                                                                      chunk * plane};
+    int64_t col_shape[2] = {rows, chunk * plane}, product_shape[2] = {p->num_output, chunk * plane};
     NN_TRY(blob_reshape(top, 4, top_shape));
     NN_TRY(blob_reshape(cv->col, 2, col_shape));
     if (l->side_stream) /* the columns' gradient beside the columns that dW reads */
@@ -56,9 +61,15 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
     NN_TRY(blob_reshape(cv->product, 2, product_shape));
     NN_TRY(nn__reshape_ones(l, cv->ones, chunk * plane));
     cv->g = g;
-    cv->plane = (blob_conv_geometry){.channels = p->num_output, .height = oh, .width = ow,
-                                     .kernel_h = 1, .kernel_w = 1, .stride_h = 1,
-                                     .stride_w = 1, .dilation_h = 1, .dilation_w = 1};
+    cv->plane = (blob_conv_geometry){.channels = p->num_output,
+                                     .height = oh,
+                                     .width = ow,
+                                     .kernel_h = 1,
+                                     .kernel_w = 1,
+                                     .stride_h = 1,
+                                     .stride_w = 1,
+                                     .dilation_h = 1,
+                                     .dilation_w = 1};
     cv->num = num;
     cv->chunk = chunk;
     cv->col_fresh = false;
@@ -67,8 +78,8 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
 
 /* Sizes of one call, in elements: per group, per image and per chunk. */
 typedef struct {
-    int64_t m, k;             /* output channels and column rows of a group */
-    int64_t plane;            /* out_h x out_w */
+    int64_t m, k;  /* output channels and column rows of a group */
+    int64_t plane; /* out_h x out_w */
     int64_t in_image, out_image;
     size_t elem;
 } conv_sizes;
@@ -118,8 +129,8 @@ static blob_status conv_forward(nn_layer *l, blob *const *bottom, blob *top)
             NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, z.m, cols, z.k, 1.0, wg, cg, 0.0,
                            at(out, g * z.m * cols, z.elem)));
         }
-        NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, cv->p.num_output, cols, 1, 1.0, b,
-                       ones, 1.0, out));
+        NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, cv->p.num_output, cols, 1, 1.0, b, ones,
+                       1.0, out));
         if (images > 1)
             NN_TRY(m->col2im(dt, &cv->plane, images, product, at(y, n0 * z.out_image, z.elem)));
     }
@@ -130,8 +141,7 @@ static blob_status conv_forward(nn_layer *l, blob *const *bottom, blob *top)
 /* The parameter gradients of the chunk of `images` images from n0, whose top diff in
  * the channel-major layout is dout; the listener is told after the last chunk. */
 static blob_status conv_param_grads(nn_layer *l, const void *dout, const void *x, int64_t n0,
-                                    int64_t images, const void *ones, void *col, void *dw,
-                                    void *db)
+                                    int64_t images, const void *ones, void *col, void *dw, void *db)
 {
     conv_layer *cv = conv_of(l);
     const nn_math *m = l->m;
@@ -155,8 +165,7 @@ static blob_status conv_param_grads(nn_layer *l, const void *dout, const void *x
  * data, and write the parameter diffs) run beside the bottom gradient, which reads the
  * same top diff and W's data and writes dcol and the bottom's diff: nothing one writes,
  * the other touches. Several chunks share col and product, so they run in order. */
-static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down,
-                                 blob *const *bottom)
+static blob_status conv_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
 {
     conv_layer *cv = conv_of(l);
     const nn_math *m = l->m;
@@ -221,8 +230,10 @@ static void conv_destroy(nn_layer *l)
     blob_free(cv->ones);
 }
 
-static const nn_layer_ops conv_ops = {.reshape = conv_reshape, .forward = conv_forward,
-                                     .backward = conv_backward, .destroy = conv_destroy};
+static const nn_layer_ops conv_ops = {.reshape = conv_reshape,
+                                      .forward = conv_forward,
+                                      .backward = conv_backward,
+                                      .destroy = conv_destroy};
 
 /* p with its defaults filled in, if it is valid. */
 static bool conv_param(const nn_conv_param *in, nn_conv_param *p)

@@ -9,7 +9,7 @@ struct ip_layer {
     nn_layer base;
     nn_ip_param p;
     nn_mode mode;
-    blob *ones;        /* plain: M ones, the bias is added by a gemm with it, as in Caffe */
+    blob *ones; /* plain: M ones, the bias is added by a gemm with it, as in Caffe */
     /* Fused with relu, when the layer above takes over the ReLU's backward: the mask of
      * the last forward (blob/math.h's bits, blob_relu_mask_bytes of the top's shape), held
      * in a blob of the layer's dtype so that it reshapes and lives on the mode's side. */
@@ -116,8 +116,7 @@ static blob_status param_grads(nn_layer *l, const void *dz, const void *x, int64
  * parameter diffs) run beside the bottom gradient (it reads dz, W's data and the mask
  * below, and writes the bottom's diff, and on the host the bias diff below): nothing one
  * writes, the other touches. */
-static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
-                               blob *const *bottom)
+static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
 {
     ip_layer *ip = ip_of(l);
     const nn_math *m = l->m;
@@ -159,8 +158,8 @@ static blob_status ip_backward(nn_layer *l, blob *top, bool propagate_down,
         return m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, rows, in, out, 1.0, dz, w, 0.0, dx);
     /* dx goes through the ReLU below, with that layer's bias gradient or without it */
     return m->gemm_epilogue(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, rows, in, out, dz, w, dx,
-                            db_below ? BLOB_EPILOGUE_DRELU_BGRAD : BLOB_EPILOGUE_DRELU,
-                            db_below, mask, BLOB_MATH_DEFAULT);
+                            db_below ? BLOB_EPILOGUE_DRELU_BGRAD : BLOB_EPILOGUE_DRELU, db_below,
+                            mask, BLOB_MATH_DEFAULT);
 }
 
 static void ip_destroy(nn_layer *l)
@@ -169,8 +168,8 @@ static void ip_destroy(nn_layer *l)
     blob_free(ip_of(l)->mask);
 }
 
-static const nn_layer_ops ip_ops = {.reshape = ip_reshape, .forward = ip_forward,
-                                     .backward = ip_backward, .destroy = ip_destroy};
+static const nn_layer_ops ip_ops = {
+    .reshape = ip_reshape, .forward = ip_forward, .backward = ip_backward, .destroy = ip_destroy};
 
 bool nn_layer_fuse_relu_backward(nn_layer *upper, nn_layer *lower)
 {

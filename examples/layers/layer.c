@@ -8,24 +8,23 @@
 #include <time.h>
 
 /* One table per side, from one macro so the two cannot drift. */
-#define NN_MATH(side)                                                                        \
-    {                                                                                        \
-        .gemm = blob_##side##_gemm, .gemv = blob_##side##_gemv, .axpy = blob_##side##_axpy,  \
-        .axpby = blob_##side##_axpby, .copy = blob_##side##_copy, .set = blob_##side##_set,  \
-        .gemm_epilogue = blob_##side##_gemm_epilogue,                                        \
-        .relu_forward = blob_##side##_relu_forward,                                          \
-        .relu_backward = blob_##side##_relu_backward,                                        \
-        .softmax_loss_forward = blob_##side##_softmax_loss_forward,                          \
-        .softmax_loss_backward = blob_##side##_softmax_loss_backward,                        \
-        .softmax_loss_forward_backward = blob_##side##_softmax_loss_forward_backward,        \
-        .im2col = blob_##side##_im2col, .col2im = blob_##side##_col2im,                      \
-        .max_pool_forward = blob_##side##_max_pool_forward,                                  \
-        .max_pool_backward = blob_##side##_max_pool_backward,                                \
-        .avg_pool_forward = blob_##side##_avg_pool_forward,                                  \
-        .avg_pool_backward = blob_##side##_avg_pool_backward,                                \
-        .optim_step = blob_##side##_optim_step,                                              \
-        .data = blob_##side##_data, .mutable_data = blob_mutable_##side##_data,              \
-        .diff = blob_##side##_diff, .mutable_diff = blob_mutable_##side##_diff,              \
+#define NN_MATH(side)                                                                             \
+    {                                                                                             \
+        .gemm = blob_##side##_gemm, .gemv = blob_##side##_gemv, .axpy = blob_##side##_axpy,       \
+        .axpby = blob_##side##_axpby, .copy = blob_##side##_copy, .set = blob_##side##_set,       \
+        .gemm_epilogue = blob_##side##_gemm_epilogue, .relu_forward = blob_##side##_relu_forward, \
+        .relu_backward = blob_##side##_relu_backward,                                             \
+        .softmax_loss_forward = blob_##side##_softmax_loss_forward,                               \
+        .softmax_loss_backward = blob_##side##_softmax_loss_backward,                             \
+        .softmax_loss_forward_backward = blob_##side##_softmax_loss_forward_backward,             \
+        .im2col = blob_##side##_im2col, .col2im = blob_##side##_col2im,                           \
+        .max_pool_forward = blob_##side##_max_pool_forward,                                       \
+        .max_pool_backward = blob_##side##_max_pool_backward,                                     \
+        .avg_pool_forward = blob_##side##_avg_pool_forward,                                       \
+        .avg_pool_backward = blob_##side##_avg_pool_backward,                                     \
+        .optim_step = blob_##side##_optim_step, .data = blob_##side##_data,                       \
+        .mutable_data = blob_mutable_##side##_data, .diff = blob_##side##_diff,                   \
+        .mutable_diff = blob_mutable_##side##_diff,                                               \
     }
 
 static const nn_math cpu_math = NN_MATH(cpu);
@@ -107,8 +106,8 @@ blob_status nn__fill(blob *b, nn_filler filler, int64_t fan_in, uint64_t seed)
     return nn_fill_gaussian(b, sqrt(2.0 / (double)fan_in), &seed);
 }
 
-blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops,
-                            nn_mode mode, blob_dtype dtype)
+blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops, nn_mode mode,
+                            blob_dtype dtype)
 {
     nn_layer *l = calloc(1, size);
     *out = l;

@@ -34,12 +34,12 @@ struct nn_layer {
     blob *params[NN_MAX_PARAMS];
     nn_params_ready_fn params_ready; /* see nn_layer_on_params_ready; NULL: none */
     void *ready_ctx;
-    void *side_stream;               /* see nn_layer_set_side_stream; NULL: none */
+    void *side_stream; /* see nn_layer_set_side_stream; NULL: none */
 };
 
 /* A zeroed layer of `size` bytes (the type's struct) with its base filled in. */
-blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops,
-                            nn_mode mode, blob_dtype dtype);
+blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops, nn_mode mode,
+                            blob_dtype dtype);
 
 /* Fill weights b as filler says for fan_in inputs per output, from seed. */
 blob_status nn__fill(blob *b, nn_filler filler, int64_t fan_in, uint64_t seed);

@@ -28,19 +28,19 @@
 #include <blob/blob.h>
 
 /* Return the status of a failing libblob call. */
-#define NN_TRY(expr)                        \
-    do {                                    \
-        blob_status nn_st_ = (expr);        \
-        if (nn_st_ != BLOB_OK)              \
-            return nn_st_;                  \
+#define NN_TRY(expr)                 \
+    do {                             \
+        blob_status nn_st_ = (expr); \
+        if (nn_st_ != BLOB_OK)       \
+            return nn_st_;           \
     } while (0)
 
 typedef enum { NN_CPU = 0, NN_GPU = 1 } nn_mode;
 
 /* The math and accessors of one side, so layer code is written once for both. */
 typedef struct {
-    blob_status (*gemm)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t,
-                        double, const void *, const void *, double, void *);
+    blob_status (*gemm)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t, double,
+                        const void *, const void *, double, void *);
     blob_status (*gemv)(blob_dtype, blob_trans, int64_t, int64_t, double, const void *,
                         const void *, double, void *);
     blob_status (*axpy)(blob_dtype, int64_t, double, const void *, void *);
@@ -48,31 +48,28 @@ typedef struct {
     blob_status (*copy)(blob_dtype, int64_t, const void *, void *);
     blob_status (*set)(blob_dtype, int64_t, double, void *);
     blob_status (*gemm_epilogue)(blob_dtype, blob_trans, blob_trans, int64_t, int64_t, int64_t,
-                                 const void *, const void *, void *, blob_epilogue, void *,
-                                 void *, blob_math_mode);
+                                 const void *, const void *, void *, blob_epilogue, void *, void *,
+                                 blob_math_mode);
     blob_status (*relu_forward)(blob_dtype, int64_t, const void *, void *);
     blob_status (*relu_backward)(blob_dtype, int64_t, const void *, const void *, void *);
-    blob_status (*softmax_loss_forward)(blob_dtype, int64_t, int64_t, const void *,
-                                        const void *, void *, void *);
-    blob_status (*softmax_loss_backward)(blob_dtype, int64_t, int64_t, const void *,
-                                         const void *, double, void *);
+    blob_status (*softmax_loss_forward)(blob_dtype, int64_t, int64_t, const void *, const void *,
+                                        void *, void *);
+    blob_status (*softmax_loss_backward)(blob_dtype, int64_t, int64_t, const void *, const void *,
+                                         double, void *);
     blob_status (*softmax_loss_forward_backward)(blob_dtype, int64_t, int64_t, const void *,
                                                  const void *, double, void *, void *, void *);
-    blob_status (*im2col)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
-                          void *);
-    blob_status (*col2im)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
-                          void *);
-    blob_status (*max_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t,
-                                    const void *, void *, int32_t *);
-    blob_status (*max_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t,
-                                     const void *, const int32_t *, void *);
-    blob_status (*avg_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t,
-                                    const void *, void *);
-    blob_status (*avg_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t,
-                                     const void *, void *);
-    blob_status (*optim_step)(const blob_optim *, blob_dtype, int, const int64_t *,
-                              void *const *, const void *const *, void *const *,
-                              void *const *, int64_t *);
+    blob_status (*im2col)(blob_dtype, const blob_conv_geometry *, int64_t, const void *, void *);
+    blob_status (*col2im)(blob_dtype, const blob_conv_geometry *, int64_t, const void *, void *);
+    blob_status (*max_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
+                                    void *, int32_t *);
+    blob_status (*max_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
+                                     const int32_t *, void *);
+    blob_status (*avg_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
+                                    void *);
+    blob_status (*avg_pool_backward)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
+                                     void *);
+    blob_status (*optim_step)(const blob_optim *, blob_dtype, int, const int64_t *, void *const *,
+                              const void *const *, void *const *, void *const *, int64_t *);
     blob_status (*data)(blob *, const void **);
     blob_status (*mutable_data)(blob *, void **);
     blob_status (*diff)(blob *, const void **);
@@ -170,8 +167,8 @@ typedef struct {
  * for the bias, and (chunks of several images) a reorder of the channel-major product
  * into NCHW (an im2col/col2im with a 1x1 kernel); backward reuses forward's columns when
  * the batch was one chunk, so the bottom must not change between the two (as in a net). */
-blob_status nn_conv_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
-                           const nn_conv_param *p, uint64_t seed);
+blob_status nn_conv_create(nn_layer **out, nn_mode mode, blob_dtype dtype, const nn_conv_param *p,
+                           uint64_t seed);
 
 /* Pooling of NCHW images over windows of each plane, Caffe's: the maximum (with the
  * cell chosen remembered for backward) or the average (Caffe's divisor, see
@@ -188,8 +185,7 @@ typedef struct {
 /* Errors: BLOB_EINVAL for a bad method, a kernel below 1, a pad below 0 or not below its
  * kernel; reshape refuses (BLOB_ESHAPE) a bottom that is not 4-D or whose plane is empty
  * or smaller than the window. */
-blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
-                           const nn_pool_param *p);
+blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype, const nn_pool_param *p);
 
 /* ReLU: top = max(bottom, 0), elementwise. */
 blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype);
@@ -207,8 +203,7 @@ blob *nn_softmax_loss_prob(const nn_layer *layer);
  * layer cannot take (its shape, or a dtype other than the layer's), libblob errors. */
 blob_status nn_layer_reshape(nn_layer *layer, blob *const *bottom, blob *top);
 blob_status nn_layer_forward(nn_layer *layer, blob *const *bottom, blob *top);
-blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down,
-                              blob *const *bottom);
+blob_status nn_layer_backward(nn_layer *layer, blob *top, bool propagate_down, blob *const *bottom);
 /* nn_layer_forward, then nn_layer_backward with top's diff as it is: for the last layer
  * of a training step (a loss, whose backward needs no top diff). A type that can do both
  * in one pass (SoftmaxWithLoss, in one kernel on the GPU) does. */

@@ -23,9 +23,17 @@ static blob_status pool_reshape(nn_layer *l, blob *const *bottom, blob *top)
         return BLOB_ESHAPE;
     const int64_t *s = blob_shape(x);
     blob_conv_geometry g = {
-        .channels = s[1], .height = s[2], .width = s[3],
-        .kernel_h = p->kernel_h, .kernel_w = p->kernel_w, .pad_h = p->pad_h, .pad_w = p->pad_w,
-        .stride_h = p->stride_h, .stride_w = p->stride_w, .dilation_h = 1, .dilation_w = 1,
+        .channels = s[1],
+        .height = s[2],
+        .width = s[3],
+        .kernel_h = p->kernel_h,
+        .kernel_w = p->kernel_w,
+        .pad_h = p->pad_h,
+        .pad_w = p->pad_w,
+        .stride_h = p->stride_h,
+        .stride_w = p->stride_w,
+        .dilation_h = 1,
+        .dilation_w = 1,
         .rounding = p->rounding,
     };
     int64_t oh, ow;
@@ -53,8 +61,7 @@ static blob_status pool_forward(nn_layer *l, blob *const *bottom, blob *top)
     return m->max_pool_forward(l->dtype, &pl->g, pl->num, x, y, argmax);
 }
 
-static blob_status pool_backward(nn_layer *l, blob *top, bool propagate_down,
-                                 blob *const *bottom)
+static blob_status pool_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
 {
     if (!propagate_down)
         return BLOB_OK;
@@ -72,8 +79,10 @@ static blob_status pool_backward(nn_layer *l, blob *top, bool propagate_down,
 
 static void pool_destroy(nn_layer *l) { blob_free(pool_of(l)->argmax); }
 
-static const nn_layer_ops pool_ops = {.reshape = pool_reshape, .forward = pool_forward,
-                                     .backward = pool_backward, .destroy = pool_destroy};
+static const nn_layer_ops pool_ops = {.reshape = pool_reshape,
+                                      .forward = pool_forward,
+                                      .backward = pool_backward,
+                                      .destroy = pool_destroy};
 
 blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
                            const nn_pool_param *param)
@@ -82,9 +91,9 @@ blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
     nn_pool_param p = *param;
     p.stride_h = p.stride_h ? p.stride_h : 1;
     p.stride_w = p.stride_w ? p.stride_w : 1;
-    if ((p.method != NN_POOL_MAX && p.method != NN_POOL_AVE) || p.kernel_h < 1 ||
-        p.kernel_w < 1 || p.pad_h < 0 || p.pad_w < 0 || p.pad_h >= p.kernel_h ||
-        p.pad_w >= p.kernel_w || p.stride_h < 1 || p.stride_w < 1 ||
+    if ((p.method != NN_POOL_MAX && p.method != NN_POOL_AVE) || p.kernel_h < 1 || p.kernel_w < 1 ||
+        p.pad_h < 0 || p.pad_w < 0 || p.pad_h >= p.kernel_h || p.pad_w >= p.kernel_w ||
+        p.stride_h < 1 || p.stride_w < 1 ||
         (p.rounding != BLOB_ROUND_FLOOR && p.rounding != BLOB_ROUND_CEIL))
         return BLOB_EINVAL;
     nn_layer *l;

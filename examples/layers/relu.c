@@ -17,8 +17,7 @@ static blob_status relu_forward(nn_layer *l, blob *const *bottom, blob *top)
     return l->m->relu_forward(l->dtype, blob_count(top), x, y);
 }
 
-static blob_status relu_backward(nn_layer *l, blob *top, bool propagate_down,
-                                 blob *const *bottom)
+static blob_status relu_backward(nn_layer *l, blob *top, bool propagate_down, blob *const *bottom)
 {
     if (!propagate_down)
         return BLOB_OK;
@@ -30,8 +29,8 @@ static blob_status relu_backward(nn_layer *l, blob *top, bool propagate_down,
     return l->m->relu_backward(l->dtype, blob_count(top), x, dy, dx);
 }
 
-static const nn_layer_ops relu_ops = {.reshape = relu_reshape, .forward = relu_forward,
-                                      .backward = relu_backward};
+static const nn_layer_ops relu_ops = {
+    .reshape = relu_reshape, .forward = relu_forward, .backward = relu_backward};
 
 blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 {

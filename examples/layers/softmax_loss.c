@@ -40,11 +40,10 @@ static blob_status softmax_loss_pass(nn_layer *l, blob *const *bottom, blob *top
     if (backward) {
         NN_TRY(m->mutable_diff(bottom[0], &dlogits));
         NN_TRY(m->softmax_loss_forward_backward(l->dtype, shape[0], shape[1], logits, labels,
-                                                1.0 / (double)shape[0], prob, row_loss,
-                                                dlogits));
+                                                1.0 / (double)shape[0], prob, row_loss, dlogits));
     } else {
-        NN_TRY(m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob,
-                                       row_loss));
+        NN_TRY(
+            m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob, row_loss));
     }
     /* mean over rows: a 1 x 1 product (1 x M row losses by M x 1 weights), so nothing
      * waits for the result, in float32 whatever the math mode (on the GPU one cuBLASLt
@@ -97,10 +96,11 @@ static void softmax_loss_destroy(nn_layer *l)
     blob_free(sl->weights);
 }
 
-static const nn_layer_ops softmax_loss_ops = {
-    .reshape = softmax_loss_reshape, .forward = softmax_loss_forward,
-    .backward = softmax_loss_backward, .destroy = softmax_loss_destroy,
-    .forward_backward = softmax_loss_forward_backward};
+static const nn_layer_ops softmax_loss_ops = {.reshape = softmax_loss_reshape,
+                                              .forward = softmax_loss_forward,
+                                              .backward = softmax_loss_backward,
+                                              .destroy = softmax_loss_destroy,
+                                              .forward_backward = softmax_loss_forward_backward};
 
 blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtype)
 {

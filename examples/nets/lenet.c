@@ -14,8 +14,13 @@ enum { CONV1 = 16, CONV2 = 32, HIDDEN = 500, CLASSES = 10 };
 static blob_status add_conv(net *n, const char *name, nn_mode mode, blob_dtype dtype,
                             int64_t channels, int64_t num_output, int64_t pad, uint64_t seed)
 {
-    nn_conv_param p = {.channels = channels, .num_output = num_output, .kernel_h = 5,
-                       .kernel_w = 5, .pad_h = pad, .pad_w = pad, .filler = NN_FILL_HE};
+    nn_conv_param p = {.channels = channels,
+                       .num_output = num_output,
+                       .kernel_h = 5,
+                       .kernel_w = 5,
+                       .pad_h = pad,
+                       .pad_w = pad,
+                       .filler = NN_FILL_HE};
     nn_layer *l;
     NN_TRY(nn_conv_create(&l, mode, dtype, &p, seed));
     return net_add(n, name, l);
@@ -30,8 +35,12 @@ static blob_status add_relu(net *n, const char *name, nn_mode mode, blob_dtype d
 
 static blob_status add_max_pool(net *n, const char *name, nn_mode mode, blob_dtype dtype)
 {
-    nn_pool_param p = {.method = NN_POOL_MAX, .kernel_h = 2, .kernel_w = 2, .stride_h = 2,
-                       .stride_w = 2, .rounding = BLOB_ROUND_CEIL};
+    nn_pool_param p = {.method = NN_POOL_MAX,
+                       .kernel_h = 2,
+                       .kernel_w = 2,
+                       .stride_h = 2,
+                       .stride_w = 2,
+                       .rounding = BLOB_ROUND_CEIL};
     nn_layer *l;
     NN_TRY(nn_pool_create(&l, mode, dtype, &p));
     return net_add(n, name, l);
@@ -53,7 +62,13 @@ static blob_status build(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed)
 }
 
 static const net_def lenet = {
-    .name = "lenet", .title = "LeNet 16-32-500", .input_axes = 3,
-    .input_shape = {1, 28, 28}, .build = build, .epochs = 8, .lr_step = 5, .lr = 0.03,
+    .name = "lenet",
+    .title = "LeNet 16-32-500",
+    .input_axes = 3,
+    .input_shape = {1, 28, 28},
+    .build = build,
+    .epochs = 8,
+    .lr_step = 5,
+    .lr = 0.03,
 };
 NET_DEFINE(lenet)

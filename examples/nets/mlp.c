@@ -21,18 +21,23 @@ static blob_status build_widths(net *n, nn_mode mode, blob_dtype dtype, uint64_t
     return net_add(n, "loss", loss);
 }
 
-#define MLP(var, label, title_, epochs_, lr_, ...)                                                \
-    static blob_status build_##var(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed) \
-    {                                                                                     \
-        static const int64_t widths[] = {__VA_ARGS__};                                    \
-        return build_widths(n, mode, dtype, seed, (int)(sizeof widths / sizeof widths[0]),   \
-                         widths);                                                         \
-    }                                                                                     \
-    static const net_def var = {                                                          \
-        .name = label, .title = title_, .input_axes = 3,                                  \
-        .input_shape = {1, 28, 28}, .build = build_##var, .epochs = epochs_,              \
-        .lr_step = 10, .lr = lr_,                                                         \
-    };                                                                                    \
+#define MLP(var, label, title_, epochs_, lr_, ...)                                         \
+    static blob_status build_##var(net *n, nn_mode mode, blob_dtype dtype, uint64_t seed)  \
+    {                                                                                      \
+        static const int64_t widths[] = {__VA_ARGS__};                                     \
+        return build_widths(n, mode, dtype, seed, (int)(sizeof widths / sizeof widths[0]), \
+                            widths);                                                       \
+    }                                                                                      \
+    static const net_def var = {                                                           \
+        .name = label,                                                                     \
+        .title = title_,                                                                   \
+        .input_axes = 3,                                                                   \
+        .input_shape = {1, 28, 28},                                                        \
+        .build = build_##var,                                                              \
+        .epochs = epochs_,                                                                 \
+        .lr_step = 10,                                                                     \
+        .lr = lr_,                                                                         \
+    };                                                                                     \
     NET_DEFINE(var)
 
 /* 20 epochs reach about 89% test accuracy (88.3% is the dataset README's MLP figure). */

@@ -6,7 +6,7 @@
 
 #define MAX_LAYERS 32
 #define MAX_PARAMS (MAX_LAYERS * 2)
-#define MAX_DEFS 16
+#define MAX_DEFS   16
 
 /* The results of a step or forward pass, copied to the host behind it. */
 typedef struct {
@@ -22,26 +22,26 @@ struct net {
     int num_layers;
     nn_layer *layers[MAX_LAYERS];
     char layer_names[MAX_LAYERS][16];
-    blob *tops[MAX_LAYERS];       /* tops[i] is written by layers[i]; the last is the loss */
+    blob *tops[MAX_LAYERS]; /* tops[i] is written by layers[i]; the last is the loss */
     int num_params;
-    int first_param[MAX_LAYERS];  /* of layers[i] in params */
-    blob *params[MAX_PARAMS];     /* the layers' blobs, viewing flat's memory */
+    int first_param[MAX_LAYERS]; /* of layers[i] in params */
+    blob *params[MAX_PARAMS];    /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
-    blob *flat;                   /* every parameter (data) and its gradient (diff) */
-    blob *history;                /* the momentum, one per element of flat */
-    blob_syncedmem *steps;        /* fused: the step counters of the updates, two sets */
-    int64_t split;                /* see sgd_update; 0: one update of all of flat */
-    result results[NET_RESULTS];  /* of the last calls, the last at last_result */
+    blob *flat;                  /* every parameter (data) and its gradient (diff) */
+    blob *history;               /* the momentum, one per element of flat */
+    blob_syncedmem *steps;       /* fused: the step counters of the updates, two sets */
+    int64_t split;               /* see sgd_update; 0: one update of all of flat */
+    result results[NET_RESULTS]; /* of the last calls, the last at last_result */
     int last_result;
-    void *side;                   /* NN_GPU: the layers' side stream (see step), or NULL */
-    blob_event *results_ready;    /* with side: where a captured step's results are done */
-    bool capturing;               /* a step is being captured into a graph */
-    blob_comm_list *comm_params;  /* data parallel: params registered with cfg.comm */
-    bool handed[MAX_LAYERS];      /* layer i's diffs went to the communicator this step */
-    bool warm;                    /* a full-batch step ran, so all memory exists */
+    void *side;                  /* NN_GPU: the layers' side stream (see step), or NULL */
+    blob_event *results_ready;   /* with side: where a captured step's results are done */
+    bool capturing;              /* a step is being captured into a graph */
+    blob_comm_list *comm_params; /* data parallel: params registered with cfg.comm */
+    bool handed[MAX_LAYERS];     /* layer i's diffs went to the communicator this step */
+    bool warm;                   /* a full-batch step ran, so all memory exists */
     int num_graphs;
-    blob_graph *last_graph;       /* of the last training step, NULL if eager */
-    struct { /* a graph bakes in device pointers: keyed by them, not by the blobs */
+    blob_graph *last_graph; /* of the last training step, NULL if eager */
+    struct {                /* a graph bakes in device pointers: keyed by them, not by the blobs */
         const void *x, *labels;
         int64_t rows;
         blob_graph *graph;
@@ -74,8 +74,7 @@ blob_status net_add(net *n, const char *name, nn_layer *layer)
 {
     if (!layer)
         return BLOB_EINVAL;
-    if (n->num_layers == MAX_LAYERS ||
-        n->num_params + nn_layer_num_params(layer) > MAX_PARAMS ||
+    if (n->num_layers == MAX_LAYERS || n->num_params + nn_layer_num_params(layer) > MAX_PARAMS ||
         strlen(name) >= sizeof n->layer_names[0]) {
         nn_layer_free(layer);
         return BLOB_EINVAL;
@@ -97,8 +96,10 @@ blob_status net_add_ip(net *n, const char *name, const char *relu_name, int64_t 
                        int64_t num_output, uint64_t seed)
 {
     const net_config *c = &n->cfg;
-    nn_ip_param p = {.num_input = num_input, .num_output = num_output,
-                     .relu = relu_name && !c->plain, .plain = c->plain};
+    nn_ip_param p = {.num_input = num_input,
+                     .num_output = num_output,
+                     .relu = relu_name && !c->plain,
+                     .plain = c->plain};
     nn_layer *l;
     NN_TRY(nn_ip_create(&l, c->mode, c->dtype, &p, seed));
     NN_TRY(net_add(n, name, l));
@@ -187,8 +188,7 @@ static blob_status join_ranks(net *n, blob_comm *comm, blob_status built)
 {
     bool ok = built == BLOB_OK;
     blob_comm_list *l = NULL;
-    blob_status st = blob_comm_list_create(&l, comm, ok ? n->params : NULL,
-                                           ok ? n->num_params : 0);
+    blob_status st = blob_comm_list_create(&l, comm, ok ? n->params : NULL, ok ? n->num_params : 0);
     if (!ok)
         return built;
     NN_TRY(st);
@@ -212,8 +212,7 @@ static blob_status join_ranks(net *n, blob_comm *comm, blob_status built)
 blob_status net_create(net **out, const net_config *cfg)
 {
     *out = NULL;
-    if (!cfg->def || cfg->batch <= 0 ||
-        (cfg->graph && (cfg->mode != NN_GPU || !blob_stream_get())))
+    if (!cfg->def || cfg->batch <= 0 || (cfg->graph && (cfg->mode != NN_GPU || !blob_stream_get())))
         return BLOB_EINVAL;
     if (cfg->comm && blob_comm_size(cfg->comm) > 1 && (cfg->mode != NN_GPU || cfg->graph))
         return BLOB_ENOTSUP;
@@ -416,10 +415,10 @@ static blob_status sgd_update(net *n)
     NN_TRY(m->data(n->flat, &w));
     NN_TRY(m->mutable_diff(n->flat, &dw));
     NN_TRY(m->mutable_data(n->history, &h));
-    NN_TRY(m->axpy(c->dtype, count, c->weight_decay, w, dw));      /* diff += wd * data */
-    NN_TRY(m->axpby(c->dtype, count, c->lr, dw, c->momentum, h));  /* h = lr * diff + mom * h */
-    NN_TRY(m->copy(c->dtype, count, h, dw));                       /* diff = h */
-    return blob_update(n->flat);                                   /* data -= diff */
+    NN_TRY(m->axpy(c->dtype, count, c->weight_decay, w, dw));     /* diff += wd * data */
+    NN_TRY(m->axpby(c->dtype, count, c->lr, dw, c->momentum, h)); /* h = lr * diff + mom * h */
+    NN_TRY(m->copy(c->dtype, count, h, dw));                      /* diff = h */
+    return blob_update(n->flat);                                  /* data -= diff */
 }
 
 /* Data parallel, fused: each bucket's parameters are updated as soon as its sums are
@@ -506,14 +505,13 @@ static blob_status step(net *n, blob *x, blob *labels)
 
 /* The graph of a step on (x, labels), whose device data are at dx and dlabels, captured
  * now if the net is warm and there is room; NULL means run eagerly. */
-static blob_status graph_for(net *n, blob *x, blob *labels, const void *dx,
-                             const void *dlabels, blob_graph **out)
+static blob_status graph_for(net *n, blob *x, blob *labels, const void *dx, const void *dlabels,
+                             blob_graph **out)
 {
     int64_t rows = blob_shape(x)[0];
     *out = NULL;
     for (int i = 0; i < n->num_graphs; i++)
-        if (n->graphs[i].x == dx && n->graphs[i].labels == dlabels &&
-            n->graphs[i].rows == rows) {
+        if (n->graphs[i].x == dx && n->graphs[i].labels == dlabels && n->graphs[i].rows == rows) {
             *out = n->graphs[i].graph;
             return BLOB_OK;
         }
@@ -718,8 +716,8 @@ blob_comm_list *net_comm_list(const net *n) { return n->comm_params; }
 blob *net_param(const net *n, int i) { return n->params[i]; }
 const char *net_param_name(const net *n, int i) { return n->names[i]; }
 
-blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int classes,
-                           int stride, int offset, uint64_t *rng, blob **x, blob **y)
+blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int classes, int stride,
+                           int offset, uint64_t *rng, blob **x, blob **y)
 {
     int64_t xshape[4] = {rows};
     for (int i = 0; i < def->input_axes; i++)

@@ -56,7 +56,7 @@ typedef struct {
     int64_t batch;
 } net_def;
 
-#define NET_DEFINE(def)                                                       \
+#define NET_DEFINE(def) \
     static void __attribute__((constructor)) net_define_##def(void) { net_register(&def); }
 void net_register(const net_def *def);
 
@@ -79,8 +79,8 @@ typedef struct {
     const net_def *def;
     nn_mode mode;
     blob_dtype dtype;
-    int64_t batch;         /* the largest number of rows per call */
-    uint64_t seed;         /* weight initialisation */
+    int64_t batch; /* the largest number of rows per call */
+    uint64_t seed; /* weight initialisation */
     double lr, momentum, weight_decay;
     /* NN_GPU only: run training steps of cfg.batch rows as CUDA graphs. The first step
      * of cfg.batch rows runs eagerly and creates all memory; after it, the first such
@@ -182,8 +182,8 @@ blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct);
 /* A fake batch for def on mode's device (float32, already there on the GPU): x of rows
  * inputs uniform in [0, 1) from *rng, y of rows labels, (stride x i + offset) mod
  * classes, or drawn from *rng after x when stride is 0. On failure both are NULL. */
-blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int classes,
-                           int stride, int offset, uint64_t *rng, blob **x, blob **y);
+blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int classes, int stride,
+                           int offset, uint64_t *rng, blob **x, blob **y);
 
 /* The learnable parameters in layer order, with names such as "ip1.weights",
  * "ip1.bias", ... Their data and diffs are views of one flat

@@ -24,21 +24,13 @@ static axis nice_axis(double lo, double hi)
 
 static int ticks(axis a) { return (int)lround((a.hi - a.lo) / a.step); }
 
-static double px(int epoch, int epochs)
-{
-    return LEFT + (epoch - 0.5) / epochs * (RIGHT - LEFT);
-}
+static double px(int epoch, int epochs) { return LEFT + (epoch - 0.5) / epochs * (RIGHT - LEFT); }
 
-static double py(double v, axis a)
-{
-    return BOTTOM - (v - a.lo) / (a.hi - a.lo) * (BOTTOM - TOP);
-}
+static double py(double v, axis a) { return BOTTOM - (v - a.lo) / (a.hi - a.lo) * (BOTTOM - TOP); }
 
-static void text(FILE *f, double x, double y, const char *anchor, const char *color,
-                 const char *s)
+static void text(FILE *f, double x, double y, const char *anchor, const char *color, const char *s)
 {
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\">", x, y, anchor,
-            color);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\">", x, y, anchor, color);
     for (; *s; s++)
         switch (*s) {
         case '<': fputs("&lt;", f); break;
@@ -50,11 +42,10 @@ static void text(FILE *f, double x, double y, const char *anchor, const char *co
 }
 
 /* A polyline with a dot at every point; values scaled by `scale` first. */
-static void series(FILE *f, int epochs, const double *v, double scale, axis a,
-                   const char *color, const char *dash)
+static void series(FILE *f, int epochs, const double *v, double scale, axis a, const char *color,
+                   const char *dash)
 {
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color,
-            dash);
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color, dash);
     for (int e = 0; e < epochs; e++)
         fprintf(f, "%s%.1f,%.1f", e ? " " : "", px(e + 1, epochs), py(v[e] * scale, a));
     fputs("\"/>\n", f);
@@ -63,20 +54,22 @@ static void series(FILE *f, int epochs, const double *v, double scale, axis a,
                 py(v[e] * scale, a), color);
 }
 
-static void legend_entry(FILE *f, double x, const char *color, const char *dash,
-                         const char *label)
+static void legend_entry(FILE *f, double x, const char *color, const char *dash, const char *label)
 {
     double y = HEIGHT - 22;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-               "stroke-width=\"2\"%s/>\n", x, y - 4, x + 24, y - 4, color, dash);
+    fprintf(f,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+            "stroke-width=\"2\"%s/>\n",
+            x, y - 4, x + 24, y - 4, color, dash);
     text(f, x + 30, y, "start", "#333", label);
 }
 
 /* The canvas and the title. */
 static void head(FILE *f, const char *title)
 {
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"13\">\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"13\">\n",
             WIDTH, HEIGHT, WIDTH, HEIGHT);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", WIDTH, HEIGHT);
     fputs("<g font-size=\"16\">\n", f);
@@ -90,15 +83,15 @@ static void y_ticks(FILE *f, axis la, axis aa)
     char label[32];
     for (int i = 0; i <= ticks(la); i++) {
         double v = la.lo + i * la.step;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n",
-                LEFT, py(v, la), RIGHT, py(v, la));
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", LEFT,
+                py(v, la), RIGHT, py(v, la));
         snprintf(label, sizeof label, "%g", v);
         text(f, LEFT - 8, py(v, la) + 4, "end", "#333", label);
     }
     for (int i = 0; i <= ticks(aa); i++) {
         double v = aa.lo + i * aa.step;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#333\"/>\n",
-                RIGHT, py(v, aa), RIGHT + 5, py(v, aa));
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#333\"/>\n", RIGHT,
+                py(v, aa), RIGHT + 5, py(v, aa));
         snprintf(label, sizeof label, "%g%%", v);
         text(f, RIGHT + 8, py(v, aa) + 4, "start", "#333", label);
     }
@@ -122,8 +115,10 @@ static void x_ticks(FILE *f, int epochs)
 /* The plot area's frame and the axes' titles. */
 static void frame(FILE *f)
 {
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
-               "stroke=\"#333\"/>\n", LEFT, TOP, RIGHT - LEFT, BOTTOM - TOP);
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+            "stroke=\"#333\"/>\n",
+            LEFT, TOP, RIGHT - LEFT, BOTTOM - TOP);
     text(f, (LEFT + RIGHT) / 2.0, BOTTOM + 42, "middle", "#333", "epoch");
     fprintf(f, "<g transform=\"translate(%d %d) rotate(-90)\">\n", LEFT - 52, (TOP + BOTTOM) / 2);
     text(f, 0, 0, "middle", COLOR_LOSS, "training loss");

@@ -56,11 +56,15 @@ typedef struct {
 /* Epochs, batch size, learning rate and its step come from the net's definition unless
  * given (a batch size of 0 there means DEFAULT_BATCH). */
 static const options defaults = {
-    .out_dir = "demo-out", .lr_gamma = 0.1, .momentum = 0.9, .weight_decay = 5e-4,
-    .seed = 1, .lr_step = -1,
+    .out_dir = "demo-out",
+    .lr_gamma = 0.1,
+    .momentum = 0.9,
+    .weight_decay = 5e-4,
+    .seed = 1,
+    .lr_step = -1,
 };
-#define DEFAULT_NET "mlp"
-#define MAX_GPUS 64
+#define DEFAULT_NET   "mlp"
+#define MAX_GPUS      64
 #define DEFAULT_BATCH 64
 
 /* How an option's value is taken. */
@@ -78,12 +82,12 @@ typedef enum {
 typedef struct {
     const char *name, *arg; /* "--net", "NAME"; arg NULL for a flag */
     opt_kind kind;
-    size_t field;           /* offsetof(options, ...) (not OPT_CALL) */
-    double lo, hi;          /* the bounds of a number */
-    bool (*take)(options *o, const char *v);           /* OPT_CALL */
-    const char *help;       /* a printf format given the field's default, if it is text,
+    size_t field;                            /* offsetof(options, ...) (not OPT_CALL) */
+    double lo, hi;                           /* the bounds of a number */
+    bool (*take)(options *o, const char *v); /* OPT_CALL */
+    const char *help;           /* a printf format given the field's default, if it is text,
                              * a number with a fraction or the seed */
-    void (*more_help)(FILE *f);                        /* printed after help, or NULL */
+    void (*more_help)(FILE *f); /* printed after help, or NULL */
 } option_spec;
 
 static bool take_net(options *o, const char *v)
@@ -119,39 +123,42 @@ static void net_list(FILE *f)
 }
 
 #define FIELD(f) offsetof(options, f)
-#define WRAP "\n                      " /* a help line's continuation */
+#define WRAP     "\n                      " /* a help line's continuation */
 
 static const option_spec option_specs[] = {
-    {"--net", "NAME", OPT_CALL, 0, 0, 0, take_net,
-     "the net to train (default " DEFAULT_NET "):\n", net_list},
+    {"--net", "NAME", OPT_CALL, 0, 0, 0, take_net, "the net to train (default " DEFAULT_NET "):\n",
+     net_list},
     {"--data", "DIR", OPT_TEXT, FIELD(data_dir), 0, 0, NULL,
-     "Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR," WRAP
-     "else " FMNIST_DEFAULT_DIR ")\n", NULL},
+     "Fashion-MNIST IDX files (default: $FASHION_MNIST_DIR," WRAP "else " FMNIST_DEFAULT_DIR ")\n",
+     NULL},
     {"--out", "DIR", OPT_TEXT, FIELD(out_dir), 0, 0, NULL,
      "where the weights (.npy) and curve.svg go (default %s)\n", NULL},
-    {"--device", "cpu|gpu", OPT_CALL, 0, 0, 0, take_device,
-     "default: gpu when one is present\n", NULL},
+    {"--device", "cpu|gpu", OPT_CALL, 0, 0, 0, take_device, "default: gpu when one is present\n",
+     NULL},
     {"--graph", NULL, OPT_FLAG, FIELD(graph), 0, 0, NULL,
      "run training steps as CUDA graphs (one gpu only)\n", NULL},
     {"--math", "MODE", OPT_CALL, 0, 0, 0, take_math,
      "GPU GEMMs in fp32 (exact), tf32 or bf16 (tensor cores," WRAP
-     "float32 storage and accumulation); default: $BLOB_MATH_MODE," WRAP "else fp32\n", NULL},
+     "float32 storage and accumulation); default: $BLOB_MATH_MODE," WRAP "else fp32\n",
+     NULL},
     {"--plain", NULL, OPT_FLAG, FIELD(plain), 0, 0, NULL,
      "Caffe's layers and update (gemm, bias by a ones-gemm, ReLU" WRAP
-     "layers, a four-kernel SGD) instead of the fused ones\n", NULL},
+     "layers, a four-kernel SGD) instead of the fused ones\n",
+     NULL},
     {"--gpus", "N", OPT_INT, FIELD(gpus), 1, MAX_GPUS, NULL,
      "data parallel on GPUs 0..N-1, a thread each, with --batch" WRAP
-     "images per GPU (blob-launch --nproc N train ... runs a" WRAP
-     "process per GPU instead)\n", NULL},
-    {"--epochs", "N", OPT_INT, FIELD(epochs), 1, 10000, NULL,
-     "at most 10000, default: the net's\n", NULL},
+     "images per GPU (blob-launch --nproc N train ... runs a" WRAP "process per GPU instead)\n",
+     NULL},
+    {"--epochs", "N", OPT_INT, FIELD(epochs), 1, 10000, NULL, "at most 10000, default: the net's\n",
+     NULL},
     {"--batch", "N", OPT_INT64, FIELD(batch), 1, 1 << 20, NULL,
      "at most 2^20, default: the net's\n", NULL},
     {"--lr", "X", OPT_REAL, FIELD(lr), DBL_MIN, 1000, NULL,
      "learning rate, > 0 and at most 1000, default: the net's\n", NULL},
     {"--lr-step", "N", OPT_INT, FIELD(lr_step), 0, 10000, NULL,
      "multiply it by --lr-gamma every N epochs (0: never, at" WRAP
-     "most 10000), default: the net's\n", NULL},
+     "most 10000), default: the net's\n",
+     NULL},
     {"--lr-gamma", "X", OPT_REAL, FIELD(lr_gamma), DBL_MIN, 1000, NULL,
      "> 0 and at most 1000, default %g\n", NULL},
     {"--momentum", "X", OPT_REAL, FIELD(momentum), 0, 0x1.fffffffffffffp-1 /* below 1 */, NULL,
@@ -192,7 +199,8 @@ static void usage(FILE *f)
     for (size_t k = 0; k < NUM_OPTIONS; k++)
         option_help(f, &option_specs[k]);
     fputs("X is a decimal number (5e-4 too), N decimal digits, >= 1 (--lr-step and --seed:\n"
-          ">= 0); no sign, space, hex, inf or nan.\n", f);
+          ">= 0); no sign, space, hex, inf or nan.\n",
+          f);
 }
 
 /* v as a number in [lo, hi]: a decimal, with an exponent ("5e-4") unless whole (digits
@@ -247,8 +255,8 @@ static bool take_value(options *o, const option_spec *s, const char *v)
 static void fill_defaults(options *o)
 {
     if (!o->data_dir)
-        o->data_dir = getenv("FASHION_MNIST_DIR") ? getenv("FASHION_MNIST_DIR")
-                                                  : FMNIST_DEFAULT_DIR;
+        o->data_dir =
+            getenv("FASHION_MNIST_DIR") ? getenv("FASHION_MNIST_DIR") : FMNIST_DEFAULT_DIR;
     if (!o->net)
         o->net = net_def_find(DEFAULT_NET);
     if (!o->epochs)
@@ -290,7 +298,7 @@ static options parse_options(int argc, char **argv)
  * and labels. */
 typedef struct {
     blob *x[2], *labels[2];
-    int axes;          /* of x: rows, then the net's input shape */
+    int axes; /* of x: rows, then the net's input shape */
     int64_t shape[4];
     int next;          /* the buffer the next fill goes into */
     void *copy_stream; /* GPU mode: where pushes are queued */
@@ -503,7 +511,7 @@ static blob_status train(trainer *t, double *test_accuracy)
     const world *w = &t->world;
     int64_t used = t->used, global = o->batch * w->size;
     int64_t per_epoch = used / global * global; /* whole global batches only */
-    uint64_t rng = o->seed; /* the same order on every rank */
+    uint64_t rng = o->seed;                     /* the same order on every rank */
     double *loss = t->curves, *train_acc = loss + o->epochs, *test_acc = train_acc + o->epochs;
     double t0 = nn_now(), train_seconds = 0;
     int64_t steps = 0;
@@ -521,8 +529,8 @@ static blob_status train(trainer *t, double *test_accuracy)
             net_set_lr(t->net, o->lr * pow(o->lr_gamma, e / o->lr_step));
         NN_TRY(run_pass(t->net, &t->feed, w, &t->train, t->order, per_epoch, o->batch, true,
                         tty ? bar : NULL, &tr));
-        NN_TRY(run_pass(t->net, &t->feed, w, &t->test, NULL, t->test.count, o->batch, false,
-                        NULL, &te));
+        NN_TRY(run_pass(t->net, &t->feed, w, &t->test, NULL, t->test.count, o->batch, false, NULL,
+                        &te));
         loss[e] = tr.loss / (double)tr.rows;
         train_acc[e] = (double)tr.correct / (double)tr.rows;
         test_acc[e] = (double)te.correct / (double)te.rows;
@@ -530,8 +538,8 @@ static blob_status train(trainer *t, double *test_accuracy)
         steps += tr.steps;
         if (w->rank)
             continue;
-        printf("%s%s  loss %.4f  train %.2f%%  test %.2f%%  %.1f s\n", tty ? "\r\033[K" : "",
-               bar, loss[e], 100 * train_acc[e], 100 * test_acc[e], nn_now() - e0);
+        printf("%s%s  loss %.4f  train %.2f%%  test %.2f%%  %.1f s\n", tty ? "\r\033[K" : "", bar,
+               loss[e], 100 * train_acc[e], 100 * test_acc[e], nn_now() - e0);
         fflush(stdout);
     }
     *test_accuracy = test_acc[o->epochs - 1];
@@ -595,8 +603,8 @@ static void print_header(const trainer *t)
 {
     const options *o = &t->o;
     const world *w = &t->world;
-    printf("%s on Fashion-MNIST (%s): %lld training images, %lld test images\n",
-           o->net->title, o->data_dir, (long long)t->used, (long long)t->test.count);
+    printf("%s on Fashion-MNIST (%s): %lld training images, %lld test images\n", o->net->title,
+           o->data_dir, (long long)t->used, (long long)t->test.count);
     int device = 0;
     if (w->size > 1)
         printf("device: %d GPUs, a %s each, eager", w->size, w->threads ? "thread" : "process");
@@ -613,8 +621,8 @@ static void print_header(const trainer *t)
     printf(", lr %g", o->lr);
     if (o->lr_step)
         printf(" (x%g every %d epochs)", o->lr_gamma, o->lr_step);
-    printf(", momentum %g, weight decay %g, %d epochs, seed %llu\n", o->momentum,
-           o->weight_decay, o->epochs, (unsigned long long)o->seed);
+    printf(", momentum %g, weight decay %g, %d epochs, seed %llu\n", o->momentum, o->weight_decay,
+           o->epochs, (unsigned long long)o->seed);
     blob_blas_info blas;
     if (t->mode == NN_CPU && blob_blas_get_info(&blas) == BLOB_OK)
         printf("host BLAS: %s\n", blas.summary);
@@ -659,9 +667,16 @@ static int run(trainer *t)
         print_header(t);
 
     net_config cfg = {
-        .def = o->net, .mode = t->mode, .dtype = BLOB_FLOAT32, .batch = o->batch,
-        .seed = o->seed, .lr = o->lr, .momentum = o->momentum,
-        .weight_decay = o->weight_decay, .graph = o->graph, .plain = o->plain,
+        .def = o->net,
+        .mode = t->mode,
+        .dtype = BLOB_FLOAT32,
+        .batch = o->batch,
+        .seed = o->seed,
+        .lr = o->lr,
+        .momentum = o->momentum,
+        .weight_decay = o->weight_decay,
+        .graph = o->graph,
+        .plain = o->plain,
         .comm = w->comm,
     };
     void *compute = NULL, *copy = NULL;
@@ -707,8 +722,7 @@ static int run_launched(trainer *t, const blob_comm_options *co)
     blob_comm *c;
     blob_status st = blob_comm_create(&c, co);
     if (st != BLOB_OK) {
-        fprintf(stderr, "train: rank %d: %s: %s\n", co->rank, blob_strerror(st),
-                blob_last_error());
+        fprintf(stderr, "train: rank %d: %s: %s\n", co->rank, blob_strerror(st), blob_last_error());
         return 1;
     }
     t->world = (world){.comm = c, .rank = co->rank, .size = co->world_size};

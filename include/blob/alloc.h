@@ -36,22 +36,34 @@ typedef struct {
     int device; /* GPU id for BLOB_PLACE_DEVICE, otherwise 0 */
 } blob_place;
 
-static inline blob_place blob_place_host(void) { blob_place p = {BLOB_PLACE_HOST, 0}; return p; }
-static inline blob_place blob_place_pinned(void) { blob_place p = {BLOB_PLACE_PINNED, 0}; return p; }
-static inline blob_place blob_place_device(int device) { blob_place p = {BLOB_PLACE_DEVICE, device}; return p; }
+static inline blob_place blob_place_host(void)
+{
+    blob_place p = {BLOB_PLACE_HOST, 0};
+    return p;
+}
+static inline blob_place blob_place_pinned(void)
+{
+    blob_place p = {BLOB_PLACE_PINNED, 0};
+    return p;
+}
+static inline blob_place blob_place_device(int device)
+{
+    blob_place p = {BLOB_PLACE_DEVICE, device};
+    return p;
+}
 
 typedef struct {
-    size_t in_use;           /* bytes of blocks handed out and not yet freed (requests
+    size_t in_use;          /* bytes of blocks handed out and not yet freed (requests
                                 rounded up to 512 B, or up to 1/8 more when not split) */
-    size_t in_use_peak;      /* highest in_use since the last reset */
-    size_t reserved;         /* bytes obtained from the driver and not returned */
-    size_t reserved_peak;    /* highest reserved since the last reset */
-    size_t cached_limit;     /* cap on cached (reserved - in_use) bytes; SIZE_MAX if none */
-    uint64_t requests;       /* allocation requests served */
-    uint64_t cache_hits;     /* requests served from cached memory */
-    uint64_t driver_allocs;  /* allocations made by the driver */
-    uint64_t driver_frees;   /* frees made by the driver */
-    uint64_t oom_count;      /* requests that failed for lack of memory */
+    size_t in_use_peak;     /* highest in_use since the last reset */
+    size_t reserved;        /* bytes obtained from the driver and not returned */
+    size_t reserved_peak;   /* highest reserved since the last reset */
+    size_t cached_limit;    /* cap on cached (reserved - in_use) bytes; SIZE_MAX if none */
+    uint64_t requests;      /* allocation requests served */
+    uint64_t cache_hits;    /* requests served from cached memory */
+    uint64_t driver_allocs; /* allocations made by the driver */
+    uint64_t driver_frees;  /* frees made by the driver */
+    uint64_t oom_count;     /* requests that failed for lack of memory */
 } blob_alloc_stats;
 
 /* Allocate `bytes` at a place from its allocator (the memory blobs use), e.g. a device

@@ -46,74 +46,64 @@ extern "C" {
 #endif
 
 /* The whole family, declared for both sides by one macro so the two cannot drift. */
-#define BLOB__MATH_DECLARE(side)                                                            \
-    /* C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) K x N, C M x N. */       \
-    BLOB_API blob_status blob_##side##_gemm(blob_dtype dtype, blob_trans trans_a,           \
-                                            blob_trans trans_b, int64_t M, int64_t N,       \
-                                            int64_t K, double alpha, const void *A,         \
-                                            const void *B, double beta, void *C);           \
-    /* y = alpha * op(A) * x + beta * y; A is M x N. */                                     \
-    BLOB_API blob_status blob_##side##_gemv(blob_dtype dtype, blob_trans trans_a,           \
-                                            int64_t M, int64_t N, double alpha,             \
-                                            const void *A, const void *x, double beta,      \
-                                            void *y);                                       \
-    /* y += alpha * x */                                                                    \
-    BLOB_API blob_status blob_##side##_axpy(blob_dtype dtype, int64_t n, double alpha,      \
-                                            const void *x, void *y);                        \
-    /* y = alpha * x + beta * y */                                                          \
-    BLOB_API blob_status blob_##side##_axpby(blob_dtype dtype, int64_t n, double alpha,     \
-                                             const void *x, double beta, void *y);          \
-    /* x *= alpha */                                                                        \
-    BLOB_API blob_status blob_##side##_scal(blob_dtype dtype, int64_t n, double alpha,      \
-                                            void *x);                                       \
-    /* *out = sum x[i] * y[i] */                                                            \
-    BLOB_API blob_status blob_##side##_dot(blob_dtype dtype, int64_t n, const void *x,      \
-                                           const void *y, double *out);                     \
-    /* *out = sum |x[i]| */                                                                 \
-    BLOB_API blob_status blob_##side##_asum(blob_dtype dtype, int64_t n, const void *x,     \
-                                            double *out);                                   \
-    /* y = x */                                                                             \
-    BLOB_API blob_status blob_##side##_copy(blob_dtype dtype, int64_t n, const void *x,     \
-                                            void *y);                                       \
-    /* y[i] = alpha */                                                                      \
-    BLOB_API blob_status blob_##side##_set(blob_dtype dtype, int64_t n, double alpha,       \
-                                           void *y);                                        \
-    /* y[i] += alpha */                                                                     \
-    BLOB_API blob_status blob_##side##_add_scalar(blob_dtype dtype, int64_t n, double alpha, \
-                                                  void *y);                                 \
-    /* y[i] = a[i] * b[i] (y may alias a or b) */                                           \
-    BLOB_API blob_status blob_##side##_mul(blob_dtype dtype, int64_t n, const void *a,      \
-                                           const void *b, void *y);                         \
-    /* y[i] = max(x[i], 0) (y may alias x) */                                               \
-    BLOB_API blob_status blob_##side##_relu_forward(blob_dtype dtype, int64_t n,            \
-                                                    const void *x, void *y);                \
-    /* dx[i] = x[i] > 0 ? dy[i] : 0, with x the forward input (dx may alias dy) */          \
-    BLOB_API blob_status blob_##side##_relu_backward(blob_dtype dtype, int64_t n,           \
-                                                     const void *x, const void *dy,         \
-                                                     void *dx);                             \
+#define BLOB__MATH_DECLARE(side)                                                                   \
+    /* C = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) K x N, C M x N. */              \
+    BLOB_API blob_status blob_##side##_gemm(                                                       \
+        blob_dtype dtype, blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N, int64_t K, \
+        double alpha, const void *A, const void *B, double beta, void *C);                         \
+    /* y = alpha * op(A) * x + beta * y; A is M x N. */                                            \
+    BLOB_API blob_status blob_##side##_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M,       \
+                                            int64_t N, double alpha, const void *A, const void *x, \
+                                            double beta, void *y);                                 \
+    /* y += alpha * x */                                                                           \
+    BLOB_API blob_status blob_##side##_axpy(blob_dtype dtype, int64_t n, double alpha,             \
+                                            const void *x, void *y);                               \
+    /* y = alpha * x + beta * y */                                                                 \
+    BLOB_API blob_status blob_##side##_axpby(blob_dtype dtype, int64_t n, double alpha,            \
+                                             const void *x, double beta, void *y);                 \
+    /* x *= alpha */                                                                               \
+    BLOB_API blob_status blob_##side##_scal(blob_dtype dtype, int64_t n, double alpha, void *x);   \
+    /* *out = sum x[i] * y[i] */                                                                   \
+    BLOB_API blob_status blob_##side##_dot(blob_dtype dtype, int64_t n, const void *x,             \
+                                           const void *y, double *out);                            \
+    /* *out = sum |x[i]| */                                                                        \
+    BLOB_API blob_status blob_##side##_asum(blob_dtype dtype, int64_t n, const void *x,            \
+                                            double *out);                                          \
+    /* y = x */                                                                                    \
+    BLOB_API blob_status blob_##side##_copy(blob_dtype dtype, int64_t n, const void *x, void *y);  \
+    /* y[i] = alpha */                                                                             \
+    BLOB_API blob_status blob_##side##_set(blob_dtype dtype, int64_t n, double alpha, void *y);    \
+    /* y[i] += alpha */                                                                            \
+    BLOB_API blob_status blob_##side##_add_scalar(blob_dtype dtype, int64_t n, double alpha,       \
+                                                  void *y);                                        \
+    /* y[i] = a[i] * b[i] (y may alias a or b) */                                                  \
+    BLOB_API blob_status blob_##side##_mul(blob_dtype dtype, int64_t n, const void *a,             \
+                                           const void *b, void *y);                                \
+    /* y[i] = max(x[i], 0) (y may alias x) */                                                      \
+    BLOB_API blob_status blob_##side##_relu_forward(blob_dtype dtype, int64_t n, const void *x,    \
+                                                    void *y);                                      \
+    /* dx[i] = x[i] > 0 ? dy[i] : 0, with x the forward input (dx may alias dy) */                 \
+    BLOB_API blob_status blob_##side##_relu_backward(blob_dtype dtype, int64_t n, const void *x,   \
+                                                     const void *dy, void *dx);                    \
     /* Row-wise softmax of logits[rows x classes] into prob, and per-row cross-entropy     \
      * loss[i] = -log(prob[i, label[i]]) (prob clamped to the dtype's smallest normal).     \
      * labels hold class indices as values of dtype. A bad label (outside [0, classes),   \
-     * not an integer, NaN) gives BLOB_ERANGE on the host; on the GPU its loss is NaN. */   \
-    BLOB_API blob_status blob_##side##_softmax_loss_forward(blob_dtype dtype, int64_t rows, \
-                                                            int64_t classes,                \
-                                                            const void *logits,             \
-                                                            const void *labels,             \
-                                                            void *prob, void *loss);        \
+     * not an integer, NaN) gives BLOB_ERANGE on the host; on the GPU its loss is NaN. */       \
+    BLOB_API blob_status blob_##side##_softmax_loss_forward(                                       \
+        blob_dtype dtype, int64_t rows, int64_t classes, const void *logits, const void *labels,   \
+        void *prob, void *loss);                                                                   \
     /* dlogits = scale * (prob - onehot(labels)). A bad label gives BLOB_ERANGE on the     \
-     * host (nothing written); on the GPU its row of dlogits is zero. */                    \
-    BLOB_API blob_status blob_##side##_softmax_loss_backward(blob_dtype dtype,              \
-                                                             int64_t rows, int64_t classes, \
-                                                             const void *prob,              \
-                                                             const void *labels,            \
-                                                             double scale, void *dlogits);  \
+     * host (nothing written); on the GPU its row of dlogits is zero. */       \
+    BLOB_API blob_status blob_##side##_softmax_loss_backward(                                      \
+        blob_dtype dtype, int64_t rows, int64_t classes, const void *prob, const void *labels,     \
+        double scale, void *dlogits);                                                              \
     /* Both of the above in one pass over logits (one kernel on the GPU), for a training   \
      * step whose backward follows its forward: prob and loss as softmax_loss_forward     \
      * writes them, and dlogits as softmax_loss_backward would from that prob. Bad labels  \
-     * as above (on the host, nothing written). */                                          \
-    BLOB_API blob_status blob_##side##_softmax_loss_forward_backward(                       \
-        blob_dtype dtype, int64_t rows, int64_t classes, const void *logits,                \
-        const void *labels, double scale, void *prob, void *loss, void *dlogits);
+     * as above (on the host, nothing written). */       \
+    BLOB_API blob_status blob_##side##_softmax_loss_forward_backward(                              \
+        blob_dtype dtype, int64_t rows, int64_t classes, const void *logits, const void *labels,   \
+        double scale, void *prob, void *loss, void *dlogits);
 
 BLOB__MATH_DECLARE(cpu)
 BLOB__MATH_DECLARE(gpu)

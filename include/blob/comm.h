@@ -90,18 +90,18 @@ typedef struct {
 } blob_comm_id;
 
 /* Characters of an id in hex, terminator included. */
-#define BLOB_COMM_ID_HEX_SIZE (2 * BLOB_COMM_ID_BYTES + 1)
+#define BLOB_COMM_ID_HEX_SIZE    (2 * BLOB_COMM_ID_BYTES + 1)
 /* Bytes of an encoded id (the rendezvous file's contents). */
 #define BLOB_COMM_ID_RECORD_SIZE 152
 
 /* Defaults of blob_comm_options' zero fields. */
-#define BLOB_COMM_DEFAULT_TIMEOUT_S 300.0
+#define BLOB_COMM_DEFAULT_TIMEOUT_S    300.0
 #define BLOB_COMM_DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
 
 typedef struct {
-    int rank;            /* this rank: 0 <= rank < world_size */
-    int world_size;      /* number of ranks (0 reads as 1) */
-    int device;          /* this rank's GPU (unused by a 1-rank communicator) */
+    int rank;       /* this rank: 0 <= rank < world_size */
+    int world_size; /* number of ranks (0 reads as 1) */
+    int device;     /* this rank's GPU (unused by a 1-rank communicator) */
     /* How the ranks meet (world_size > 1), the first that is set: an id every rank was
      * given (has_id); a rendezvous file (id_file: rank 0 writes it, the others wait for
      * it); NCCL_COMM_ID=host:port in the environment (NCCL's own: rank 0 listens there). */
@@ -197,8 +197,8 @@ BLOB_API blob_status blob_comm_all_reduce_host(blob_comm *c, double *values, int
  * the next collective fail). *out is NULL on failure.
  * Errors: BLOB_EINVAL, BLOB_ENOTSUP (a blob neither float32 nor float64), BLOB_ESHAPE,
  * BLOB_EDEVICE (not on the current GPU), communicator errors. */
-BLOB_API blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c,
-                                           blob *const *blobs, int n);
+BLOB_API blob_status blob_comm_list_create(blob_comm_list **out, blob_comm *c, blob *const *blobs,
+                                           int n);
 
 /* NULL is a no-op. Call it with no step begun (or after a failure). */
 BLOB_API void blob_comm_list_free(blob_comm_list *l);
@@ -269,11 +269,11 @@ BLOB_API blob_status blob_comm_reduce_wait(blob_comm_list *l, int k);
  * Errors: BLOB_EINVAL, BLOB_ESTATE (timing off, no step timed yet, or a step open),
  * BLOB_ENODEV, BLOB_ECUDA. */
 typedef struct {
-    int first, last;    /* the blobs it overlaps */
+    int first, last; /* the blobs it overlaps */
     int64_t elements;
-    double ready_ms;    /* its blobs all handed over (the caller's stream) */
-    double start_ms;    /* its all-reduce began (the communicator's stream) */
-    double end_ms;      /* ... and ended */
+    double ready_ms; /* its blobs all handed over (the caller's stream) */
+    double start_ms; /* its all-reduce began (the communicator's stream) */
+    double end_ms;   /* ... and ended */
 } blob_comm_bucket_timing;
 
 BLOB_API blob_status blob_comm_list_set_timing(blob_comm_list *l, bool on);
@@ -326,8 +326,8 @@ BLOB_API blob_status blob_comm_id_write_file(const blob_comm_id *id, int world_s
  * Errors: BLOB_EINVAL (an empty path, a bad timeout), BLOB_ETIMEDOUT (no file by the
  * deadline), BLOB_EFORMAT (not a regular file, or not a valid record), BLOB_EIO (another
  * user's file, or one it could write; unreadable). */
-BLOB_API blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size,
-                                            const char *path, double timeout_s);
+BLOB_API blob_status blob_comm_id_read_file(blob_comm_id *out, int *world_size, const char *path,
+                                            double timeout_s);
 
 #ifdef __cplusplus
 }

@@ -62,46 +62,40 @@ BLOB_API blob_status blob_conv_output_size(const blob_conv_geometry *g, int64_t 
 BLOB_API blob_status blob_pool_output_size(const blob_conv_geometry *g, int64_t *out_h,
                                            int64_t *out_w);
 
-#define BLOB__CONV_DECLARE(side)                                                            \
+#define BLOB__CONV_DECLARE(side)                                                                  \
     /* col = im2col(im): im is num images of g (NCHW), col the column matrix above.        \
-     * Every entry of col is written (0 for padding). */                                   \
-    BLOB_API blob_status blob_##side##_im2col(blob_dtype dtype, const blob_conv_geometry *g, \
-                                              int64_t num, const void *im, void *col);      \
+     * Every entry of col is written (0 for padding). */      \
+    BLOB_API blob_status blob_##side##_im2col(blob_dtype dtype, const blob_conv_geometry *g,      \
+                                              int64_t num, const void *im, void *col);            \
     /* im = col2im(col), the adjoint of im2col: each image cell is set to the sum of the   \
      * column entries that im2col copies from it (entries of padding are dropped). im is   \
      * overwritten, not added to; every cell is written (0 where no window reaches). The   \
-     * GPU side gathers per cell: deterministic, no atomics. */                            \
-    BLOB_API blob_status blob_##side##_col2im(blob_dtype dtype, const blob_conv_geometry *g, \
-                                              int64_t num, const void *col, void *im);      \
+     * GPU side gathers per cell: deterministic, no atomics. */      \
+    BLOB_API blob_status blob_##side##_col2im(blob_dtype dtype, const blob_conv_geometry *g,      \
+                                              int64_t num, const void *col, void *im);            \
     /* y = the maximum of each pooling window of x; argmax (as many int32 as y) gets the   \
      * index h * width + w within its input plane of the cell chosen: the first maximum in \
-     * row-major window order; a NaN wins over numbers (the first NaN), as in PyTorch. */   \
-    BLOB_API blob_status blob_##side##_max_pool_forward(blob_dtype dtype,                   \
-                                                        const blob_conv_geometry *g,        \
-                                                        int64_t num, const void *x, void *y, \
-                                                        int32_t *argmax);                   \
+     * row-major window order; a NaN wins over numbers (the first NaN), as in PyTorch. */      \
+    BLOB_API blob_status blob_##side##_max_pool_forward(blob_dtype dtype,                         \
+                                                        const blob_conv_geometry *g, int64_t num, \
+                                                        const void *x, void *y, int32_t *argmax); \
     /* dx = the gradient of max pooling: each cell of dx is set to the sum of dy over the  \
      * windows whose argmax names it (0 if none). dx is overwritten. An argmax entry that  \
      * names no cell of its own window contributes nothing. Gathered per cell on the GPU:  \
-     * deterministic, no atomics. */                                                        \
-    BLOB_API blob_status blob_##side##_max_pool_backward(blob_dtype dtype,                  \
-                                                         const blob_conv_geometry *g,       \
-                                                         int64_t num, const void *dy,       \
-                                                         const int32_t *argmax, void *dx);  \
+     * deterministic, no atomics. */      \
+    BLOB_API blob_status blob_##side##_max_pool_backward(                                         \
+        blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *dy,               \
+        const int32_t *argmax, void *dx);                                                         \
     /* y = the average of each pooling window of x, divided by Caffe's window size: the    \
      * window clipped to the padded plane (height + 2 pad_h rows), padding included, as    \
      * PyTorch's avg_pool2d with count_include_pad=True; the sum runs over the cells      \
-     * inside the plane. */                                                                 \
-    BLOB_API blob_status blob_##side##_avg_pool_forward(blob_dtype dtype,                   \
-                                                        const blob_conv_geometry *g,        \
-                                                        int64_t num, const void *x,         \
-                                                        void *y);                           \
+     * inside the plane. */      \
+    BLOB_API blob_status blob_##side##_avg_pool_forward(                                          \
+        blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *x, void *y);      \
     /* dx = the gradient of average pooling: each cell gets the sum over the windows that  \
-     * hold it of dy / that window's divisor. dx is overwritten; deterministic. */          \
-    BLOB_API blob_status blob_##side##_avg_pool_backward(blob_dtype dtype,                  \
-                                                         const blob_conv_geometry *g,       \
-                                                         int64_t num, const void *dy,       \
-                                                         void *dx);
+     * hold it of dy / that window's divisor. dx is overwritten; deterministic. */      \
+    BLOB_API blob_status blob_##side##_avg_pool_backward(                                         \
+        blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *dy, void *dx);
 
 BLOB__CONV_DECLARE(cpu)
 BLOB__CONV_DECLARE(gpu)

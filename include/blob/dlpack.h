@@ -86,8 +86,8 @@ enum {
  * unchanged.
  * Errors: BLOB_EINVAL (NULL or bad argument), BLOB_ENODEV (device side of a host-only
  * blob), BLOB_ENOMEM, accessor errors. */
-BLOB_API blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side,
-                                    unsigned flags, void *stream, DLManagedTensor **out);
+BLOB_API blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
+                                    void *stream, DLManagedTensor **out);
 
 /* Make a blob whose data borrows the tensor's memory (data + byte_offset), as
  * blob_set_cpu_data / blob_set_gpu_data do; its diff is a new lazy block. The blob owns

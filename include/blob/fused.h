@@ -62,9 +62,8 @@ BLOB_API blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a
  * Errors: as blob_gpu_gemm_epilogue's (the arrays are not needed), BLOB_ENODEV. */
 BLOB_API blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,
                                                   blob_trans trans_b, int64_t M, int64_t N,
-                                                  int64_t K, blob_epilogue epilogue,
-                                                  bool with_mask, blob_math_mode mode,
-                                                  bool *fused);
+                                                  int64_t K, blob_epilogue epilogue, bool with_mask,
+                                                  blob_math_mode mode, bool *fused);
 
 #ifdef __cplusplus
 }

@@ -16,12 +16,12 @@ extern "C" {
 #endif
 
 typedef struct {
-    char name[64];    /* the BLAS and its version: "OpenBLAS 0.3.21", "BLIS 0.9.0",
+    char name[64];     /* the BLAS and its version: "OpenBLAS 0.3.21", "BLIS 0.9.0",
                          "MKL 2026.2", or "CBLAS" for another */
-    char core[32];    /* the kernel set in use, e.g. "SkylakeX" (OpenBLAS), "zen3" (BLIS);
+    char core[32];     /* the kernel set in use, e.g. "SkylakeX" (OpenBLAS), "zen3" (BLIS);
                          "" when unknown */
     char detected[32]; /* the one OpenBLAS chose by itself, when the library changed it */
-    int threads;      /* the library's host threads (blob_host_threads_set) */
+    int threads;       /* the library's host threads (blob_host_threads_set) */
     char summary[192]; /* one line, e.g. "OpenBLAS 0.3.21, core Prescott -> SkylakeX
                           (AVX-512 CPU; OPENBLAS_CORETYPE chooses), 16 threads (GEMMs cut
                           into blocks, one BLAS thread each)" */

@@ -22,24 +22,24 @@ extern "C" {
 #endif
 
 /* X(name, value, message): the single source of the enum, the names and messages. */
-#define BLOB_STATUS_MAP(X)                                                           \
-    X(OK, 0, "success")                                                              \
-    X(EINVAL, -1, "invalid argument")                                                \
-    X(ENOMEM, -2, "out of host memory")                                              \
-    X(EDEVMEM, -3, "out of device memory")                                           \
-    X(ENODEV, -4, "no GPU available")                                                \
-    X(EDEVICE, -5, "current device differs from the object's device")                \
-    X(ECUDA, -6, "CUDA runtime error")                                               \
-    X(ECUBLAS, -7, "cuBLAS error")                                                   \
-    X(ESHAPE, -8, "shape mismatch")                                                  \
-    X(EOVERFLOW, -9, "size overflows")                                               \
-    X(ERANGE, -10, "index or axis out of range")                                     \
-    X(ESTATE, -11, "operation not valid in the object's current state")              \
-    X(EIO, -12, "input/output error")                                                \
-    X(EFORMAT, -13, "malformed or unsupported file")                                 \
-    X(EBUSY, -14, "resource still in use")                                           \
-    X(ETIMEDOUT, -15, "operation did not complete within its deadline")              \
-    X(ECOMM, -16, "communication with another rank failed")                          \
+#define BLOB_STATUS_MAP(X)                                              \
+    X(OK, 0, "success")                                                 \
+    X(EINVAL, -1, "invalid argument")                                   \
+    X(ENOMEM, -2, "out of host memory")                                 \
+    X(EDEVMEM, -3, "out of device memory")                              \
+    X(ENODEV, -4, "no GPU available")                                   \
+    X(EDEVICE, -5, "current device differs from the object's device")   \
+    X(ECUDA, -6, "CUDA runtime error")                                  \
+    X(ECUBLAS, -7, "cuBLAS error")                                      \
+    X(ESHAPE, -8, "shape mismatch")                                     \
+    X(EOVERFLOW, -9, "size overflows")                                  \
+    X(ERANGE, -10, "index or axis out of range")                        \
+    X(ESTATE, -11, "operation not valid in the object's current state") \
+    X(EIO, -12, "input/output error")                                   \
+    X(EFORMAT, -13, "malformed or unsupported file")                    \
+    X(EBUSY, -14, "resource still in use")                              \
+    X(ETIMEDOUT, -15, "operation did not complete within its deadline") \
+    X(ECOMM, -16, "communication with another rank failed")             \
     X(ENOTSUP, -17, "not supported by this build or for this dtype")
 
 typedef enum {

@@ -50,7 +50,7 @@ typedef enum {
 } blob_head;
 
 /* Device arguments: a GPU id, or one of these. */
-#define BLOB_HOST_ONLY (-1)      /* never touches a GPU; host side is pageable */
+#define BLOB_HOST_ONLY      (-1) /* never touches a GPU; host side is pageable */
 #define BLOB_DEVICE_DEFAULT (-2) /* the current GPU if one is present, else BLOB_HOST_ONLY */
 
 typedef struct blob_syncedmem blob_syncedmem;

@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-#define BLOB_MAX_AXES 32
+#define BLOB_MAX_AXES         32
 /* Enough for any shape string, terminator included. */
 #define BLOB_SHAPE_STRING_MAX (BLOB_MAX_AXES * 21 + 24)
 

@@ -36,14 +36,14 @@
 #include "../core/core.h"
 #include "../core/env.h"
 
-#define MIB ((size_t)1 << 20)
-#define ROUND ((size_t)512)
-#define SMALL_MAX MIB          /* requests below go to the small pool */
+#define MIB           ((size_t)1 << 20)
+#define ROUND         ((size_t)512)
+#define SMALL_MAX     MIB /* requests below go to the small pool */
 #define SMALL_SEGMENT (2 * MIB)
-#define DEVICE_PAGE (2 * MIB)
-#define MAX_REQUEST (SIZE_MAX / 4)
-#define MAX_DEVICES 64
-#define N_PLACES (2 + MAX_DEVICES)
+#define DEVICE_PAGE   (2 * MIB)
+#define MAX_REQUEST   (SIZE_MAX / 4)
+#define MAX_DEVICES   64
+#define N_PLACES      (2 + MAX_DEVICES)
 
 enum { SMALL, LARGE };
 enum { FREE, USED, PENDING };
@@ -60,7 +60,7 @@ struct block {
     unsigned n_uses, cap_uses;
     uint32_t prio;
     unsigned char state, pool;
-    bool cached;         /* false: a segment of its own, given back when freed */
+    bool cached; /* false: a segment of its own, given back when freed */
 };
 
 typedef struct {
@@ -74,9 +74,9 @@ typedef struct {
     unsigned bits;           /* log2 of the bucket count */
     size_t n_used;
     block *pending;
-    void **spare;            /* idle events */
+    void **spare; /* idle events */
     size_t n_spare, cap_spare;
-    blob_alloc_stats st;     /* st.cached_limit is the cap */
+    blob_alloc_stats st; /* st.cached_limit is the cap */
 } place_state;
 
 static place_state places[N_PLACES];
@@ -150,10 +150,7 @@ static blob_status oom_status(const place_state *pl)
     return pl->kind == BLOB_PLACE_DEVICE ? BLOB_EDEVMEM : BLOB_ENOMEM;
 }
 
-static uint64_t mix(const void *p)
-{
-    return (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
-}
+static uint64_t mix(const void *p) { return (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull; }
 
 /* ---- blocks in use, by address ---- */
 
@@ -311,8 +308,13 @@ static void hand_out(place_state *pl, block *b, size_t need, size_t bytes)
     if (b->size > need && b->size - bytes > bytes / 8) {
         block *r = malloc(sizeof *r);
         if (r) { /* without a record for the rest, b is handed out whole */
-            *r = (block){.ptr = b->ptr + need, .size = b->size - need, .stream = b->stream,
-                         .prev = b, .next = b->next, .pool = b->pool, .cached = true};
+            *r = (block){.ptr = b->ptr + need,
+                         .size = b->size - need,
+                         .stream = b->stream,
+                         .prev = b,
+                         .next = b->next,
+                         .pool = b->pool,
+                         .cached = true};
             if (b->next)
                 b->next->prev = r;
             b->next = r;
@@ -362,8 +364,8 @@ static void make_free(place_state *pl, block *b)
 static int enter_device(const place_state *pl, const blob__backend *be)
 {
     int cur;
-    if (pl->kind == BLOB_PLACE_DEVICE && be->get_device(&cur) == BLOB_OK &&
-        cur != pl->device && be->set_device(pl->device) == BLOB_OK)
+    if (pl->kind == BLOB_PLACE_DEVICE && be->get_device(&cur) == BLOB_OK && cur != pl->device &&
+        be->set_device(pl->device) == BLOB_OK)
         return cur;
     return -1;
 }
@@ -452,10 +454,7 @@ static void poll(place_state *pl, bool wait)
 
 /* ---- giving memory back ---- */
 
-static size_t cached(const place_state *pl)
-{
-    return pl->st.reserved - pl->st.in_use;
-}
+static size_t cached(const place_state *pl) { return pl->st.reserved - pl->st.in_use; }
 
 /* A segment leaves the place: account for it and add it to the list *out. */
 static void unreserve(place_state *pl, block *b, block **out)
@@ -549,8 +548,8 @@ static blob_status oom(const char *func, place_state *pl, size_t bytes)
     size_t in_use = pl->st.in_use, reserved = pl->st.reserved;
     unlock(pl);
     return blob__fail(oom_status(pl), func,
-                      "%s: out of memory for %zu bytes (in use %zu, reserved %zu)", pl->name,
-                      bytes, in_use, reserved);
+                      "%s: out of memory for %zu bytes (in use %zu, reserved %zu)", pl->name, bytes,
+                      in_use, reserved);
 }
 
 /* Under the lock: may the place serve a request through the installed table? */
@@ -560,15 +559,14 @@ static blob_status admit(const char *func, place_state *pl)
         return blob__fail(BLOB_EBUSY, func, "%s still holds memory of backend %s", pl->name,
                           pl->be->name);
     if (!pl->buckets && !hash_grow(pl))
-        return blob__fail(BLOB_ENOMEM, func, "%s: no memory for the allocator's table",
-                          pl->name);
+        return blob__fail(BLOB_ENOMEM, func, "%s: no memory for the allocator's table", pl->name);
     return BLOB_OK;
 }
 
 /* Serve a request with new driver memory: a segment for the pool, or with caching off
  * exactly `bytes` as a segment of its own. Out of memory: drop the cache, ask again. */
-static blob_status grow(const char *func, place_state *pl, size_t need, size_t bytes,
-                        void *stream, bool cache, void **out)
+static blob_status grow(const char *func, place_state *pl, size_t need, size_t bytes, void *stream,
+                        bool cache, void **out)
 {
     size_t size = cache ? segment_size(pl->kind, need) : bytes;
     block *b = malloc(sizeof *b);
@@ -584,8 +582,11 @@ static blob_status grow(const char *func, place_state *pl, size_t need, size_t b
         free(b);
         return st == oom_status(pl) ? oom(func, pl, size) : st;
     }
-    *b = (block){.ptr = p, .size = size, .stream = stream,
-                 .pool = need < SMALL_MAX ? SMALL : LARGE, .cached = cache};
+    *b = (block){.ptr = p,
+                 .size = size,
+                 .stream = stream,
+                 .pool = need < SMALL_MAX ? SMALL : LARGE,
+                 .cached = cache};
     lock(pl);
     pl->be = blob__be;
     pl->st.driver_allocs++;

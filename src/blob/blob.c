@@ -49,8 +49,8 @@ int64_t blob__mem_capacity(const blob *b, const blob_syncedmem *mem)
     return (int64_t)(blob_syncedmem_size(mem) / blob_dtype_size(b->dtype));
 }
 
-void blob__commit(blob *b, int num_axes, const int64_t *shape, int64_t count,
-                  blob_syncedmem *data, blob_syncedmem *diff)
+void blob__commit(blob *b, int num_axes, const int64_t *shape, int64_t count, blob_syncedmem *data,
+                  blob_syncedmem *diff)
 {
     blob_syncedmem *old_data = b->data, *old_diff = b->diff;
     b->data = data;
@@ -100,8 +100,7 @@ void blob_free(blob *b)
     blob__obj_free(b);
 }
 
-blob_status blob__block_for(const blob *b, blob_syncedmem *mem, int64_t count,
-                             blob_syncedmem **out)
+blob_status blob__block_for(const blob *b, blob_syncedmem *mem, int64_t count, blob_syncedmem **out)
 {
     if (blob__mem_capacity(b, mem) >= count) {
         blob_syncedmem_retain(mem);
@@ -163,8 +162,7 @@ blob_status blob_canonical_axis(const blob *b, int axis, int *out)
     if (!b || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     if (axis < -b->num_axes || axis >= b->num_axes)
-        return BLOB_FAIL(BLOB_ERANGE, "axis %d not in [-%d, %d)", axis, b->num_axes,
-                         b->num_axes);
+        return BLOB_FAIL(BLOB_ERANGE, "axis %d not in [-%d, %d)", axis, b->num_axes, b->num_axes);
     *out = axis < 0 ? axis + b->num_axes : axis;
     return BLOB_OK;
 }
@@ -184,8 +182,7 @@ blob_status blob_count_range(const blob *b, int start, int end, int64_t *out)
     if (!b || !out)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     if (start < 0 || start > end || end > b->num_axes)
-        return BLOB_FAIL(BLOB_ERANGE, "range [%d, %d) not within [0, %d]", start, end,
-                         b->num_axes);
+        return BLOB_FAIL(BLOB_ERANGE, "range [%d, %d) not within [0, %d]", start, end, b->num_axes);
     int64_t n = 1;
     for (int i = start; i < end; i++)
         n *= b->shape[i]; /* cannot overflow: blob__shape_count bounds every product */
@@ -199,9 +196,8 @@ blob_status blob_shape_string(const blob *b, char *buf, size_t size)
         return BLOB_FAIL(BLOB_EINVAL, "NULL argument");
     size_t used = 0;
     for (int i = 0; i <= b->num_axes; i++) {
-        int n = i < b->num_axes
-                    ? snprintf(buf + used, size - used, "%lld ", (long long)b->shape[i])
-                    : snprintf(buf + used, size - used, "(%lld)", (long long)b->count);
+        int n = i < b->num_axes ? snprintf(buf + used, size - used, "%lld ", (long long)b->shape[i])
+                                : snprintf(buf + used, size - used, "(%lld)", (long long)b->count);
         if (n < 0 || (size_t)n >= size - used) {
             if (size)
                 buf[0] = '\0';
@@ -218,8 +214,7 @@ blob_status blob_legacy_shape(const blob *b, int64_t *num, int64_t *channels, in
     if (!b)
         return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");
     if (b->num_axes > 4)
-        return BLOB_FAIL(BLOB_ESTATE, "legacy shape needs <= 4 axes, blob has %d",
-                         b->num_axes);
+        return BLOB_FAIL(BLOB_ESTATE, "legacy shape needs <= 4 axes, blob has %d", b->num_axes);
     int64_t *outs[4] = {num, channels, height, width};
     for (int i = 0; i < 4; i++)
         if (outs[i])
@@ -237,20 +232,20 @@ blob_status blob_offset(const blob *b, int n, const int64_t *indices, int64_t *o
     for (int i = 0; i < b->num_axes; i++) {
         int64_t idx = i < n ? indices[i] : 0;
         if (idx < 0 || idx >= b->shape[i]) /* a missing index is 0, which a 0 dim lacks */
-            return BLOB_FAIL(BLOB_ERANGE, "index %lld of axis %d not in [0, %lld)",
-                             (long long)idx, i, (long long)b->shape[i]);
+            return BLOB_FAIL(BLOB_ERANGE, "index %lld of axis %d not in [0, %lld)", (long long)idx,
+                             i, (long long)b->shape[i]);
         off = off * b->shape[i] + idx;
     }
     *out = off;
     return BLOB_OK;
 }
 
-#define BLOB__ACCESSOR(name, part, call, ptr_type)                    \
-    blob_status blob_##name(blob *b, ptr_type out)                    \
-    {                                                                 \
-        if (!b)                                                       \
-            return BLOB_FAIL(BLOB_EINVAL, "blob is NULL");            \
-        return blob_syncedmem_##call(b->part, out);                   \
+#define BLOB__ACCESSOR(name, part, call, ptr_type)         \
+    blob_status blob_##name(blob *b, ptr_type out)         \
+    {                                                      \
+        if (!b)                                            \
+            return BLOB_FAIL(BLOB_EINVAL, "blob is NULL"); \
+        return blob_syncedmem_##call(b->part, out);        \
     }
 BLOB__ACCESSOR(cpu_data, data, cpu_data, const void **)
 BLOB__ACCESSOR(mutable_cpu_data, data, mutable_cpu_data, void **)
@@ -266,8 +261,7 @@ typedef blob_status (*borrow_fn)(blob_syncedmem *, void *, size_t);
 
 /* Borrow into data; a shared or larger-than-count block is first replaced by an
  * exact-size block of this blob's own, so other blobs and the size check are unaffected. */
-static blob_status set_data(const char *func, blob *b, void *data, size_t bytes,
-                            borrow_fn borrow)
+static blob_status set_data(const char *func, blob *b, void *data, size_t bytes, borrow_fn borrow)
 {
     if (!b)
         return blob__fail(BLOB_EINVAL, func, "blob is NULL");
@@ -305,8 +299,8 @@ static blob_status share(const char *func, blob *b, blob *other, bool diff)
     if (!b || !other)
         return blob__fail(BLOB_EINVAL, func, "blob is NULL");
     if (b->count != other->count)
-        return blob__fail(BLOB_ESHAPE, func, "counts differ (%lld vs %lld)",
-                          (long long)b->count, (long long)other->count);
+        return blob__fail(BLOB_ESHAPE, func, "counts differ (%lld vs %lld)", (long long)b->count,
+                          (long long)other->count);
     if (b->dtype != other->dtype || b->device != other->device)
         return blob__fail(BLOB_EINVAL, func, "dtype or device differ");
     blob_syncedmem *mem = diff ? other->diff : other->data;
@@ -319,12 +313,6 @@ static blob_status share(const char *func, blob *b, blob *other, bool diff)
     return BLOB_OK;
 }
 
-blob_status blob_share_data(blob *b, blob *other)
-{
-    return share(__func__, b, other, false);
-}
+blob_status blob_share_data(blob *b, blob *other) { return share(__func__, b, other, false); }
 
-blob_status blob_share_diff(blob *b, blob *other)
-{
-    return share(__func__, b, other, true);
-}
+blob_status blob_share_diff(blob *b, blob *other) { return share(__func__, b, other, true); }

@@ -6,11 +6,11 @@
 
 struct blob {
     blob_dtype dtype;
-    int device;                     /* GPU id or BLOB_HOST_ONLY, fixed at creation */
+    int device; /* GPU id or BLOB_HOST_ONLY, fixed at creation */
     int num_axes;
     int64_t shape[BLOB_MAX_AXES];
     int64_t count;
-    blob_syncedmem *data;           /* never NULL; may be shared with other blobs */
+    blob_syncedmem *data; /* never NULL; may be shared with other blobs */
     blob_syncedmem *diff;
 };
 
@@ -30,7 +30,7 @@ blob_status blob__block_for(const blob *b, blob_syncedmem *mem, int64_t count,
 /* Replace b's shape and blocks at once. Takes over one reference of data and of diff
  * (retain a block first to keep it, b's current ones included) and releases b's old
  * blocks. Cannot fail. */
-void blob__commit(blob *b, int num_axes, const int64_t *shape, int64_t count,
-                  blob_syncedmem *data, blob_syncedmem *diff);
+void blob__commit(blob *b, int num_axes, const int64_t *shape, int64_t count, blob_syncedmem *data,
+                  blob_syncedmem *diff);
 
 #endif

@@ -94,19 +94,14 @@ static blob_status scale(const char *func, const blob *b, blob_syncedmem *mem, d
     bool gpu = head_on_gpu(mem);
     void *x;
     BLOB_TRY(blob__syncedmem_write_side(func, mem, gpu, &x));
-    BLOB_TRY(gpu ? blob_gpu_scal(b->dtype, b->count, s, x) : blob_cpu_scal(b->dtype, b->count, s, x));
+    BLOB_TRY(gpu ? blob_gpu_scal(b->dtype, b->count, s, x)
+                 : blob_cpu_scal(b->dtype, b->count, s, x));
     blob__syncedmem_claim(mem, gpu);
     return BLOB_OK;
 }
 
-blob_status blob_scale_data(blob *b, double s)
-{
-    return scale(__func__, b, b ? b->data : NULL, s);
-}
-blob_status blob_scale_diff(blob *b, double s)
-{
-    return scale(__func__, b, b ? b->diff : NULL, s);
-}
+blob_status blob_scale_data(blob *b, double s) { return scale(__func__, b, b ? b->data : NULL, s); }
+blob_status blob_scale_diff(blob *b, double s) { return scale(__func__, b, b ? b->diff : NULL, s); }
 
 /* Copy `count` elements from block src of blob from to block dst of blob to, converted
  * to to's dtype (blob_*_convert) where the dtypes differ: on the GPU when src's newest
@@ -148,17 +143,20 @@ static bool same_shape(const blob *a, const blob *b)
 }
 
 /* blob_copy_from, and with convert blob_convert_from, for func. */
-static blob_status copy_from(const char *func, blob *dst, blob *src, bool copy_diff,
-                             bool reshape, bool convert)
+static blob_status copy_from(const char *func, blob *dst, blob *src, bool copy_diff, bool reshape,
+                             bool convert)
 {
     if (!dst || !src)
         return blob__fail(BLOB_EINVAL, func, "blob is NULL");
     if (!convert && dst->dtype != src->dtype)
-        return blob__fail(BLOB_EINVAL, func, "dtypes differ (%s and %s; blob_convert_from "
-                          "converts)", blob_dtype_name(dst->dtype), blob_dtype_name(src->dtype));
+        return blob__fail(BLOB_EINVAL, func,
+                          "dtypes differ (%s and %s; blob_convert_from "
+                          "converts)",
+                          blob_dtype_name(dst->dtype), blob_dtype_name(src->dtype));
     for (int i = 0; convert && i < 2; i++)
         if (!blob_dtype_is_float((i ? src : dst)->dtype))
-            return blob__fail(BLOB_ENOTSUP, func, "%s is not a float dtype: only float64, "
+            return blob__fail(BLOB_ENOTSUP, func,
+                              "%s is not a float dtype: only float64, "
                               "float32, bfloat16 and float16 convert",
                               blob_dtype_name((i ? src : dst)->dtype));
     if (dst == src)
@@ -212,8 +210,8 @@ static blob_status shrunk(const char *func, const blob *b, blob_syncedmem *mem,
         return BLOB_OK;
     }
     blob_syncedmem *fresh;
-    BLOB_TRY(blob_syncedmem_create(&fresh, (size_t)b->count * blob_dtype_size(b->dtype),
-                                   b->device));
+    BLOB_TRY(
+        blob_syncedmem_create(&fresh, (size_t)b->count * blob_dtype_size(b->dtype), b->device));
     blob_status st = blob_syncedmem_head(mem) == BLOB_HEAD_UNINITIALIZED
                          ? BLOB_OK /* the fresh block stays lazy */
                          : copy_block(func, b, mem, b, fresh, b->count);

@@ -14,15 +14,15 @@
 #include "blob/blas.h"
 #include "blob_impl.h"
 
-#define MAGIC "\x93NUMPY"
-#define MAGIC_LEN 6
-#define ALIGN 64                 /* the data offset of files numpy writes */
-#define HEADER_LIMIT (64 * 1024) /* longest header read; numpy itself stops at 10000 */
-#define GROWTH_DIGITS 21         /* numpy leaves room for the first dim to grow this long */
-#define CHUNK 16384              /* bytes converted per read or write */
-#define HOST_BIG (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
-#define SAVE "blob_save_npy"      /* the public functions, named in failure details */
-#define LOAD "blob_load_npy"
+#define MAGIC         "\x93NUMPY"
+#define MAGIC_LEN     6
+#define ALIGN         64          /* the data offset of files numpy writes */
+#define HEADER_LIMIT  (64 * 1024) /* longest header read; numpy itself stops at 10000 */
+#define GROWTH_DIGITS 21          /* numpy leaves room for the first dim to grow this long */
+#define CHUNK         16384       /* bytes converted per read or write */
+#define HOST_BIG      (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
+#define SAVE          "blob_save_npy" /* the public functions, named in failure details */
+#define LOAD          "blob_load_npy"
 
 /* Record a failure of `func` concerning the file `path`. */
 #define file_fail blob__fail_path
@@ -34,8 +34,7 @@ static blob_status errno_fail(const char *func, const char *path, const char *wh
     return file_fail(BLOB_EIO, func, path, "%s: %s", what, strerror_r(errno, buf, sizeof buf));
 }
 
-static blob_status check_args(const blob *b, blob_part part, const char *path,
-                              const char *func)
+static blob_status check_args(const blob *b, blob_part part, const char *path, const char *func)
 {
     if (!b || !path)
         return blob__fail(BLOB_EINVAL, func, "NULL argument");
@@ -60,8 +59,10 @@ static blob_status descr_of(const char *func, blob_dtype dtype, size_t *out)
             *out = i;
             return BLOB_OK;
         }
-    return blob__fail(BLOB_ENOTSUP, func, "%s blobs have no .npy dtype (NumPy has no "
-                      "bfloat16; blob_convert_from gives a float32 copy)", blob_dtype_name(dtype));
+    return blob__fail(BLOB_ENOTSUP, func,
+                      "%s blobs have no .npy dtype (NumPy has no "
+                      "bfloat16; blob_convert_from gives a float32 copy)",
+                      blob_dtype_name(dtype));
 }
 
 /* Reverse the bytes of each of the n elements of es bytes at p. */
@@ -162,8 +163,8 @@ typedef struct {
     const char *path;
 } cursor;
 
-__attribute__((format(printf, 2, 3))) static blob_status syntax(const cursor *c,
-                                                                 const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static blob_status syntax(const cursor *c, const char *fmt,
+                                                                ...)
 {
     char msg[160];
     va_list ap;
@@ -274,8 +275,10 @@ static blob_status parse_descr(cursor *c, npy_header *h)
             h->big_endian = s[0] == '=' ? HOST_BIG : s[0] == '>';
             return BLOB_OK;
         }
-    return file_fail(BLOB_EFORMAT, LOAD, c->path, "unsupported dtype '%.*s' (only f2, f4, f8, "
-                     "i4, i8 and u1, with '<', '>' or '=', or '|' for u1)", n, s);
+    return file_fail(BLOB_EFORMAT, LOAD, c->path,
+                     "unsupported dtype '%.*s' (only f2, f4, f8, "
+                     "i4, i8 and u1, with '<', '>' or '=', or '|' for u1)",
+                     n, s);
 }
 
 /* The header dict: exactly the keys descr, fortran_order and shape, in any order. */
@@ -324,8 +327,8 @@ static blob_status short_read(FILE *f, const char *path, const char *what)
 /* Read and check everything up to the data, leaving f (of status sb) at the data: the
  * header, and that the rest of the file holds exactly the elements the shape needs. The
  * shape is checked to fit in memory as `dtype`. */
-static blob_status read_header(FILE *f, const struct stat *sb, const char *path,
-                               blob_dtype dtype, npy_header *h)
+static blob_status read_header(FILE *f, const struct stat *sb, const char *path, blob_dtype dtype,
+                               npy_header *h)
 {
     unsigned char pre[MAGIC_LEN + 6];
     if (fread(pre, 1, MAGIC_LEN + 2, f) != MAGIC_LEN + 2)
@@ -344,8 +347,8 @@ static blob_status read_header(FILE *f, const struct stat *sb, const char *path,
     if (lsize == 4)
         hlen |= (uint32_t)l[2] << 16 | (uint32_t)l[3] << 24;
     if (hlen > HEADER_LIMIT)
-        return file_fail(BLOB_EFORMAT, LOAD, path, "header length %u exceeds the limit of %d",
-                         hlen, HEADER_LIMIT);
+        return file_fail(BLOB_EFORMAT, LOAD, path, "header length %u exceeds the limit of %d", hlen,
+                         HEADER_LIMIT);
     int64_t data_at = MAGIC_LEN + 2 + (int64_t)lsize + hlen;
     if (data_at > sb->st_size)
         return file_fail(BLOB_EFORMAT, LOAD, path,
@@ -362,9 +365,11 @@ static blob_status read_header(FILE *f, const struct stat *sb, const char *path,
     blob__obj_free(text);
     BLOB_TRY(st);
     if (h->dtype != dtype && !(blob_dtype_is_float(h->dtype) && blob_dtype_is_float(dtype)))
-        return file_fail(BLOB_EFORMAT, LOAD, path, "the file's %s does not load into a %s "
+        return file_fail(BLOB_EFORMAT, LOAD, path,
+                         "the file's %s does not load into a %s "
                          "blob (floats convert between float dtypes, integers load into their "
-                         "own)", blob_dtype_name(h->dtype), blob_dtype_name(dtype));
+                         "own)",
+                         blob_dtype_name(h->dtype), blob_dtype_name(dtype));
     /* The shape must fit in memory as the file's own elements, as numpy requires (the
      * dims other than 0 included), and then as the blob's. */
     if (blob__shape_count(LOAD, h->dtype, h->num_axes, h->shape, &h->count) != BLOB_OK)

@@ -11,10 +11,10 @@
 #include "blob_impl.h"
 
 struct blob_optim_state {
-    int n;              /* parameters bound; 0 until the first step */
+    int n; /* parameters bound; 0 until the first step */
     blob_dtype dtype;
     int device;
-    blob **hist[2];     /* [n] each; an entry is NULL until needed */
+    blob **hist[2];       /* [n] each; an entry is NULL until needed */
     blob_syncedmem *step; /* BLOB_OPTIM_STEP_WORDS int64_t */
     /* the argument lists of the multi-tensor step, [n] each, made once */
     int64_t *counts;
@@ -77,16 +77,15 @@ static blob_status bind(blob_optim_state *s, blob *const *params, int n)
         return st;
     }
     void **lists = (void **)(counts + n);
-    *s = (blob_optim_state){n,         p->dtype,      p->device,     {h0, h1},
-                            step,      counts,        lists,         lists + n,
-                            lists + 2 * n, lists + 3 * n, lists + 4 * n};
+    *s = (blob_optim_state){n,     p->dtype,  p->device,     {h0, h1},      step,         counts,
+                            lists, lists + n, lists + 2 * n, lists + 3 * n, lists + 4 * n};
     for (int i = 0; i < n; i++)
         counts[i] = params[i]->count;
     return BLOB_OK;
 }
 
-static blob_status check_params(const char *func, const blob_optim_state *s,
-                                blob *const *params, int n)
+static blob_status check_params(const char *func, const blob_optim_state *s, blob *const *params,
+                                int n)
 {
     for (int i = 0; i < n; i++) {
         const blob *p = params[i];
@@ -106,8 +105,7 @@ static blob_status check_params(const char *func, const blob_optim_state *s,
 
 /* A pointer to mem on the side, for reading (write == false) or for writing what is
  * read: the side is made current first (copied if stale, zeroed if new). */
-static blob_status side_ptr(const char *func, blob_syncedmem *mem, bool gpu, bool write,
-                            void **out)
+static blob_status side_ptr(const char *func, blob_syncedmem *mem, bool gpu, bool write, void **out)
 {
     const void *p;
     BLOB_TRY(gpu ? blob_syncedmem_gpu_data(mem, &p) : blob_syncedmem_cpu_data(mem, &p));
@@ -133,8 +131,7 @@ static blob_status check_work(const char *func, blob *const *master, blob *const
         if (!w)
             return blob__fail(BLOB_EINVAL, func, "work[%d] is NULL", i);
         if (w->dtype != BLOB_BFLOAT16 && w->dtype != BLOB_FLOAT16)
-            return blob__fail(BLOB_ENOTSUP, func,
-                              "work[%d] is %s (bfloat16 and float16 only)", i,
+            return blob__fail(BLOB_ENOTSUP, func, "work[%d] is %s (bfloat16 and float16 only)", i,
                               blob_dtype_name(w->dtype));
         if (w->dtype != work[0]->dtype || w->device != master[0]->device)
             return blob__fail(BLOB_EINVAL, func,
@@ -155,7 +152,9 @@ static blob_status check_step_args(const char *func, const blob_optim *opt, blob
 {
     if (!opt || !params || !state)
         return blob__fail(BLOB_EINVAL, func, "%s is NULL",
-                          !opt ? "opt" : !params ? "params" : "state");
+                          !opt      ? "opt"
+                          : !params ? "params"
+                                    : "state");
     if (n < 1)
         return blob__fail(BLOB_EINVAL, func, "%d parameters", n);
     if (state->n && n != state->n)
@@ -171,8 +170,7 @@ static blob_status check_step_args(const char *func, const blob_optim *opt, blob
 /* One step over params, reading the gradients of work (when not NULL: a mixed step, each
  * gradient multiplied by inv_scale, and the working copies written) or of the params. */
 static blob_status step_blobs(const char *func, const blob_optim *opt, blob *const *params,
-                              blob *const *work, int n, blob_optim_state *state,
-                              double inv_scale)
+                              blob *const *work, int n, blob_optim_state *state, double inv_scale)
 {
     BLOB_TRY(check_step_args(func, opt, params, work, n, state));
     const int hist = blob_optim_history_count(opt);
@@ -209,8 +207,8 @@ static blob_status step_blobs(const char *func, const blob_optim *opt, blob *con
         st = (gpu ? blob_gpu_optim_step_mixed : blob_cpu_optim_step_mixed)(
             opt, work[0]->dtype, inv_scale, n, s->counts, s->data, diff, h1, h2, s->work, step);
     else if (st == BLOB_OK)
-        st = (gpu ? blob_gpu_optim_step : blob_cpu_optim_step)(opt, s->dtype, n, s->counts,
-                                                               s->data, diff, h1, h2, step);
+        st = (gpu ? blob_gpu_optim_step : blob_cpu_optim_step)(opt, s->dtype, n, s->counts, s->data,
+                                                               diff, h1, h2, step);
     if (st != BLOB_OK) {
         if (!bound)
             unbind(s);
@@ -258,8 +256,8 @@ void blob_grad_scaler_free(blob_grad_scaler *sc)
     blob__obj_free(sc);
 }
 
-blob_status blob_grad_scaler_set(blob_grad_scaler *sc, double growth_factor,
-                                 double backoff_factor, int64_t growth_interval)
+blob_status blob_grad_scaler_set(blob_grad_scaler *sc, double growth_factor, double backoff_factor,
+                                 int64_t growth_interval)
 {
     if (!sc)
         return BLOB_FAIL(BLOB_EINVAL, "sc is NULL");
@@ -296,8 +294,8 @@ static blob_status check_grads(const char *func, blob_grad_scaler *sc, blob *con
         if (!work[i])
             return blob__fail(BLOB_EINVAL, func, "work[%d] is NULL", i);
         if (work[i]->dtype != work[0]->dtype || work[i]->device != work[0]->device)
-            return blob__fail(BLOB_EINVAL, func,
-                              "work[%d] differs from work[0] in dtype or device", i);
+            return blob__fail(BLOB_EINVAL, func, "work[%d] differs from work[0] in dtype or device",
+                              i);
     }
     if (!blob_dtype_is_float(work[0]->dtype))
         return blob__fail(BLOB_ENOTSUP, func, "%s is not a float dtype",
@@ -340,9 +338,9 @@ blob_status blob_grad_scaler_unscale(blob_grad_scaler *sc, blob *const *work, in
     return check_grads(__func__, sc, work, n);
 }
 
-blob_status blob_optim_step_mixed(const blob_optim *opt, blob *const *master,
-                                  blob *const *work, int n, blob_optim_state *state,
-                                  blob_grad_scaler *sc, bool *skipped)
+blob_status blob_optim_step_mixed(const blob_optim *opt, blob *const *master, blob *const *work,
+                                  int n, blob_optim_state *state, blob_grad_scaler *sc,
+                                  bool *skipped)
 {
     if (skipped)
         *skipped = false;

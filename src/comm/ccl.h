@@ -33,8 +33,8 @@ typedef struct blob__ccl {
     /* In place on count elements of dtype (or BLOB__CCL_BFLOAT16) at buf. */
     blob_status (*all_reduce)(void *handle, void *buf, size_t count, blob_dtype dtype,
                               blob_comm_op op, void *stream);
-    blob_status (*broadcast)(void *handle, void *buf, size_t count, blob_dtype dtype,
-                             int root, void *stream);
+    blob_status (*broadcast)(void *handle, void *buf, size_t count, blob_dtype dtype, int root,
+                             void *stream);
     /* recv holds world * bytes: rank r's send at r * bytes. */
     blob_status (*all_gather)(void *handle, const void *send, void *recv, size_t bytes,
                               void *stream);

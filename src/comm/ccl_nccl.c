@@ -12,24 +12,26 @@
 static blob_status nccl_fail(ncclResult_t r, const char *call, const char *func)
 {
     const char *last = ncclGetLastError(NULL);
-    return blob__fail(BLOB_ECOMM, func, "%s failed: %s (%s)%s%s", call,
-                      ncclGetErrorString(r), r == ncclRemoteError ? "a peer failed or left"
-                      : r == ncclSystemError ? "system or network error" : "NCCL error",
+    return blob__fail(BLOB_ECOMM, func, "%s failed: %s (%s)%s%s", call, ncclGetErrorString(r),
+                      r == ncclRemoteError   ? "a peer failed or left"
+                      : r == ncclSystemError ? "system or network error"
+                                             : "NCCL error",
                       last && *last ? ": " : "", last ? last : "");
 }
 
 /* A call that may still be in progress has started fine. */
-#define NCCL_TRY(expr)                                               \
-    do {                                                             \
-        ncclResult_t nccl_r_ = (expr);                               \
-        if (nccl_r_ != ncclSuccess && nccl_r_ != ncclInProgress)     \
-            return nccl_fail(nccl_r_, #expr, __func__);              \
+#define NCCL_TRY(expr)                                           \
+    do {                                                         \
+        ncclResult_t nccl_r_ = (expr);                           \
+        if (nccl_r_ != ncclSuccess && nccl_r_ != ncclInProgress) \
+            return nccl_fail(nccl_r_, #expr, __func__);          \
     } while (0)
 
 static ncclDataType_t nccl_type(blob_dtype dtype)
 {
-    return dtype == BLOB_FLOAT64 ? ncclFloat64 : dtype == BLOB__CCL_BFLOAT16 ? ncclBfloat16
-                                                                          : ncclFloat32;
+    return dtype == BLOB_FLOAT64         ? ncclFloat64
+           : dtype == BLOB__CCL_BFLOAT16 ? ncclBfloat16
+                                         : ncclFloat32;
 }
 
 static blob_status nccl_new_id(blob_comm_id *out)
@@ -117,8 +119,8 @@ static blob_status nccl_all_reduce(void *handle, void *buf, size_t count, blob_d
     return BLOB_OK;
 }
 
-static blob_status nccl_broadcast(void *handle, void *buf, size_t count, blob_dtype dtype,
-                                  int root, void *stream)
+static blob_status nccl_broadcast(void *handle, void *buf, size_t count, blob_dtype dtype, int root,
+                                  void *stream)
 {
     NCCL_TRY(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, (ncclComm_t)handle,
                            (cudaStream_t)stream));
@@ -128,8 +130,7 @@ static blob_status nccl_broadcast(void *handle, void *buf, size_t count, blob_dt
 static blob_status nccl_all_gather(void *handle, const void *send, void *recv, size_t bytes,
                                    void *stream)
 {
-    NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, (ncclComm_t)handle,
-                           (cudaStream_t)stream));
+    NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, (ncclComm_t)handle, (cudaStream_t)stream));
     return BLOB_OK;
 }
 
@@ -151,15 +152,9 @@ static blob_status nccl_finalize(void *handle)
     return BLOB_OK;
 }
 
-static void nccl_destroy(void *handle)
-{
-    (void)ncclCommDestroy((ncclComm_t)handle);
-}
+static void nccl_destroy(void *handle) { (void)ncclCommDestroy((ncclComm_t)handle); }
 
-static void nccl_abort(void *handle)
-{
-    (void)ncclCommAbort((ncclComm_t)handle);
-}
+static void nccl_abort(void *handle) { (void)ncclCommAbort((ncclComm_t)handle); }
 
 static const blob__ccl nccl_table = {
     .name = "nccl",
@@ -179,7 +174,4 @@ static const blob__ccl nccl_table = {
     .abort = nccl_abort,
 };
 
-const blob__ccl *blob__ccl_default(void)
-{
-    return &nccl_table;
-}
+const blob__ccl *blob__ccl_default(void) { return &nccl_table; }

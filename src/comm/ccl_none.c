@@ -42,8 +42,8 @@ static blob_status none_all_reduce(void *handle, void *buf, size_t count, blob_d
     return no_nccl("all_reduce");
 }
 
-static blob_status none_broadcast(void *handle, void *buf, size_t count, blob_dtype dtype,
-                                  int root, void *stream)
+static blob_status none_broadcast(void *handle, void *buf, size_t count, blob_dtype dtype, int root,
+                                  void *stream)
 {
     (void)handle, (void)buf, (void)count, (void)dtype, (void)root, (void)stream;
     return no_nccl("broadcast");
@@ -57,7 +57,11 @@ static blob_status none_all_gather(void *handle, const void *send, void *recv, s
 }
 
 static blob_status none_group(void) { return BLOB_OK; }
-static blob_status none_finalize(void *handle) { (void)handle; return BLOB_OK; }
+static blob_status none_finalize(void *handle)
+{
+    (void)handle;
+    return BLOB_OK;
+}
 static void none_release(void *handle) { (void)handle; }
 
 static const blob__ccl none_table = {
@@ -77,7 +81,4 @@ static const blob__ccl none_table = {
     .abort = none_release,
 };
 
-const blob__ccl *blob__ccl_default(void)
-{
-    return &none_table;
-}
+const blob__ccl *blob__ccl_default(void) { return &none_table; }

@@ -24,10 +24,7 @@ const blob__ccl *blob__ccl_current(void)
     return installed_ccl ? installed_ccl : blob__ccl_default();
 }
 
-void blob__ccl_install(const blob__ccl *ccl)
-{
-    installed_ccl = ccl;
-}
+void blob__ccl_install(const blob__ccl *ccl) { installed_ccl = ccl; }
 
 blob_status blob_comm_id_new(blob_comm_id *out)
 {

@@ -23,13 +23,13 @@ struct blob_comm {
     int rank, size, device;
     size_t bucket_bytes;
     const blob__ccl *ccl;
-    void *stream;  /* the communicator's stream (blob_stream_create's, so that blocks
+    void *stream;                /* the communicator's stream (blob_stream_create's, so that blocks
                       used on it may outlive the communicator); NULL for 1 rank */
-    void *order_event; /* orders it and the caller's stream (the owner's thread only) */
-    uint64_t seq;  /* collectives started: names them in messages */
-    int lists;     /* lists created, to name them */
+    void *order_event;           /* orders it and the caller's stream (the owner's thread only) */
+    uint64_t seq;                /* collectives started: names them in messages */
+    int lists;                   /* lists created, to name them */
     bool replay_decided, replay; /* see blob__comm_decide_replay */
-    bool bf16;     /* blob_comm_options.bf16_reduce, or BLOB_COMM_BF16 */
+    bool bf16;                   /* blob_comm_options.bf16_reduce, or BLOB_COMM_BF16 */
 
     /* Guarded by mu, which the watchdog thread takes too. NCCL calls on handle are made
      * with mu held and never block for long (the communicator is nonblocking); CUDA
@@ -38,9 +38,9 @@ struct blob_comm {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     double timeout_s;
-    void *handle;  /* NCCL's communicator; NULL for 1 rank and once failed */
-    void *aborting;   /* the handle of a failure, which the aborter thread aborts at */
-    double abort_at;  /* this time (see blob__comm_fail); both set before it starts */
+    void *handle;    /* NCCL's communicator; NULL for 1 rank and once failed */
+    void *aborting;  /* the handle of a failure, which the aborter thread aborts at */
+    double abort_at; /* this time (see blob__comm_fail); both set before it starts */
     pthread_t aborter;
     bool aborter_running;
     blob_comm_list *live; /* the lists of c, whose replay graphs a failure destroys */
@@ -76,15 +76,15 @@ typedef struct {
 struct blob_comm_list {
     blob_comm *c;
     blob_comm_list *prev_live, *next_live; /* c->live, guarded by c->mu */
-    int id;          /* 1 for the communicator's first list, ... */
+    int id;                                /* 1 for the communicator's first list, ... */
     int n;
     blob **blobs;
     int64_t *counts; /* at registration */
     int64_t *offset; /* of each blob's first element; offset[n] is the total */
     blob_dtype dtype;
     size_t elem;
-    bool bf16;         /* float32 diffs reduced in bfloat16 (blob_comm_options.bf16_reduce) */
-    size_t wire_elem;  /* bytes of an element as reduced */
+    bool bf16;        /* float32 diffs reduced in bfloat16 (blob_comm_options.bf16_reduce) */
+    size_t wire_elem; /* bytes of an element as reduced */
     int num_buckets;
     blob__comm_bucket *buckets;
     blob__comm_replay *replays; /* one per bucket */
@@ -92,11 +92,11 @@ struct blob_comm_list {
     /* the step begun and not ended */
     bool open;
     blob_comm_op op;
-    bool *ready;     /* handed over */
-    char **dev;      /* device sides taken for the collective in progress: the diffs
+    bool *ready; /* handed over */
+    char **dev;  /* device sides taken for the collective in progress: the diffs
                         handed over, or the data of a broadcast */
-    int next;        /* the next bucket to reduce (they go from the last down) */
-    void **done;     /* per bucket: recorded behind its all-reduce (made at first use) */
+    int next;    /* the next bucket to reduce (they go from the last down) */
+    void **done; /* per bucket: recorded behind its all-reduce (made at first use) */
     /* timing (blob_comm_list_set_timing): events [0] reduce_begin, [1] reduce_end on
      * the caller's stream, then per bucket ready, start, end; timed: a step recorded */
     void **timing;
@@ -112,7 +112,7 @@ typedef struct {
 
 typedef struct {
     int64_t count;
-    int64_t dtype;    /* -1: no such blob on this rank; | BLOB__COMM_ENTRY_BF16 */
+    int64_t dtype; /* -1: no such blob on this rank; | BLOB__COMM_ENTRY_BF16 */
 } blob__comm_entry;
 #define BLOB__COMM_ENTRY_BF16 ((int64_t)1 << 8) /* reduced in bfloat16 */
 

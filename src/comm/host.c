@@ -103,8 +103,8 @@ blob_status blob__comm_decide_replay(blob_comm *c, const char *func)
     if (c->ccl->graphs)
         BLOB_TRY(probe_capture(c, func, &ok));
     double refusing = !ok; /* summed: the ranks that cannot replay */
-    BLOB_TRY(host_collective(c, func, "replay_decision", false, &refusing,
-                             sizeof refusing, &refusing, sizeof refusing, BLOB_COMM_SUM));
+    BLOB_TRY(host_collective(c, func, "replay_decision", false, &refusing, sizeof refusing,
+                             &refusing, sizeof refusing, BLOB_COMM_SUM));
     c->replay = refusing == 0;
     c->replay_decided = true;
     return BLOB_OK;

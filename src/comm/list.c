@@ -20,14 +20,14 @@ int blob__comm_plan(const int64_t *counts, int n, int64_t bucket_elems, blob__co
     for (int i = 0; i < n; i++)
         total += counts[i];
     int num = 0;
-#define EMIT(b, e)                                                  \
-    do {                                                            \
-        if (num < max)                                              \
-            out[num] = (blob__comm_bucket){(b), (e), -1, -1};       \
-        num++;                                                      \
+#define EMIT(b, e)                                            \
+    do {                                                      \
+        if (num < max)                                        \
+            out[num] = (blob__comm_bucket){(b), (e), -1, -1}; \
+        num++;                                                \
     } while (0)
-    int64_t end = total; /* where the open bucket ends */
-    int64_t size = 0;    /* elements in it */
+    int64_t end = total;   /* where the open bucket ends */
+    int64_t size = 0;      /* elements in it */
     int64_t start = total; /* of blob i */
     for (int i = n - 1; i >= 0; i--) {
         int64_t c = counts[i];
@@ -93,8 +93,9 @@ static void describe(char *buf, size_t size, const blob__comm_entry *e, int64_t 
         snprintf(buf, size, "no such blob (it registered %lld)", (long long)n);
     else
         snprintf(buf, size, "%lld %s elements%s", (long long)e->count,
-                 dtype == BLOB_FLOAT32 ? "float32" : dtype == BLOB_FLOAT64 ? "float64"
-                                                                           : "unknown",
+                 dtype == BLOB_FLOAT32   ? "float32"
+                 : dtype == BLOB_FLOAT64 ? "float64"
+                                         : "unknown",
                  e->dtype & BLOB__COMM_ENTRY_BF16 ? " (reduced in bfloat16)" : "");
 }
 
@@ -119,8 +120,7 @@ blob_status blob__comm_table_length(const blob__comm_header *headers, int world,
             return blob__fail(BLOB_ECOMM, "blob_comm_list_create",
                               "rank %d sent a malformed registration (%lld blobs, status "
                               "%lld, blob at fault %lld)",
-                              r, (long long)h->n, (long long)h->status,
-                              (long long)h->bad_blob);
+                              r, (long long)h->n, (long long)h->status, (long long)h->bad_blob);
         shortest = h->n < shortest ? h->n : shortest;
         longest = h->n > longest ? h->n : longest;
     }
@@ -168,10 +168,7 @@ static void events_free(void ***events, int n)
     *events = NULL;
 }
 
-static int timing_events(const blob_comm_list *l)
-{
-    return 2 + 3 * l->num_buckets;
-}
+static int timing_events(const blob_comm_list *l) { return 2 + 3 * l->num_buckets; }
 
 static void list_release(blob_comm_list *l)
 {
@@ -214,11 +211,15 @@ static blob_status check_blobs(const char *func, const blob_comm *c, blob *const
         if (!blobs[i])
             return blob__fail(BLOB_EINVAL, func, "blob %d is NULL", i);
         if (blob_get_dtype(blobs[i]) != BLOB_FLOAT32 && blob_get_dtype(blobs[i]) != BLOB_FLOAT64)
-            return blob__fail(BLOB_ENOTSUP, func, "blob %d is %s: lists take float32 and "
-                              "float64 blobs", i, blob_dtype_name(blob_get_dtype(blobs[i])));
+            return blob__fail(BLOB_ENOTSUP, func,
+                              "blob %d is %s: lists take float32 and "
+                              "float64 blobs",
+                              i, blob_dtype_name(blob_get_dtype(blobs[i])));
         if (blob_get_dtype(blobs[i]) != blob_get_dtype(blobs[0]))
-            return blob__fail(BLOB_EINVAL, func, "blob %d's dtype differs from blob 0's (a list "
-                              "has one dtype)", i);
+            return blob__fail(BLOB_EINVAL, func,
+                              "blob %d's dtype differs from blob 0's (a list "
+                              "has one dtype)",
+                              i);
         for (int j = 0; j < i; j++)
             if (blobs[j] == blobs[i])
                 return blob__fail(BLOB_EINVAL, func, "blob %d is blob %d again", i, j);
@@ -424,9 +425,11 @@ static blob_status check_counts(const char *func, const blob_comm_list *l, int f
 {
     for (int i = first; i < first + n; i++)
         if (blob_count(l->blobs[i]) != l->counts[i])
-            return blob__fail(BLOB_ESHAPE, func, "blob %d of list %d has %lld elements, %lld "
-                              "when it was registered", i, l->id,
-                              (long long)blob_count(l->blobs[i]), (long long)l->counts[i]);
+            return blob__fail(BLOB_ESHAPE, func,
+                              "blob %d of list %d has %lld elements, %lld "
+                              "when it was registered",
+                              i, l->id, (long long)blob_count(l->blobs[i]),
+                              (long long)l->counts[i]);
     return BLOB_OK;
 }
 
@@ -506,8 +509,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
 
 /* Move the pieces of bucket k between the diffs and buf, in the wire's type: into buf
  * when pack. */
-static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, char *buf,
-                               bool pack)
+static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, char *buf, bool pack)
 {
     void *stream = l->c->stream;
     for (int i = k->first; i <= k->last; i++) {
@@ -518,10 +520,10 @@ static blob_status move_pieces(blob_comm_list *l, const blob__comm_bucket *k, ch
         char *piece = buf + (size_t)(from - k->begin) * l->wire_elem;
         char *diff = l->dev[i] + (size_t)(from - l->offset[i]) * l->elem;
         if (l->bf16)
-            BLOB_TRY(pack ? blob__k_convert(stream, BLOB_FLOAT32, BLOB_BFLOAT16, to - from,
-                                            diff, piece)
-                          : blob__k_convert(stream, BLOB_BFLOAT16, BLOB_FLOAT32, to - from,
-                                            piece, diff));
+            BLOB_TRY(
+                pack
+                    ? blob__k_convert(stream, BLOB_FLOAT32, BLOB_BFLOAT16, to - from, diff, piece)
+                    : blob__k_convert(stream, BLOB_BFLOAT16, BLOB_FLOAT32, to - from, piece, diff));
         else
             BLOB_TRY(blob__be->copy_async(pack ? piece : diff, pack ? diff : piece,
                                           (size_t)(to - from) * l->elem, BLOB__D2D, stream));
@@ -538,8 +540,7 @@ static blob_status bucket_collective(blob_comm_list *l, const blob__comm_bucket 
     if (!in_place && move_pieces(l, k, buf, true) != BLOB_OK)
         return blob__comm_poison(c, func, BLOB_ECUDA, what);
     blob_status st = blob__comm_all_reduce_launch(c, func, what, buf, (size_t)(k->end - k->begin),
-                                                  l->bf16 ? BLOB__CCL_BFLOAT16 : l->dtype,
-                                                  l->op);
+                                                  l->bf16 ? BLOB__CCL_BFLOAT16 : l->dtype, l->op);
     if (st == BLOB_OK && !in_place && move_pieces(l, k, buf, false) != BLOB_OK)
         st = blob__comm_poison(c, func, BLOB_ECUDA, what);
     return st;
@@ -752,8 +753,7 @@ blob_status blob_comm_reduce_ready(blob_comm_list *l, int first, int n)
     if (!l->open)
         st = BLOB_FAIL(BLOB_ESTATE, "no reduce step of list %d is open", l->id);
     else if (first < 0 || n < 0 || first > l->n - n)
-        st = BLOB_FAIL(BLOB_ERANGE, "blobs [%d, %d + %d) of a list of %d", first, first, n,
-                       l->n);
+        st = BLOB_FAIL(BLOB_ERANGE, "blobs [%d, %d + %d) of a list of %d", first, first, n, l->n);
     if (st != BLOB_OK)
         return call_failed(l, __func__, st, "reduce_ready");
     if (l->c->size == 1) {
@@ -815,9 +815,10 @@ blob_status blob_comm_reduce_wait(blob_comm_list *l, int k)
     if (!l->open)
         return BLOB_FAIL(BLOB_ESTATE, "no reduce step of list %d is open", l->id);
     if (k <= l->next)
-        return BLOB_FAIL(BLOB_ESTATE, "bucket %d of list %d is not queued: blobs %d to %d are "
-                         "not all handed over", k, l->id, l->buckets[k].first,
-                         l->buckets[k].last);
+        return BLOB_FAIL(BLOB_ESTATE,
+                         "bucket %d of list %d is not queued: blobs %d to %d are "
+                         "not all handed over",
+                         k, l->id, l->buckets[k].first, l->buckets[k].last);
     BLOB_TRY(blob__comm_usable(l->c, __func__));
     return blob__be->stream_wait_event(blob_stream_get(), l->done[k]);
 }

@@ -4,7 +4,7 @@
 #define BLOB_RECORD_H
 
 /* The first bytes of a record (blob_comm_id_encode). */
-#define BLOB__RECORD_MAGIC "blobcomm"
+#define BLOB__RECORD_MAGIC     "blobcomm"
 #define BLOB__RECORD_MAGIC_LEN (sizeof BLOB__RECORD_MAGIC - 1)
 
 /* Remove the file at the end of path's symbolic links (the one blob_comm_id_write_file

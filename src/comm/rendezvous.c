@@ -21,11 +21,11 @@
 /* The record: magic, version, world size, id length, id, CRC-32 of what precedes it;
  * integers little-endian. */
 #define RECORD_VERSION 1u
-#define OFF_VERSION 8
-#define OFF_WORLD 12
-#define OFF_LENGTH 16
-#define OFF_ID 20
-#define OFF_CRC (OFF_ID + BLOB_COMM_ID_BYTES)
+#define OFF_VERSION    8
+#define OFF_WORLD      12
+#define OFF_LENGTH     16
+#define OFF_ID         20
+#define OFF_CRC        (OFF_ID + BLOB_COMM_ID_BYTES)
 _Static_assert(OFF_CRC + 4 == BLOB_COMM_ID_RECORD_SIZE, "record layout");
 _Static_assert(BLOB__RECORD_MAGIC_LEN == OFF_VERSION, "the magic comes first");
 
@@ -72,16 +72,16 @@ blob_status blob_comm_id_encode(const blob_comm_id *id, int world_size, void *bu
 }
 
 /* blob_comm_id_decode, failures recorded under func about path (NULL: bytes). */
-static blob_status decode(const char *func, const char *path, blob_comm_id *out,
-                          int *world_size, const unsigned char *p, size_t len)
+static blob_status decode(const char *func, const char *path, blob_comm_id *out, int *world_size,
+                          const unsigned char *p, size_t len)
 {
     size_t head = len < BLOB__RECORD_MAGIC_LEN ? len : BLOB__RECORD_MAGIC_LEN;
     if (len == 0 || memcmp(p, BLOB__RECORD_MAGIC, head) != 0)
         return blob__fail_path(BLOB_EFORMAT, func, path,
                                "not a rendezvous record (%zu bytes, no magic)", len);
     if (len < OFF_LENGTH + 4)
-        return blob__fail_path(BLOB_EFORMAT, func, path, "record truncated: %zu of %d bytes",
-                               len, BLOB_COMM_ID_RECORD_SIZE);
+        return blob__fail_path(BLOB_EFORMAT, func, path, "record truncated: %zu of %d bytes", len,
+                               BLOB_COMM_ID_RECORD_SIZE);
     uint32_t version = get_u32(p + OFF_VERSION);
     if (version != RECORD_VERSION)
         return blob__fail_path(BLOB_EFORMAT, func, path,
@@ -99,12 +99,11 @@ static blob_status decode(const char *func, const char *path, blob_comm_id *out,
     uint32_t crc = crc32(p, OFF_CRC);
     if (get_u32(p + OFF_CRC) != crc)
         return blob__fail_path(BLOB_EFORMAT, func, path,
-                               "record damaged: checksum %08x, computed %08x",
-                               get_u32(p + OFF_CRC), crc);
+                               "record damaged: checksum %08x, computed %08x", get_u32(p + OFF_CRC),
+                               crc);
     uint32_t world = get_u32(p + OFF_WORLD);
     if (world < 1 || world > INT32_MAX)
-        return blob__fail_path(BLOB_EFORMAT, func, path, "record names a world size of %u",
-                               world);
+        return blob__fail_path(BLOB_EFORMAT, func, path, "record names a world size of %u", world);
     memcpy(out->bytes, p + OFF_ID, BLOB_COMM_ID_BYTES);
     *world_size = (int)world;
     return BLOB_OK;
@@ -146,8 +145,7 @@ static int hex_digit(char c)
 
 /* hex as an id into *out; failures recorded under func, what naming the value ("" for
  * none). */
-static blob_status parse_hex(const char *func, const char *what, blob_comm_id *out,
-                             const char *hex)
+static blob_status parse_hex(const char *func, const char *what, blob_comm_id *out, const char *hex)
 {
     size_t len = strnlen(hex, 2 * BLOB_COMM_ID_BYTES + 1);
     if (len != 2 * BLOB_COMM_ID_BYTES)
@@ -178,8 +176,8 @@ blob_status blob_comm_id_from_hex(blob_comm_id *out, const char *hex)
 
 /* Where a rank finds its place, by launcher, in the order they are read: torchrun's
  * (and blob-launch's), Slurm's (srun), Open MPI's, and PMI's (MPICH, Intel MPI). */
-static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
-                                        "PMI_RANK", NULL};
+static const char *const rank_vars[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                        NULL};
 static const char *const world_vars[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
                                          "PMI_SIZE", NULL};
 static const char *const local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID",
@@ -187,8 +185,8 @@ static const char *const local_vars[] = {"LOCAL_RANK", "SLURM_LOCALID",
 
 /* The first of names that is set, read as an integer in [lo, hi] into *out; *name is it
  * (NULL, *out untouched, when none is set). */
-static blob_status first_int(const char *func, const char *const *names, int64_t lo,
-                             int64_t hi, int64_t *out, const char **name)
+static blob_status first_int(const char *func, const char *const *names, int64_t lo, int64_t hi,
+                             int64_t *out, const char **name)
 {
     *name = NULL;
     for (; *names && !*name; names++)
@@ -209,12 +207,12 @@ blob_status blob_comm_options_from_env(blob_comm_options *out)
     BLOB_TRY(first_int(__func__, world_vars, 1, INT_MAX, &world, &world_name));
     BLOB_TRY(first_int(__func__, local_vars, 0, INT_MAX, &local, &local_name));
     if (rank >= world && world_name)
-        return BLOB_FAIL(BLOB_EINVAL, "%s=%lld is not below %s=%lld", rank_name,
-                         (long long)rank, world_name, (long long)world);
+        return BLOB_FAIL(BLOB_EINVAL, "%s=%lld is not below %s=%lld", rank_name, (long long)rank,
+                         world_name, (long long)world);
     if (rank >= world)
         return BLOB_FAIL(BLOB_EINVAL, "%s=%lld, but no world size is set (%s, %s, %s or %s)",
-                         rank_name, (long long)rank, world_vars[0], world_vars[1],
-                         world_vars[2], world_vars[3]);
+                         rank_name, (long long)rank, world_vars[0], world_vars[1], world_vars[2],
+                         world_vars[3]);
     blob_comm_options o;
     memset(&o, 0, sizeof o);
     o.rank = (int)rank;

@@ -108,8 +108,7 @@ blob_status blob__comm_fail_last(blob_comm *c, const char *func, blob_status sta
     return blob__comm_fail(c, func, status, "%s: %s", what, detail);
 }
 
-blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status,
-                              const char *what)
+blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status, const char *what)
 {
     char detail[256];
     snprintf(detail, sizeof detail, "%s", blob_last_error());
@@ -179,8 +178,7 @@ blob_status blob__comm_track(blob_comm *c, const char *func, const char *what)
     return BLOB_OK;
 }
 
-blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
-                              const char *hint)
+blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what, const char *hint)
 {
     double start = blob__now();
     for (;;) {
@@ -200,8 +198,7 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
 }
 
 blob_status blob__comm_all_reduce_launch(blob_comm *c, const char *func, const char *what,
-                                         void *buf, size_t count, blob_dtype dtype,
-                                         blob_comm_op op)
+                                         void *buf, size_t count, blob_dtype dtype, blob_comm_op op)
 {
     blob_status st;
     pthread_mutex_lock(&c->mu);
@@ -308,8 +305,7 @@ blob_status blob__comm_watch_start(blob_comm *c, const char *func)
 {
     int r = pthread_create(&c->watchdog, NULL, watchdog_main, c);
     if (r != 0)
-        return blob__fail(BLOB_ENOMEM, func, "cannot start the watchdog thread: %s",
-                          strerror(r));
+        return blob__fail(BLOB_ENOMEM, func, "cannot start the watchdog thread: %s", strerror(r));
     c->watching = true;
     return BLOB_OK;
 }

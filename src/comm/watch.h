@@ -20,8 +20,8 @@
  *    kernel's first launch may load its module and wait for the device), so nothing
  *    that the abort needs is made to wait for CUDA.
  * Returns the failure, its detail recorded. */
-blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status,
-                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, const char *fmt,
+                            ...) __attribute__((format(printf, 4, 5)));
 
 /* blob__comm_fail (mu held) with the detail just recorded on this thread: "what: detail". */
 blob_status blob__comm_fail_last(blob_comm *c, const char *func, blob_status status,
@@ -32,8 +32,7 @@ blob_status blob__comm_failed(blob_comm *c, const char *func);
 
 /* Bring c down with the failure just recorded on this thread, as the failure of what
  * (mu not held). For failures after which the ranks may no longer make the same calls. */
-blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status,
-                              const char *what);
+blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status, const char *what);
 
 /* ---- the collectives ---- */
 
@@ -43,8 +42,7 @@ blob_status blob__comm_usable(blob_comm *c, const char *func);
 
 /* mu held: wait until the handle has finished its last call, what (within the timeout;
  * hint says why it would not). */
-blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what,
-                              const char *hint);
+blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what, const char *hint);
 #define BLOB__COMM_PEER_HINT "NCCL is waiting for a rank that did not take part"
 
 /* mu not held: all-reduce count elements of dtype at buf, on c->stream, and wait until

@@ -28,10 +28,7 @@ void *blob__obj_alloc(size_t bytes)
     return p;
 }
 
-void blob__obj_free(void *p)
-{
-    blob__be->host_free(p);
-}
+void blob__obj_free(void *p) { blob__be->host_free(p); }
 
 blob_status blob__system_host_alloc(size_t bytes, void **out)
 {
@@ -42,7 +39,4 @@ blob_status blob__system_host_alloc(size_t bytes, void **out)
     return BLOB_OK;
 }
 
-void blob__system_host_free(void *p)
-{
-    free(p);
-}
+void blob__system_host_free(void *p) { free(p); }

@@ -95,13 +95,10 @@ static void cuda_device_free(void *p)
 static enum cudaMemcpyKind copy_kind(blob__copy_kind kind)
 {
     switch (kind) {
-    case BLOB__H2D:
-        return cudaMemcpyHostToDevice;
+    case BLOB__H2D: return cudaMemcpyHostToDevice;
     case BLOB__D2H:
-    case BLOB__D2H_PINNED:
-        return cudaMemcpyDeviceToHost;
-    case BLOB__D2D:
-        return cudaMemcpyDeviceToDevice;
+    case BLOB__D2H_PINNED: return cudaMemcpyDeviceToHost;
+    case BLOB__D2D: return cudaMemcpyDeviceToDevice;
     }
     return cudaMemcpyDefault;
 }
@@ -111,8 +108,8 @@ static enum cudaMemcpyKind copy_kind(blob__copy_kind kind)
 #define PINNED_KERNEL_BYTES 16384
 int blob__cuda_copy_to_pinned(void *dst, const void *src, size_t bytes, void *stream);
 
-static blob_status cuda_copy_async(void *dst, const void *src, size_t bytes,
-                                   blob__copy_kind kind, void *stream)
+static blob_status cuda_copy_async(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
+                                   void *stream)
 {
     if (kind == BLOB__D2H_PINNED && bytes && bytes <= PINNED_KERNEL_BYTES) {
         CUDA_TRY((cudaError_t)blob__cuda_copy_to_pinned(dst, src, bytes, stream));
@@ -329,12 +326,6 @@ static const blob__backend cuda_backend = {
     .graph_count_nodes = cuda_graph_count_nodes,
 };
 
-const blob__backend *blob__backend_default(void)
-{
-    return &cuda_backend;
-}
+const blob__backend *blob__backend_default(void) { return &cuda_backend; }
 
-bool blob_built_with_cuda(void)
-{
-    return true;
-}
+bool blob_built_with_cuda(void) { return true; }

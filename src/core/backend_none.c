@@ -8,8 +8,16 @@ static blob_status no_gpu(const char *what)
 }
 
 static int none_device_count(void) { return 0; }
-static blob_status none_get_device(int *device) { (void)device; return no_gpu("get_device"); }
-static blob_status none_set_device(int device) { (void)device; return no_gpu("set_device"); }
+static blob_status none_get_device(int *device)
+{
+    (void)device;
+    return no_gpu("get_device");
+}
+static blob_status none_set_device(int device)
+{
+    (void)device;
+    return no_gpu("set_device");
+}
 static blob_status none_alloc(size_t bytes, void **out)
 {
     (void)bytes;
@@ -23,8 +31,8 @@ static blob_status none_pointer_device(const void *p, int *device)
     *device = BLOB__HOST_MEMORY;
     return BLOB_OK;
 }
-static blob_status none_copy_async(void *dst, const void *src, size_t bytes,
-                                   blob__copy_kind kind, void *stream)
+static blob_status none_copy_async(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
+                                   void *stream)
 {
     (void)dst, (void)src, (void)bytes, (void)kind, (void)stream;
     return no_gpu("copy_async");
@@ -35,13 +43,21 @@ static blob_status none_memset(void *dst, int value, size_t bytes, void *stream)
     return no_gpu("memset");
 }
 static blob_status none_sync(void) { return no_gpu("synchronize"); }
-static blob_status none_create(void **out) { (void)out; return no_gpu("create"); }
+static blob_status none_create(void **out)
+{
+    (void)out;
+    return no_gpu("create");
+}
 static blob_status none_stream_create(void **out, int priority)
 {
     (void)out, (void)priority;
     return no_gpu("create");
 }
-static blob_status none_on(void *obj) { (void)obj; return no_gpu("synchronize"); }
+static blob_status none_on(void *obj)
+{
+    (void)obj;
+    return no_gpu("synchronize");
+}
 static blob_status none_elapsed(void *from, void *to, double *ms)
 {
     (void)from, (void)to, (void)ms;
@@ -115,12 +131,6 @@ static const blob__backend none_backend = {
     .graph_count_nodes = none_graph_count_nodes,
 };
 
-const blob__backend *blob__backend_default(void)
-{
-    return &none_backend;
-}
+const blob__backend *blob__backend_default(void) { return &none_backend; }
 
-bool blob_built_with_cuda(void)
-{
-    return false;
-}
+bool blob_built_with_cuda(void) { return false; }

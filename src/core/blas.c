@@ -66,9 +66,9 @@ static blas_kind linked_blas(void)
 
 /* Cores whose kernels predate AVX2: OpenBLAS's choices when it cannot name the CPU. */
 static const char *const generic_cores[] = {
-    "Prescott", "Katmai",   "Coppermine", "Northwood", "Banias", "Atom",
-    "Core2",    "Penryn",   "Dunnington", "Nehalem",   "Sandybridge", "Athlon",
-    "Opteron",  "Opteron(SSE3)", "Barcelona", "Bobcat", "Nano"};
+    "Prescott", "Katmai",        "Coppermine", "Northwood", "Banias",      "Atom",
+    "Core2",    "Penryn",        "Dunnington", "Nehalem",   "Sandybridge", "Athlon",
+    "Opteron",  "Opteron(SSE3)", "Barcelona",  "Bobcat",    "Nano"};
 
 static pthread_mutex_t info_mu = PTHREAD_MUTEX_INITIALIZER;
 static char detected[32]; /* the core OpenBLAS chose itself, when we changed it */
@@ -79,7 +79,7 @@ static blas_kind blas; /* set at load time */
 /* OpenBLAS's core, or BLIS's kernel set. */
 static const char *core_name(void)
 {
-    const char *c = openblas_get_corename ? openblas_get_corename()
+    const char *c = openblas_get_corename                  ? openblas_get_corename()
                     : bli_arch_query_id && bli_arch_string ? bli_arch_string(bli_arch_query_id())
                                                            : NULL;
     return c ? c : "";
@@ -142,14 +142,10 @@ static bool one_thread_blas;         /* the BLAS runs a call on its caller alone
 int blob__blas_threads(void)
 {
     switch (blas) {
-    case BLAS_OPENBLAS:
-        return openblas_get_num_threads ? openblas_get_num_threads() : 0;
-    case BLAS_BLIS:
-        return (int)bli_thread_get_num_threads();
-    case BLAS_MKL:
-        return MKL_Get_Max_Threads();
-    default:
-        return 0;
+    case BLAS_OPENBLAS: return openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    case BLAS_BLIS: return (int)bli_thread_get_num_threads();
+    case BLAS_MKL: return MKL_Get_Max_Threads();
+    default: return 0;
     }
 }
 
@@ -160,14 +156,9 @@ void blob__blas_set_threads(int n)
         if (openblas_set_num_threads)
             openblas_set_num_threads(n);
         break;
-    case BLAS_BLIS:
-        bli_thread_set_num_threads(n);
-        break;
-    case BLAS_MKL:
-        MKL_Set_Num_Threads(n);
-        break;
-    default:
-        break;
+    case BLAS_BLIS: bli_thread_set_num_threads(n); break;
+    case BLAS_MKL: MKL_Set_Num_Threads(n); break;
+    default: break;
     }
 }
 
@@ -223,8 +214,8 @@ static bool slicing(void)
     return one_thread_blas && blob__blas_threads() == 1 && host_threads > 1;
 }
 
-void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows,
-                     int64_t *rows, int64_t *cols)
+void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows, int64_t *rows,
+                     int64_t *cols)
 {
     /* Multiply-adds below which a block costs more to hand out than it saves; the cost of
      * packing an element of A or B into the BLAS's panels, in multiply-adds. */
@@ -260,9 +251,7 @@ static void blas_name(char *out, size_t size)
         sscanf(openblas_get_config(), "OpenBLAS %31s", version);
         snprintf(out, size, "OpenBLAS%s%s", *version ? " " : "", version);
         break;
-    case BLAS_BLIS:
-        snprintf(out, size, "BLIS %s", bli_info_get_version_str());
-        break;
+    case BLAS_BLIS: snprintf(out, size, "BLIS %s", bli_info_get_version_str()); break;
     case BLAS_MKL: { /* "Intel(R) oneAPI Math Kernel Library Version 2026.2-Product Build ..." */
         MKL_Get_Version_String(mkl, (int)sizeof mkl);
         const char *v = strstr(mkl, "Version ");
@@ -271,8 +260,7 @@ static void blas_name(char *out, size_t size)
         snprintf(out, size, "MKL%s%s", *version ? " " : "", version);
         break;
     }
-    default:
-        snprintf(out, size, "CBLAS");
+    default: snprintf(out, size, "CBLAS");
     }
 }
 
@@ -290,14 +278,14 @@ blob_status blob_blas_get_info(blob_blas_info *out)
     if (!*out->core)
         n = snprintf(out->summary, sizeof out->summary, "%s", out->name);
     else if (*detected)
-        n = snprintf(out->summary, sizeof out->summary, "%s, core %s -> %s%s", out->name,
-                     detected, out->core, action);
+        n = snprintf(out->summary, sizeof out->summary, "%s, core %s -> %s%s", out->name, detected,
+                     out->core, action);
     else
         n = snprintf(out->summary, sizeof out->summary, "%s, core %s%s", out->name, out->core,
                      action);
     if (n >= 0 && (size_t)n < sizeof out->summary)
-        snprintf(out->summary + n, sizeof out->summary - (size_t)n, ", %d thread%s%s",
-                 out->threads, out->threads == 1 ? "" : "s",
+        snprintf(out->summary + n, sizeof out->summary - (size_t)n, ", %d thread%s%s", out->threads,
+                 out->threads == 1 ? "" : "s",
                  slicing() ? " (GEMMs cut into blocks, one BLAS thread each)" : "");
     pthread_mutex_unlock(&info_mu);
     return BLOB_OK;

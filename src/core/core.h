@@ -20,7 +20,7 @@ typedef enum { BLOB__H2D, BLOB__D2H, BLOB__D2H_PINNED, BLOB__D2D } blob__copy_ki
  * device. Streams and events are opaque; NULL is the default stream. Device entries
  * are NULL-safe on free/destroy. */
 /* What blob__backend.pointer_device says of memory that is not one GPU's own. */
-#define BLOB__HOST_MEMORY (-1)
+#define BLOB__HOST_MEMORY    (-1)
 #define BLOB__MANAGED_MEMORY (-2)
 
 typedef struct blob__backend {
@@ -68,8 +68,7 @@ typedef struct blob__backend {
     void (*graph_destroy)(void *graph, void *exec);
     /* Add the kernel launches, the host functions and all operations of a captured graph
      * (child graphs counted by their contents) to the counts. */
-    blob_status (*graph_count_nodes)(void *graph, int64_t *kernels, int64_t *host,
-                                     int64_t *total);
+    blob_status (*graph_count_nodes)(void *graph, int64_t *kernels, int64_t *host, int64_t *total);
 } blob__backend;
 
 /* The table in use. Read on every device operation; changed only by install. */
@@ -132,8 +131,8 @@ int blob__host_threads(int64_t work);
  * with whole_rows), chosen for the least work on one thread, each worth enough to pay for
  * its hand-over. M x N (one block) when the BLAS threads its calls itself or there is one
  * host thread. Blocks start on multiples of 8 rows and of 64 bytes of a row. */
-void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows,
-                     int64_t *rows, int64_t *cols);
+void blob__gemm_grid(int64_t M, int64_t N, int64_t K, size_t elem, bool whole_rows, int64_t *rows,
+                     int64_t *cols);
 
 /* The threads the host BLAS runs a call on, by its own setting (openblas_get_num_threads,
  * bli_thread_get_num_threads, mkl_get_max_threads): < 1 when it has none. */

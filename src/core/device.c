@@ -35,10 +35,7 @@ blob_status blob__current_device(int *device)
     return BLOB_OK;
 }
 
-int blob_device_count(void)
-{
-    return blob__be->device_count();
-}
+int blob_device_count(void) { return blob__be->device_count(); }
 
 blob_status blob__require_gpu(const char *func)
 {
@@ -63,8 +60,7 @@ blob_status blob_device_set(int device)
 {
     BLOB_TRY(blob__require_gpu(__func__));
     if (device < 0 || device >= blob__be->device_count())
-        return BLOB_FAIL(BLOB_ERANGE, "device %d not in [0, %d)", device,
-                         blob__be->device_count());
+        return BLOB_FAIL(BLOB_ERANGE, "device %d not in [0, %d)", device, blob__be->device_count());
     BLOB_TRY(blob__be->set_device(device));
     remember_device(device);
     return BLOB_OK;
@@ -313,15 +309,9 @@ blob_status blob_stream_synchronize(void *stream)
     return blob__be->stream_synchronize(stream);
 }
 
-void blob_stream_set(void *stream)
-{
-    current_stream = stream;
-}
+void blob_stream_set(void *stream) { current_stream = stream; }
 
-void *blob_stream_get(void)
-{
-    return current_stream;
-}
+void *blob_stream_get(void) { return current_stream; }
 
 void *blob__stream_enter(void *stream)
 {
@@ -330,17 +320,14 @@ void *blob__stream_enter(void *stream)
     return prev;
 }
 
-void blob__stream_leave(void *prev)
-{
-    current_stream = prev;
-}
+void blob__stream_leave(void *prev) { current_stream = prev; }
 
 blob_status blob__check_device(const char *func, int device)
 {
     int cur;
     BLOB_TRY(blob__current_device(&cur));
     if (cur != device)
-        return blob__fail(BLOB_EDEVICE, func, "object is on GPU %d but GPU %d is current",
-                          device, cur);
+        return blob__fail(BLOB_EDEVICE, func, "object is on GPU %d but GPU %d is current", device,
+                          cur);
     return BLOB_OK;
 }

@@ -23,8 +23,9 @@ static const char *shown(const char *v, char buf[48])
 }
 
 /* BLOB_EINVAL: `NAME="value" is not <what>`. */
-__attribute__((format(printf, 4, 5))) static blob_status
-refuse(const char *func, const char *name, const char *value, const char *what, ...)
+__attribute__((format(printf, 4, 5))) static blob_status refuse(const char *func, const char *name,
+                                                                const char *value, const char *what,
+                                                                ...)
 {
     char why[160], buf[48];
     va_list ap;
@@ -34,8 +35,7 @@ refuse(const char *func, const char *name, const char *value, const char *what, 
     return blob__fail(BLOB_EINVAL, func, "%s=\"%s\" is not %s", name, shown(value, buf), why);
 }
 
-blob_status blob__env_int(const char *func, const char *name, int64_t lo, int64_t hi,
-                          int64_t *out)
+blob_status blob__env_int(const char *func, const char *name, int64_t lo, int64_t hi, int64_t *out)
 {
     const char *v = getenv(name);
     if (v && !blob__parse_int(v, lo, hi, out))
@@ -43,8 +43,7 @@ blob_status blob__env_int(const char *func, const char *name, int64_t lo, int64_
     return BLOB_OK;
 }
 
-blob_status blob__env_seconds(const char *func, const char *name, double lo, double hi,
-                              double *out)
+blob_status blob__env_seconds(const char *func, const char *name, double lo, double hi, double *out)
 {
     const char *v = getenv(name);
     if (v && !blob__parse_decimal(v, lo, hi, out))
@@ -94,10 +93,7 @@ blob_status blob__env_text(const char *func, const char *name, size_t max, const
     return BLOB_OK;
 }
 
-const char *blob__env_raw(const char *name)
-{
-    return getenv(name);
-}
+const char *blob__env_raw(const char *name) { return getenv(name); }
 
 void blob__env_keep(blob__env_fault *f, blob_status st)
 {

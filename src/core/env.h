@@ -15,8 +15,7 @@
 #include "blob/status.h"
 
 /* A decimal integer in [lo, hi] (number.h's syntax). */
-blob_status blob__env_int(const char *func, const char *name, int64_t lo, int64_t hi,
-                          int64_t *out);
+blob_status blob__env_int(const char *func, const char *name, int64_t lo, int64_t hi, int64_t *out);
 
 /* A number of seconds in [lo, hi], a decimal (number.h's syntax). */
 blob_status blob__env_seconds(const char *func, const char *name, double lo, double hi,

@@ -14,7 +14,7 @@
 
 #include "core.h"
 
-#define TEMP_MARK ".blob-tmp-" /* a temporary name: "." NAME TEMP_MARK and 6 letters */
+#define TEMP_MARK    ".blob-tmp-" /* a temporary name: "." NAME TEMP_MARK and 6 letters */
 #define TEMP_LETTERS 6
 static const char letters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -45,9 +45,12 @@ static blob_status errno_fail(const char *func, const char *path, const char *wh
 /* What a path that is not a regular file is, for messages. */
 static const char *file_kind(mode_t mode)
 {
-    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-         : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
 }
 
 static blob_status not_regular(blob_status st, const char *func, const char *path, mode_t mode)
@@ -89,7 +92,9 @@ static blob_status open_target(replace_ctx *c, bool keep_mode)
         return blob__fail_path(BLOB_EIO, c->func, c->path, "not a regular file (a directory)");
     if (slash)
         *slash = '\0';
-    c->dir = open(!slash ? "." : slash == c->target ? "/" : c->target,
+    c->dir = open(!slash               ? "."
+                  : slash == c->target ? "/"
+                                       : c->target,
                   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (slash)
         *slash = '/';
@@ -134,8 +139,7 @@ static void remove_stale(const replace_ctx *c)
     uid_t me = geteuid();
     for (struct dirent *e; (e = readdir(d));) {
         struct stat sb;
-        if (is_temp_name(e->d_name) &&
-            fstatat(c->dir, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+        if (is_temp_name(e->d_name) && fstatat(c->dir, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
             S_ISREG(sb.st_mode) && sb.st_uid == me && sb.st_nlink == 1 &&
             now - sb.st_mtime > BLOB__STALE_TEMP_S)
             unlinkat(c->dir, e->d_name, 0);
@@ -177,8 +181,7 @@ static int link_temp(replace_ctx *c, int fd)
 }
 
 /* The contents, the mode and the data on disk. */
-static blob_status fill(const replace_ctx *c, int fd, blob_status (*write)(int, void *),
-                        void *ctx)
+static blob_status fill(const replace_ctx *c, int fd, blob_status (*write)(int, void *), void *ctx)
 {
     if (c->replace && fchmod(fd, c->mode) != 0)
         return errno_fail(c->func, c->path, "chmod");
@@ -252,8 +255,7 @@ blob_status blob__replace_file(const char *func, const char *path, mode_t mode, 
     return st;
 }
 
-blob_status blob__write_all(const char *func, const char *path, int fd, const void *buf,
-                            size_t n)
+blob_status blob__write_all(const char *func, const char *path, int fd, const void *buf, size_t n)
 {
     for (const char *p = buf; n > 0;) {
         ssize_t k = write(fd, p, n);

@@ -29,8 +29,7 @@ blob_status blob__replace_file(const char *func, const char *path, mode_t mode, 
 
 /* write(2) all n bytes of buf to fd, a file that path names (for messages).
  * Errors: BLOB_EIO. */
-blob_status blob__write_all(const char *func, const char *path, int fd, const void *buf,
-                            size_t n);
+blob_status blob__write_all(const char *func, const char *path, int fd, const void *buf, size_t n);
 
 /* Whether blob__replace_file tries O_TMPFILE; tests turn it off to take the path of
  * file systems without it. */
@@ -46,7 +45,7 @@ extern bool blob__replace_tmpfile;
  * not_regular as the status, and the open does not block either, in case the path
  * changes in between: the type of what was opened is checked again. *sb is its status.
  * Errors: not_regular, BLOB_EIO (errno kept: ENOENT for a path that does not exist). */
-blob_status blob__open_regular(const char *func, const char *path, blob_status not_regular,
-                               int *fd, struct stat *sb);
+blob_status blob__open_regular(const char *func, const char *path, blob_status not_regular, int *fd,
+                               struct stat *sb);
 
 #endif

@@ -78,10 +78,7 @@ static void after_fork_child(void)
     atomic_store(&pending, 0);
 }
 
-static void register_fork(void)
-{
-    pthread_atfork(NULL, NULL, after_fork_child);
-}
+static void register_fork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
 /* Start workers up to `want` (under dispatch_mu); returns how many there are. */
 static int start_workers(int want)

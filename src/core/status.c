@@ -7,8 +7,7 @@ const char *blob_strerror(blob_status status)
 {
     switch (status) {
 #define BLOB__STATUS_MESSAGE(name, value, msg) \
-    case BLOB_##name:                          \
-        return msg;
+    case BLOB_##name: return msg;
         BLOB_STATUS_MAP(BLOB__STATUS_MESSAGE)
 #undef BLOB__STATUS_MESSAGE
     }
@@ -19,8 +18,7 @@ const char *blob_status_name(blob_status status)
 {
     switch (status) {
 #define BLOB__STATUS_NAME(name, value, msg) \
-    case BLOB_##name:                       \
-        return #name;
+    case BLOB_##name: return #name;
         BLOB_STATUS_MAP(BLOB__STATUS_NAME)
 #undef BLOB__STATUS_NAME
     }
@@ -29,16 +27,13 @@ const char *blob_status_name(blob_status status)
 
 static _Thread_local char last_error[512];
 
-const char *blob_last_error(void)
-{
-    return last_error;
-}
+const char *blob_last_error(void) { return last_error; }
 
 /* last_error = "func: path: " and the message, func and path each left out when NULL. */
 static void record(const char *func, const char *path, const char *fmt, va_list ap)
 {
-    int n = snprintf(last_error, sizeof last_error, "%s%s%s%s", func ? func : "",
-                     func ? ": " : "", path ? path : "", path ? ": " : "");
+    int n = snprintf(last_error, sizeof last_error, "%s%s%s%s", func ? func : "", func ? ": " : "",
+                     path ? path : "", path ? ": " : "");
     if (n >= 0 && (size_t)n < sizeof last_error)
         vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);
 }
@@ -52,8 +47,8 @@ blob_status blob__fail(blob_status status, const char *func, const char *fmt, ..
     return status;
 }
 
-blob_status blob__fail_path(blob_status status, const char *func, const char *path,
-                            const char *fmt, ...)
+blob_status blob__fail_path(blob_status status, const char *func, const char *path, const char *fmt,
+                            ...)
 {
     va_list ap;
     va_start(ap, fmt);

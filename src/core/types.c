@@ -5,20 +5,14 @@
 size_t blob_dtype_size(blob_dtype dtype)
 {
     switch (dtype) {
-    case BLOB_FLOAT32:
-        return 4;
+    case BLOB_FLOAT32: return 4;
     case BLOB_FLOAT64:
-    case BLOB_INT64:
-        return 8;
+    case BLOB_INT64: return 8;
     case BLOB_BFLOAT16:
-    case BLOB_FLOAT16:
-        return 2;
-    case BLOB_INT32:
-        return 4;
-    case BLOB_UINT8:
-        return 1;
-    case BLOB_DTYPE_NONE:
-        break;
+    case BLOB_FLOAT16: return 2;
+    case BLOB_INT32: return 4;
+    case BLOB_UINT8: return 1;
+    case BLOB_DTYPE_NONE: break;
     }
     return 0;
 }
@@ -73,13 +67,10 @@ int blob_optim_history_count(const blob_optim *opt)
         return -1;
     }
     switch (opt->kind) {
-    case BLOB_OPTIM_SGD:
-        return opt->momentum != 0;
-    case BLOB_OPTIM_SGD_CAFFE:
-        return 1;
+    case BLOB_OPTIM_SGD: return opt->momentum != 0;
+    case BLOB_OPTIM_SGD_CAFFE: return 1;
     case BLOB_OPTIM_ADAM:
-    case BLOB_OPTIM_ADAMW:
-        return 2;
+    case BLOB_OPTIM_ADAMW: return 2;
     }
     return -1;
 }

@@ -101,14 +101,14 @@ static blob_status export_check(const blob *b, blob_part part, blob_dlpack_side 
 static const struct {
     blob_dtype dtype;
     uint8_t code, bits;
-} DTYPES[] = {{BLOB_FLOAT32, kDLFloat, 32}, {BLOB_FLOAT64, kDLFloat, 64},
+} DTYPES[] = {{BLOB_FLOAT32, kDLFloat, 32},   {BLOB_FLOAT64, kDLFloat, 64},
               {BLOB_BFLOAT16, kDLBfloat, 16}, {BLOB_FLOAT16, kDLFloat, 16},
-              {BLOB_INT32, kDLInt, 32},   {BLOB_INT64, kDLInt, 64},
+              {BLOB_INT32, kDLInt, 32},       {BLOB_INT64, kDLInt, 64},
               {BLOB_UINT8, kDLUInt, 8}};
 
 /* The access of a checked export; on success the block is retained in parts->mem. */
-static blob_status export_begin(blob *b, blob_part part, blob_dlpack_side side,
-                                unsigned flags, void *stream, export_parts *parts)
+static blob_status export_begin(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
+                                void *stream, export_parts *parts)
 {
     bool gpu = side == BLOB_DLPACK_DEVICE;
     int device = blob_device(b);
@@ -193,9 +193,8 @@ blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsig
 }
 
 #ifdef BLOB_DLPACK_VERSIONED
-blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side side,
-                                     unsigned flags, void *stream,
-                                     DLManagedTensorVersioned **out)
+blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side side, unsigned flags,
+                                     void *stream, DLManagedTensorVersioned **out)
 {
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
@@ -216,10 +215,7 @@ blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side s
 }
 #endif
 
-static void release_tensor(void *ctx)
-{
-    blob_dlpack_delete(ctx);
-}
+static void release_tensor(void *ctx) { blob_dlpack_delete(ctx); }
 
 void blob_dlpack_delete(DLManagedTensor *t)
 {
@@ -237,9 +233,10 @@ static blob_status dtype_of(const char *func, DLDataType d, blob_dtype *out)
             *out = DTYPES[i].dtype;
             return BLOB_OK;
         }
-    return IMPORT_FAIL(BLOB_EINVAL, "dtype code %u, %u bits, %u lanes: only float32, float64, "
-                     "bfloat16, float16, int32, int64 and uint8 with 1 lane", (unsigned)d.code,
-                     (unsigned)d.bits, (unsigned)d.lanes);
+    return IMPORT_FAIL(BLOB_EINVAL,
+                       "dtype code %u, %u bits, %u lanes: only float32, float64, "
+                       "bfloat16, float16, int32, int64 and uint8 with 1 lane",
+                       (unsigned)d.code, (unsigned)d.bits, (unsigned)d.lanes);
 }
 
 /* The dims are >= 0 and the strides (if given) describe a C-contiguous tensor; *empty
@@ -249,8 +246,7 @@ static blob_status check_layout(const char *func, const DLTensor *t, bool *empty
     *empty = false;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)
-            return IMPORT_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i,
-                             (long long)t->shape[i]);
+            return IMPORT_FAIL(BLOB_EINVAL, "dim %d is negative (%lld)", i, (long long)t->shape[i]);
         *empty |= t->shape[i] == 0;
     }
     if (!t->strides || *empty)
@@ -258,9 +254,10 @@ static blob_status check_layout(const char *func, const DLTensor *t, bool *empty
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect)
-            return IMPORT_FAIL(BLOB_EINVAL, "not C-contiguous: axis %d has stride %lld, "
-                             "compact row-major needs %lld", i, (long long)t->strides[i],
-                             (long long)expect);
+            return IMPORT_FAIL(BLOB_EINVAL,
+                               "not C-contiguous: axis %d has stride %lld, "
+                               "compact row-major needs %lld",
+                               i, (long long)t->strides[i], (long long)expect);
         if (__builtin_mul_overflow(expect, t->shape[i], &expect))
             return IMPORT_FAIL(BLOB_EOVERFLOW, "element count overflows at axis %d", i);
     }
@@ -275,24 +272,23 @@ static blob_status place_of(const char *func, DLDevice d, bool *gpu, int *device
     case kDLCUDAHost:
         if (d.device_id != 0)
             return IMPORT_FAIL(BLOB_EINVAL, "host memory with device_id %d (must be 0)",
-                             d.device_id);
+                               d.device_id);
         *gpu = false;
         return BLOB_OK;
     case kDLCUDA: {
         int n = blob_device_count();
         if (n == 0)
             return IMPORT_FAIL(BLOB_ENODEV, "tensor on CUDA device %d, but no GPU is usable",
-                             d.device_id);
+                               d.device_id);
         if (d.device_id < 0 || d.device_id >= n)
-            return IMPORT_FAIL(BLOB_ERANGE, "tensor on CUDA device %d, %d present", d.device_id,
-                             n);
+            return IMPORT_FAIL(BLOB_ERANGE, "tensor on CUDA device %d, %d present", d.device_id, n);
         *gpu = true;
         *device = d.device_id;
         return BLOB_OK;
     }
     }
     return IMPORT_FAIL(BLOB_EINVAL, "device type %d: only kDLCPU, kDLCUDAHost and kDLCUDA",
-                     (int)d.device_type);
+                       (int)d.device_type);
 }
 
 /* t's data is memory of GPU `device` (BLOB__HOST_MEMORY: host memory), as its device
@@ -310,16 +306,18 @@ static blob_status check_memory(const char *func, const DLTensor *t, int device)
         return IMPORT_FAIL(BLOB_EINVAL, "data is host memory, but the tensor says CUDA device %d",
                            device);
     if (device < 0)
-        return IMPORT_FAIL(BLOB_EINVAL, "data is memory of GPU %d, but the tensor says host "
-                           "memory", actual);
+        return IMPORT_FAIL(BLOB_EINVAL,
+                           "data is memory of GPU %d, but the tensor says host "
+                           "memory",
+                           actual);
     return IMPORT_FAIL(BLOB_EINVAL, "data is memory of GPU %d, but the tensor says CUDA device %d",
                        actual, device);
 }
 
 /* A blob borrowing t's memory, release(ctx) called when the last reference goes
  * (blob_from_dlpack's contract, for either struct). */
-static blob_status import_tensor(const char *func, blob **out, const DLTensor *t,
-                                 int host_device, blob_release_fn release, void *ctx)
+static blob_status import_tensor(const char *func, blob **out, const DLTensor *t, int host_device,
+                                 blob_release_fn release, void *ctx)
 {
     blob_dtype dtype = BLOB_FLOAT32;
     BLOB_TRY(dtype_of(func, t->dtype, &dtype));
@@ -333,8 +331,10 @@ static blob_status import_tensor(const char *func, blob **out, const DLTensor *t
     BLOB_TRY(place_of(func, t->device, &gpu, &device));
     BLOB_TRY(check_memory(func, t, gpu ? device : BLOB__HOST_MEMORY));
     if (t->byte_offset % elem)
-        return IMPORT_FAIL(BLOB_EINVAL, "byte_offset %llu is not a multiple of the element "
-                           "size %zu", (unsigned long long)t->byte_offset, elem);
+        return IMPORT_FAIL(BLOB_EINVAL,
+                           "byte_offset %llu is not a multiple of the element "
+                           "size %zu",
+                           (unsigned long long)t->byte_offset, elem);
     uintptr_t addr = (uintptr_t)t->data;
     if (t->byte_offset > UINTPTR_MAX - addr)
         return IMPORT_FAIL(BLOB_EINVAL, "byte_offset %llu overflows the address",
@@ -356,8 +356,7 @@ static blob_status import_tensor(const char *func, blob **out, const DLTensor *t
         int prev;
         st = enter_device(device, &prev);
         if (st == BLOB_OK) {
-            st = blob_syncedmem_set_gpu_data_release(blob_data_mem(b), data, bytes, release,
-                                                     ctx);
+            st = blob_syncedmem_set_gpu_data_release(blob_data_mem(b), data, bytes, release, ctx);
             restore_device(prev);
         }
     } else {
@@ -382,10 +381,7 @@ blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_devic
 }
 
 #ifdef BLOB_DLPACK_VERSIONED
-static void release_versioned(void *ctx)
-{
-    blob_dlpack_versioned_delete(ctx);
-}
+static void release_versioned(void *ctx) { blob_dlpack_versioned_delete(ctx); }
 
 void blob_dlpack_versioned_delete(DLManagedTensorVersioned *t)
 {
@@ -406,7 +402,6 @@ blob_status blob_from_dlpack_versioned(blob **out, DLManagedTensorVersioned *ten
                          tensor->version.major, tensor->version.minor, DLPACK_MAJOR_VERSION);
     if (tensor->flags & DLPACK_FLAG_BITMASK_READ_ONLY)
         return BLOB_FAIL(BLOB_EINVAL, "the tensor is read-only, and a blob's data is writable");
-    return import_tensor(__func__, out, &tensor->dl_tensor, host_device, release_versioned,
-                         tensor);
+    return import_tensor(__func__, out, &tensor->dl_tensor, host_device, release_versioned, tensor);
 }
 #endif

@@ -53,7 +53,7 @@ static blob_status each(const char *func, void *stream, int64_t n, F f)
 }
 
 /* Call each with Op<float> or Op<double> built from the arguments, by dtype. */
-#define EACH(func, stream, dtype, n, Op, ...)                          \
+#define EACH(func, stream, dtype, n, Op, ...)                                      \
     ((dtype) == BLOB_FLOAT32 ? each((func), (stream), (n), Op<float>{__VA_ARGS__}) \
                              : each((func), (stream), (n), Op<double>{__VA_ARGS__}))
 

@@ -49,8 +49,7 @@ Div<int32_t> divider<int32_t>(int64_t d)
 template <typename I>
 struct Geo {
     I channels, height, width, kh, kw, ph, pw, sh, sw, dh, dw, oh, ow;
-    Div<I> by_channels, by_height, by_width, by_sh, by_sw, by_dh, by_dw, by_oh, by_ow,
-        by_plane_out;
+    Div<I> by_channels, by_height, by_width, by_sh, by_sw, by_dh, by_dw, by_oh, by_ow, by_plane_out;
 };
 
 /* An axis with one window never uses its stride, nor one with a kernel of 1 its
@@ -64,11 +63,29 @@ static Geo<I> geo(const blob_conv_geometry *g, int64_t oh, int64_t ow)
     const int64_t dw = g->kernel_w > 1 ? g->dilation_w : 1;
     const int64_t c = g->channels > 0 ? g->channels : 1, h = g->height > 0 ? g->height : 1;
     const int64_t w = g->width > 0 ? g->width : 1;
-    return {(I)g->channels,  (I)g->height,   (I)g->width,    (I)g->kernel_h, (I)g->kernel_w,
-            (I)g->pad_h,     (I)g->pad_w,    (I)sh,          (I)sw,          (I)dh,
-            (I)dw,           (I)oh,          (I)ow,          divider<I>(c),  divider<I>(h),
-            divider<I>(w),   divider<I>(sh), divider<I>(sw), divider<I>(dh), divider<I>(dw),
-            divider<I>(oh),  divider<I>(ow), divider<I>(oh * ow)};
+    return {(I)g->channels,
+            (I)g->height,
+            (I)g->width,
+            (I)g->kernel_h,
+            (I)g->kernel_w,
+            (I)g->pad_h,
+            (I)g->pad_w,
+            (I)sh,
+            (I)sw,
+            (I)dh,
+            (I)dw,
+            (I)oh,
+            (I)ow,
+            divider<I>(c),
+            divider<I>(h),
+            divider<I>(w),
+            divider<I>(sh),
+            divider<I>(sw),
+            divider<I>(dh),
+            divider<I>(dw),
+            divider<I>(oh),
+            divider<I>(ow),
+            divider<I>(oh * ow)};
 }
 
 /* 0 <= i < n, in one comparison. */
@@ -89,12 +106,10 @@ static bool fits32(const blob__conv_call *c)
 }
 
 /* Call launch<T, I>(args...) with T by dtype and I by fits. */
-#define DISPATCH(dtype, fits, launch, ...)                                         \
-    ((dtype) == BLOB_FLOAT32                                                       \
-         ? ((fits) ? launch<float, int32_t>(__VA_ARGS__)                           \
-                   : launch<float, int64_t>(__VA_ARGS__))                          \
-         : ((fits) ? launch<double, int32_t>(__VA_ARGS__)                          \
-                   : launch<double, int64_t>(__VA_ARGS__)))
+#define DISPATCH(dtype, fits, launch, ...)                                                      \
+    ((dtype) == BLOB_FLOAT32                                                                    \
+         ? ((fits) ? launch<float, int32_t>(__VA_ARGS__) : launch<float, int64_t>(__VA_ARGS__)) \
+         : ((fits) ? launch<double, int32_t>(__VA_ARGS__) : launch<double, int64_t>(__VA_ARGS__)))
 
 /* ---- im2col and col2im ---- */
 
@@ -123,7 +138,8 @@ static __global__ void im2col_kernel(Geo<I> g, I cols, const T *__restrict__ im,
     using Vec = typename VecOf<T, V>::type;
     const I plane = g.height * g.width, taps = g.kh * g.kw, plane_out = g.oh * g.ow;
     for (I c = blockIdx.y; c < g.channels; c += gridDim.y)
-        GRID_LOOP(v64, cols / V) {
+        GRID_LOOP(v64, cols / V)
+        {
             const I q = (I)v64 * V;
             I n = g.by_plane_out(q), p = q - n * plane_out, y = g.by_ow(p), x = p - y * g.ow;
             const T *src[V];
@@ -246,7 +262,8 @@ static __global__ void col2im_kernel(Geo<I> g, I cols, I count, const T *__restr
                                      T *__restrict__ im)
 {
     const I plane_out = g.oh * g.ow, ext_h = (g.kh - 1) * g.dh + 1, ext_w = (g.kw - 1) * g.dw + 1;
-    GRID_LOOP(t64, count) {
+    GRID_LOOP(t64, count)
+    {
         const I t = (I)t64;
         I nc, h, w;
         split_cell(g, t, &nc, &h, &w);
@@ -337,7 +354,8 @@ template <typename T, typename I, bool Max>
 static __global__ void pool_forward_kernel(Geo<I> g, I count, const T *__restrict__ x,
                                            T *__restrict__ y, int32_t *__restrict__ argmax)
 {
-    GRID_LOOP(t64, count) {
+    GRID_LOOP(t64, count)
+    {
         const I t = (I)t64;
         I p, py, px;
         split_out(g, t, &p, &py, &px);
@@ -370,10 +388,10 @@ static __global__ void pool_forward_kernel(Geo<I> g, I count, const T *__restric
  * for max pooling those whose argmax names it. */
 template <typename T, typename I, bool Max>
 static __global__ void pool_backward_kernel(Geo<I> g, I count, const T *__restrict__ dy,
-                                            const int32_t *__restrict__ argmax,
-                                            T *__restrict__ dx)
+                                            const int32_t *__restrict__ argmax, T *__restrict__ dx)
 {
-    GRID_LOOP(t64, count) {
+    GRID_LOOP(t64, count)
+    {
         const I t = (I)t64;
         I plane, h, w;
         split_cell(g, t, &plane, &h, &w);
@@ -441,11 +459,11 @@ static blob_status pool_forward_launch(const char *func, void *stream, const blo
     const unsigned blocks = grid_for(count, THREADS);
     const cudaStream_t s = (cudaStream_t)stream;
     if (argmax)
-        pool_forward_kernel<T, I, true><<<blocks, THREADS, 0, s>>>(d, (I)count, (const T *)x,
-                                                                   (T *)y, argmax);
+        pool_forward_kernel<T, I, true>
+            <<<blocks, THREADS, 0, s>>>(d, (I)count, (const T *)x, (T *)y, argmax);
     else
-        pool_forward_kernel<T, I, false><<<blocks, THREADS, 0, s>>>(d, (I)count, (const T *)x,
-                                                                    (T *)y, argmax);
+        pool_forward_kernel<T, I, false>
+            <<<blocks, THREADS, 0, s>>>(d, (I)count, (const T *)x, (T *)y, argmax);
     return launch_check("pool_forward_kernel", func);
 }
 
@@ -463,17 +481,17 @@ static blob_status pool_backward_launch(const char *func, void *stream, const bl
     const unsigned blocks = grid_for(count, disjoint ? THREADS * U : THREADS);
     const T *pdy = (const T *)dy;
     if (disjoint && argmax)
-        pool_backward_disjoint_kernel<T, I, true, U><<<blocks, THREADS, 0, s>>>(d, (I)count, pdy,
-                                                                               argmax, (T *)dx);
+        pool_backward_disjoint_kernel<T, I, true, U>
+            <<<blocks, THREADS, 0, s>>>(d, (I)count, pdy, argmax, (T *)dx);
     else if (disjoint)
-        pool_backward_disjoint_kernel<T, I, false, U><<<blocks, THREADS, 0, s>>>(d, (I)count, pdy,
-                                                                                argmax, (T *)dx);
+        pool_backward_disjoint_kernel<T, I, false, U>
+            <<<blocks, THREADS, 0, s>>>(d, (I)count, pdy, argmax, (T *)dx);
     else if (argmax)
-        pool_backward_kernel<T, I, true><<<blocks, THREADS, 0, s>>>(d, (I)count, pdy, argmax,
-                                                                  (T *)dx);
+        pool_backward_kernel<T, I, true>
+            <<<blocks, THREADS, 0, s>>>(d, (I)count, pdy, argmax, (T *)dx);
     else
-        pool_backward_kernel<T, I, false><<<blocks, THREADS, 0, s>>>(d, (I)count, pdy, argmax,
-                                                                   (T *)dx);
+        pool_backward_kernel<T, I, false>
+            <<<blocks, THREADS, 0, s>>>(d, (I)count, pdy, argmax, (T *)dx);
     return launch_check("pool_backward_kernel", func);
 }
 
@@ -499,8 +517,7 @@ extern "C" blob_status blob__k_avg_pool_forward(void *stream, blob_dtype dtype,
 }
 
 extern "C" blob_status blob__k_avg_pool_backward(void *stream, blob_dtype dtype,
-                                                 const blob__conv_call *c, const void *dy,
-                                                 void *dx)
+                                                 const blob__conv_call *c, const void *dy, void *dx)
 {
     return DISPATCH(dtype, fits32(c), pool_backward_launch, __func__, stream, c, dy,
                     (const int32_t *)NULL, dx);

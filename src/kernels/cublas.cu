@@ -20,20 +20,20 @@ static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *
 /* Sizes that all fit in int take cuBLAS's 32-bit entry, the one raw cuBLAS callers use
  * and the cheaper to launch; larger ones its _64 entry. */
 #define FITS(n) ((n) <= INT_MAX)
-#define CUBLAS_SIZED(fits, fn, args)                  \
-    do {                                              \
-        if (fits)                                     \
-            CUBLAS_TRY(__func__, fn, args);           \
-        else                                          \
-            CUBLAS_TRY(__func__, fn##_64, args);      \
+#define CUBLAS_SIZED(fits, fn, args)             \
+    do {                                         \
+        if (fits)                                \
+            CUBLAS_TRY(__func__, fn, args);      \
+        else                                     \
+            CUBLAS_TRY(__func__, fn##_64, args); \
     } while (0)
 
 /* Call fn with the parenthesised args; on failure record #fn under func and return. */
-#define CUBLAS_TRY(func, fn, args)                                 \
-    do {                                                           \
-        cublasStatus_t cublas_st_ = fn args;                       \
-        if (cublas_st_ != CUBLAS_STATUS_SUCCESS)                   \
-            return cublas_fail(cublas_st_, #fn, (func));           \
+#define CUBLAS_TRY(func, fn, args)                       \
+    do {                                                 \
+        cublasStatus_t cublas_st_ = fn args;             \
+        if (cublas_st_ != CUBLAS_STATUS_SUCCESS)         \
+            return cublas_fail(cublas_st_, #fn, (func)); \
     } while (0)
 
 typedef struct {
@@ -88,8 +88,8 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
     if (!t) {
         int count;
         CUDA_TRY_AT(func, cudaGetDeviceCount(&count));
-        t = (handle_table *)calloc(1, sizeof *t + (size_t)count * (sizeof(cublasHandle_t) +
-                                                                   2 * sizeof(void *)));
+        t = (handle_table *)calloc(
+            1, sizeof *t + (size_t)count * (sizeof(cublasHandle_t) + 2 * sizeof(void *)));
         if (!t)
             return blob__fail(BLOB_ENOMEM, func, "no host memory for the cuBLAS handle table");
         t->count = count;
@@ -133,10 +133,7 @@ extern "C" blob_status blob__k_prepare(void *stream)
     return handle_for(__func__, stream, &h); /* the workspace of stream too */
 }
 
-static cublasOperation_t op(blob_trans t)
-{
-    return t == BLOB_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
-}
+static cublasOperation_t op(blob_trans t) { return t == BLOB_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans trans_a,
                                     blob_trans trans_b, int64_t M, int64_t N, int64_t K,
@@ -152,18 +149,18 @@ extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans t
     if (dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16) {
         const float a = (float)alpha, b = (float)beta;
         const cudaDataType_t t = dtype == BLOB_BFLOAT16 ? CUDA_R_16BF : CUDA_R_16F;
-        CUBLAS_SIZED(fits, cublasGemmEx, (h, op(trans_b), op(trans_a), N, M, K, &a, B, t, ldb,
-                                          A, t, lda, &b, C, t, N, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT));
+        CUBLAS_SIZED(fits, cublasGemmEx,
+                     (h, op(trans_b), op(trans_a), N, M, K, &a, B, t, ldb, A, t, lda, &b, C, t, N,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha, b = (float)beta;
-        CUBLAS_SIZED(fits, cublasSgemm, (h, op(trans_b), op(trans_a), N, M, K, &a,
-                                              (const float *)B, ldb, (const float *)A, lda, &b,
-                                              (float *)C, N));
+        CUBLAS_SIZED(fits, cublasSgemm,
+                     (h, op(trans_b), op(trans_a), N, M, K, &a, (const float *)B, ldb,
+                      (const float *)A, lda, &b, (float *)C, N));
     } else {
-        CUBLAS_SIZED(fits, cublasDgemm, (h, op(trans_b), op(trans_a), N, M, K, &alpha,
-                                              (const double *)B, ldb, (const double *)A, lda,
-                                              &beta, (double *)C, N));
+        CUBLAS_SIZED(fits, cublasDgemm,
+                     (h, op(trans_b), op(trans_a), N, M, K, &alpha, (const double *)B, ldb,
+                      (const double *)A, lda, &beta, (double *)C, N));
     }
     return BLOB_OK;
 }
@@ -172,12 +169,11 @@ extern "C" blob_status blob__k_gemm(void *stream, blob_dtype dtype, blob_trans t
  * mode's compute type allows. */
 extern "C" blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob_trans trans_a,
                                          blob_trans trans_b, int64_t M, int64_t N, int64_t K,
-                                         double alpha, const void *A, const void *B,
-                                         double beta, void *C)
+                                         double alpha, const void *A, const void *B, double beta,
+                                         void *C)
 {
     if (mode != BLOB_MATH_TF32 && mode != BLOB_MATH_BF16)
-        return blob__k_gemm(stream, BLOB_FLOAT32, trans_a, trans_b, M, N, K, alpha, A, B, beta,
-                            C);
+        return blob__k_gemm(stream, BLOB_FLOAT32, trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
     cublasHandle_t h;
     BLOB_TRY(handle_for(__func__, stream, &h));
     const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
@@ -185,14 +181,14 @@ extern "C" blob_status blob__k_gemm_mode(void *stream, blob_math_mode mode, blob
     const cublasComputeType_t compute =
         mode == BLOB_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_FAST_16BF;
     CUBLAS_SIZED(FITS(M) && FITS(N) && FITS(K), cublasGemmEx,
-                 (h, op(trans_b), op(trans_a), N, M, K, &a, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
-                  lda, &b, C, CUDA_R_32F, N, compute, CUBLAS_GEMM_DEFAULT));
+                 (h, op(trans_b), op(trans_a), N, M, K, &a, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda,
+                  &b, C, CUDA_R_32F, N, compute, CUBLAS_GEMM_DEFAULT));
     return BLOB_OK;
 }
 
-extern "C" blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans trans_a,
-                                    int64_t M, int64_t N, double alpha, const void *A,
-                                    const void *x, double beta, void *y)
+extern "C" blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans trans_a, int64_t M,
+                                    int64_t N, double alpha, const void *A, const void *x,
+                                    double beta, void *y)
 {
     cublasHandle_t h;
     BLOB_TRY(handle_for(__func__, stream, &h));
@@ -201,11 +197,12 @@ extern "C" blob_status blob__k_gemv(void *stream, blob_dtype dtype, blob_trans t
     const bool fits = FITS(M) && FITS(N);
     if (dtype == BLOB_FLOAT32) {
         const float a = (float)alpha, b = (float)beta;
-        CUBLAS_SIZED(fits, cublasSgemv, (h, o, N, M, &a, (const float *)A, N,
-                                              (const float *)x, 1, &b, (float *)y, 1));
+        CUBLAS_SIZED(fits, cublasSgemv,
+                     (h, o, N, M, &a, (const float *)A, N, (const float *)x, 1, &b, (float *)y, 1));
     } else {
-        CUBLAS_SIZED(fits, cublasDgemv, (h, o, N, M, &alpha, (const double *)A, N,
-                                              (const double *)x, 1, &beta, (double *)y, 1));
+        CUBLAS_SIZED(fits, cublasDgemv,
+                     (h, o, N, M, &alpha, (const double *)A, N, (const double *)x, 1, &beta,
+                      (double *)y, 1));
     }
     return BLOB_OK;
 }
@@ -249,8 +246,7 @@ extern "C" blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, co
         *out = r;
     } else {
         double r = 0;
-        CUBLAS_SIZED(FITS(n), cublasDdot, (h, n, (const double *)x, 1, (const double *)y, 1,
-                                             &r));
+        CUBLAS_SIZED(FITS(n), cublasDdot, (h, n, (const double *)x, 1, (const double *)y, 1, &r));
         *out = r;
     }
     return BLOB_OK;
@@ -278,7 +274,7 @@ extern "C" blob_status blob__k_copy(void *stream, blob_dtype dtype, int64_t n, c
                                     void *y)
 {
     if (n > 0 && x != y)
-        CUDA_TRY(cudaMemcpyAsync(y, x, (size_t)n * blob_dtype_size(dtype),
-                                 cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+        CUDA_TRY(cudaMemcpyAsync(y, x, (size_t)n * blob_dtype_size(dtype), cudaMemcpyDeviceToDevice,
+                                 (cudaStream_t)stream));
     return BLOB_OK;
 }

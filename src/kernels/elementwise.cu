@@ -70,14 +70,13 @@ extern "C" blob_status blob__k_axpby(void *stream, blob_dtype dtype, int64_t n, 
     return EACH(__func__, stream, dtype, n, Axpby, alpha, beta, x, y);
 }
 
-extern "C" blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha,
-                                   void *y)
+extern "C" blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y)
 {
     return EACH(__func__, stream, dtype, n, Set, alpha, y);
 }
 
-extern "C" blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n,
-                                          double alpha, void *y)
+extern "C" blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n, double alpha,
+                                          void *y)
 {
     return EACH(__func__, stream, dtype, n, AddScalar, alpha, y);
 }

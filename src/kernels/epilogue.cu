@@ -7,8 +7,7 @@
 #include "lt.cuh"
 
 /* The mask bit of C[i,j], with row_bits bits per row of C (blob/types.h). */
-static __device__ bool mask_bit(const unsigned char *mask, int64_t row_bits, int64_t i,
-                                int64_t j)
+static __device__ bool mask_bit(const unsigned char *mask, int64_t row_bits, int64_t i, int64_t j)
 {
     const int64_t b = i * row_bits + j;
     return (mask[b / 8] >> (b % 8)) & 1;
@@ -18,8 +17,8 @@ static __device__ bool mask_bit(const unsigned char *mask, int64_t row_bits, int
  * per 32 bits of the mask: each warp's bits come from one ballot and lane 0 stores them.
  * row_bits is a multiple of 128, so every warp of the grid-stride loop is whole. */
 template <typename T>
-static __global__ void bias_relu_mask(int64_t M, int64_t N, int64_t row_bits, T *C,
-                                      const T *bias, uint32_t *mask)
+static __global__ void bias_relu_mask(int64_t M, int64_t N, int64_t row_bits, T *C, const T *bias,
+                                      uint32_t *mask)
 {
     GRID_LOOP(idx, M * row_bits)
     {
@@ -99,14 +98,13 @@ static __global__ void row_sums(int64_t rows, int64_t cols, const T *X, T *out)
 }
 
 template <typename T>
-static blob_status apply(const char *func, cudaStream_t s, blob_trans trans_a,
-                         blob_trans trans_b, int64_t M, int64_t N, int64_t K, const T *A,
-                         const T *B, T *C, blob_epilogue e, T *bias, void *mask)
+static blob_status apply(const char *func, cudaStream_t s, blob_trans trans_a, blob_trans trans_b,
+                         int64_t M, int64_t N, int64_t K, const T *A, const T *B, T *C,
+                         blob_epilogue e, T *bias, void *mask)
 {
     const int64_t row_bits = BLOB_RELU_MASK_ROW_BITS(N);
     switch (e) {
-    case BLOB_EPILOGUE_NONE:
-        return BLOB_OK;
+    case BLOB_EPILOGUE_NONE: return BLOB_OK;
     case BLOB_EPILOGUE_BIAS:
     case BLOB_EPILOGUE_RELU:
     case BLOB_EPILOGUE_BIAS_RELU: {
@@ -120,13 +118,11 @@ static blob_status apply(const char *func, cudaStream_t s, blob_trans trans_a,
         }
         return each(func, s, M * N, BiasRelu<T>{N, bias, relu, C});
     }
-    case BLOB_EPILOGUE_DRELU:
-        return each(func, s, M * N, Drelu<T>{N, row_bits, mask, C});
+    case BLOB_EPILOGUE_DRELU: return each(func, s, M * N, Drelu<T>{N, row_bits, mask, C});
     case BLOB_EPILOGUE_DRELU_BGRAD:
         if (N == 0)
             return BLOB_OK;
-        col_sums<T><<<grid_for(N, THREADS), THREADS, 0, s>>>(M, N, C,
-                                                             (const unsigned char *)mask,
+        col_sums<T><<<grid_for(N, THREADS), THREADS, 0, s>>>(M, N, C, (const unsigned char *)mask,
                                                              row_bits, bias);
         return launch_check("col_sums", func);
     case BLOB_EPILOGUE_BGRADA:
@@ -141,8 +137,7 @@ static blob_status apply(const char *func, cudaStream_t s, blob_trans trans_a,
             row_sums<T><<<grid_for(out * 32, THREADS), THREADS, 0, s>>>(out, K, X, bias);
             return launch_check("row_sums", func);
         }
-        col_sums<T><<<grid_for(out, THREADS), THREADS, 0, s>>>(K, out, (T *)X, nullptr, 0,
-                                                               bias);
+        col_sums<T><<<grid_for(out, THREADS), THREADS, 0, s>>>(K, out, (T *)X, nullptr, 0, bias);
         return launch_check("col_sums", func);
     }
     }

@@ -18,25 +18,23 @@ static bool stream_capturing(void *stream)
 }
 
 /* The product by cuBLAS (in the mode), then the epilogue kernels. */
-static blob_status unfused(const char *func, void *stream, blob_dtype dtype,
-                           blob_math_mode mode, blob_trans trans_a, blob_trans trans_b,
-                           int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                           const void *B, double beta, void *C, blob_epilogue e, void *bias,
-                           void *mask)
+static blob_status unfused(const char *func, void *stream, blob_dtype dtype, blob_math_mode mode,
+                           blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N, int64_t K,
+                           double alpha, const void *A, const void *B, double beta, void *C,
+                           blob_epilogue e, void *bias, void *mask)
 {
     if (M > 0 && N > 0) {
         if (K == 0)
             CUDA_TRY_AT(func, cudaMemsetAsync(C, 0, (size_t)(M * N) * blob_dtype_size(dtype),
                                               (cudaStream_t)stream));
         else if (dtype == BLOB_FLOAT32 && mode != BLOB_MATH_FP32)
-            BLOB_TRY(blob__k_gemm_mode(stream, mode, trans_a, trans_b, M, N, K, alpha, A, B,
-                                       beta, C));
+            BLOB_TRY(
+                blob__k_gemm_mode(stream, mode, trans_a, trans_b, M, N, K, alpha, A, B, beta, C));
         else
-            BLOB_TRY(blob__k_gemm(stream, dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta,
-                                  C));
+            BLOB_TRY(blob__k_gemm(stream, dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C));
     }
-    return blob__epilogue_apply(func, stream, dtype, trans_a, trans_b, M, N, K, A, B, C, e,
-                                bias, mask);
+    return blob__epilogue_apply(func, stream, dtype, trans_a, trans_b, M, N, K, A, B, C, e, bias,
+                                mask);
 }
 
 /* The plan of a problem (NULL for the empty ones, which never fuse). */
@@ -50,8 +48,8 @@ static blob_status find_plan(const char *func, blob_dtype dtype, blob_math_mode 
     BLOB_TRY(blob__lt_thread_state(func, st, device, h));
     if (M == 0 || N == 0 || K == 0)
         return BLOB_OK;
-    const Key k = blob__lt_key(*device, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, e,
-                               bias, mask, tune);
+    const Key k =
+        blob__lt_key(*device, dtype, mode, trans_a, trans_b, M, N, K, A, B, C, e, bias, mask, tune);
     return blob__lt_plan_for(func, *st, *h, k, bias, mask, plan);
 }
 
@@ -90,8 +88,8 @@ extern "C" blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blo
         (void)cudaGetLastError();
         p->fused = false; /* refused at launch: take the other path from now on */
     }
-    return unfused(__func__, stream, dtype, mode, trans_a, trans_b, M, N, K, alpha, A, B, beta,
-                   C, epilogue, bias, mask);
+    return unfused(__func__, stream, dtype, mode, trans_a, trans_b, M, N, K, alpha, A, B, beta, C,
+                   epilogue, bias, mask);
 }
 
 extern "C" blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode,
@@ -104,15 +102,15 @@ extern "C" blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_m
     void *const aligned = (void *)(uintptr_t)4096;
     const bool bias = epilogue == BLOB_EPILOGUE_BIAS || epilogue == BLOB_EPILOGUE_BIAS_RELU ||
                       epilogue >= BLOB_EPILOGUE_DRELU_BGRAD;
-    const bool mask = with_mask || epilogue == BLOB_EPILOGUE_DRELU ||
-                      epilogue == BLOB_EPILOGUE_DRELU_BGRAD;
+    const bool mask =
+        with_mask || epilogue == BLOB_EPILOGUE_DRELU || epilogue == BLOB_EPILOGUE_DRELU_BGRAD;
     LtState *st;
     cublasLtHandle_t h;
     int dev;
     Plan *p;
     BLOB_TRY(find_plan(__func__, dtype, mode, trans_a, trans_b, M, N, K, aligned, aligned, aligned,
-                       epilogue, bias ? aligned : nullptr, mask ? aligned : nullptr, false, &st,
-                       &h, &dev, &p));
+                       epilogue, bias ? aligned : nullptr, mask ? aligned : nullptr, false, &st, &h,
+                       &dev, &p));
     *fused = p && p->fused;
     return BLOB_OK;
 }

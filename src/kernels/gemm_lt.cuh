@@ -30,9 +30,9 @@
 
 static constexpr int MAX_PLANS = 64;
 static constexpr int MAX_WORKSPACES = 8;
-static constexpr int CANDIDATES = 8;   /* heuristic results considered per plan */
+static constexpr int CANDIDATES = 8;       /* heuristic results considered per plan */
 static constexpr int TUNE_CANDIDATES = 32; /* ... when tuning */
-static constexpr int LAUNCHES = 4;          /* launches remembered per plan */
+static constexpr int LAUNCHES = 4;         /* launches remembered per plan */
 
 static inline blob_status lt_fail(cublasStatus_t st, const char *call, const char *func)
 {
@@ -40,11 +40,11 @@ static inline blob_status lt_fail(cublasStatus_t st, const char *call, const cha
     return blob__fail(BLOB_ECUBLAS, func, "%s failed: %s", call, cublasGetStatusName(st));
 }
 
-#define LT_TRY(func, call)                                 \
-    do {                                                   \
-        cublasStatus_t lt_st_ = (call);                    \
-        if (lt_st_ != CUBLAS_STATUS_SUCCESS)               \
-            return lt_fail(lt_st_, #call, (func));         \
+#define LT_TRY(func, call)                         \
+    do {                                           \
+        cublasStatus_t lt_st_ = (call);            \
+        if (lt_st_ != CUBLAS_STATUS_SUCCESS)       \
+            return lt_fail(lt_st_, #call, (func)); \
     } while (0)
 
 /* Whether cuBLASLt turned a problem down (it cannot fuse it here) rather than failed. */
@@ -72,7 +72,7 @@ struct Launch {
     const void *A, *B;
     void *C, *bias, *mask;
     double alpha, beta;
-    unsigned generation; /* of the backend table */
+    unsigned generation;  /* of the backend table */
     cudaGraphExec_t exec; /* NULL: seen once */
     uint64_t used;
 };
@@ -148,8 +148,8 @@ static inline cublasStatus_t lt_matmul(cublasLtHandle_t h, const Plan *p,
                                        const void *beta, const void *A, const void *B, void *C,
                                        const Workspace *w, cudaStream_t stream)
 {
-    return cublasLtMatmul(h, p->op, alpha, B, p->a, A, p->b, beta, C, p->c, C, p->c, algo,
-                          w->ptr, w->bytes, stream);
+    return cublasLtMatmul(h, p->op, alpha, B, p->a, A, p->b, beta, C, p->c, C, p->c, algo, w->ptr,
+                          w->bytes, stream);
 }
 
 /* gemm_lt_tune.cu */
@@ -158,8 +158,7 @@ static inline cublasStatus_t lt_matmul(cublasLtHandle_t h, const Plan *p,
  * with every split of K that cuBLASLt accepts here within ws bytes of workspace. None if
  * there is no choice to make or no memory for them. */
 void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
-                              const cublasLtMatmulHeuristicResult_t *results, int found,
-                              size_t ws);
+                              const cublasLtMatmulHeuristicResult_t *results, int found, size_t ws);
 
 /* Time the plan's untimed candidates on stream with this call's arrays (its descriptor
  * points at its bias and mask) and keep the fastest as p->algo; the host waits for the
@@ -184,9 +183,8 @@ void blob__lt_replay_forget(Plan *p);
 
 /* The key of a problem: its sizes and kinds, and its pointers' alignments. */
 Key blob__lt_key(int device, blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
-                 blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
-                 const void *B, const void *C, blob_epilogue e, const void *bias,
-                 const void *mask, bool tune);
+                 blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A, const void *B,
+                 const void *C, blob_epilogue e, const void *bias, const void *mask, bool tune);
 
 /* The cached plan of key, made (evicting the least recently used) if missing. */
 blob_status blob__lt_plan_for(const char *func, LtState *st, cublasLtHandle_t h, const Key &k,

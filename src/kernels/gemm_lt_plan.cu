@@ -21,22 +21,15 @@ static uint8_t align_log2(const void *p)
 static cublasLtEpilogue_t lt_epilogue(blob_epilogue e, bool with_mask)
 {
     switch (e) {
-    case BLOB_EPILOGUE_NONE:
-        return CUBLASLT_EPILOGUE_DEFAULT;
-    case BLOB_EPILOGUE_BIAS:
-        return CUBLASLT_EPILOGUE_BIAS;
-    case BLOB_EPILOGUE_RELU:
-        return with_mask ? CUBLASLT_EPILOGUE_RELU_AUX : CUBLASLT_EPILOGUE_RELU;
+    case BLOB_EPILOGUE_NONE: return CUBLASLT_EPILOGUE_DEFAULT;
+    case BLOB_EPILOGUE_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case BLOB_EPILOGUE_RELU: return with_mask ? CUBLASLT_EPILOGUE_RELU_AUX : CUBLASLT_EPILOGUE_RELU;
     case BLOB_EPILOGUE_BIAS_RELU:
         return with_mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_BIAS;
-    case BLOB_EPILOGUE_DRELU:
-        return CUBLASLT_EPILOGUE_DRELU;
-    case BLOB_EPILOGUE_DRELU_BGRAD:
-        return CUBLASLT_EPILOGUE_DRELU_BGRAD;
-    case BLOB_EPILOGUE_BGRADA:
-        return CUBLASLT_EPILOGUE_BGRADB; /* see gemm_lt.cuh */
-    case BLOB_EPILOGUE_BGRADB:
-        return CUBLASLT_EPILOGUE_BGRADA;
+    case BLOB_EPILOGUE_DRELU: return CUBLASLT_EPILOGUE_DRELU;
+    case BLOB_EPILOGUE_DRELU_BGRAD: return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case BLOB_EPILOGUE_BGRADA: return CUBLASLT_EPILOGUE_BGRADB; /* see gemm_lt.cuh */
+    case BLOB_EPILOGUE_BGRADB: return CUBLASLT_EPILOGUE_BGRADA;
     }
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -76,8 +69,8 @@ blob_status blob__lt_plan_set_pointers(const char *func, Plan *p, void *bias, vo
  * GEMMs of an MLP step: the 10 x 128 weight gradient of a batch of 256 split 264 ways
  * took 53 us against 6.4 us split 8 ways; a 64 x 10 product over K = 128 split 132 ways,
  * 6.4 us against 4.2 us unsplit; splits of 4 for K = 256 stay the fastest). */
-static int choose_candidate(const cublasLtMatmulHeuristicResult_t *results, int found,
-                            size_t ws, int64_t K)
+static int choose_candidate(const cublasLtMatmulHeuristicResult_t *results, int found, size_t ws,
+                            int64_t K)
 {
     const int64_t most = K / MIN_K_PER_SPLIT > 1 ? K / MIN_K_PER_SPLIT : 1;
     int least = -1;
@@ -87,10 +80,9 @@ static int choose_candidate(const cublasLtMatmulHeuristicResult_t *results, int 
             continue;
         int32_t split = 1;
         size_t written;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo,
-                                                 CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
-                                                 sizeof split, &written) !=
-            CUBLAS_STATUS_SUCCESS)
+        if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                 &split, sizeof split,
+                                                 &written) != CUBLAS_STATUS_SUCCESS)
             split = 1;
         if (split <= most)
             return i;
@@ -141,12 +133,10 @@ static cublasStatus_t plan_describe(const Key &k, void *bias, void *mask, Plan *
     }
     /* its A: op(B)^T is N x K; stored as B^T (N x K, ld N) or B (K x N, ld K) */
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->a, t, tb ? k.K : k.N, tb ? k.N : k.K,
-                                       tb ? k.K : k.N);
+        s = cublasLtMatrixLayoutCreate(&p->a, t, tb ? k.K : k.N, tb ? k.N : k.K, tb ? k.K : k.N);
     /* its B: op(A)^T is K x M */
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->b, t, ta ? k.M : k.K, ta ? k.K : k.M,
-                                       ta ? k.M : k.K);
+        s = cublasLtMatrixLayoutCreate(&p->b, t, ta ? k.M : k.K, ta ? k.K : k.M, ta ? k.M : k.K);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&p->c, t, k.N, k.M, k.N);
     return s;
@@ -170,8 +160,7 @@ static cublasStatus_t plan_heuristic(cublasLtHandle_t h, const Plan *p, size_t w
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws);
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i],
-                                                 sizeof align[i]);
+        s = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]);
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->c, p->c, pref, max, results,
                                            found);
@@ -246,9 +235,8 @@ blob_status blob__lt_plan_for(const char *func, LtState *st, cublasLtHandle_t h,
 }
 
 Key blob__lt_key(int device, blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
-                 blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
-                 const void *B, const void *C, blob_epilogue e, const void *bias,
-                 const void *mask, bool tune)
+                 blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A, const void *B,
+                 const void *C, blob_epilogue e, const void *bias, const void *mask, bool tune)
 {
     Key k;
     memset(&k, 0, sizeof k);

@@ -7,7 +7,7 @@
  * stops building them. Owns a plan's launches and their graphs. */
 #include "gemm_lt.cuh"
 
-static constexpr uint32_t MIN_BUILDS = 16;  /* then replays must outnumber builds 4 to 1 */
+static constexpr uint32_t MIN_BUILDS = 16; /* then replays must outnumber builds 4 to 1 */
 
 static void launch_forget(Launch *l)
 {
@@ -43,8 +43,7 @@ static cudaGraphExec_t capture_launch(LtState *st, int dev, cublasLtHandle_t h, 
     }
     cudaGraph_t g = nullptr;
     cudaGraphExec_t e = nullptr;
-    if (cudaStreamBeginCapture(st->capture[dev], cudaStreamCaptureModeThreadLocal) ==
-        cudaSuccess) {
+    if (cudaStreamBeginCapture(st->capture[dev], cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
         cublasStatus_t s = lt_matmul(h, p, &p->algo, alpha, beta, A, B, C, w, st->capture[dev]);
         if (cudaStreamEndCapture(st->capture[dev], &g) == cudaSuccess &&
             s == CUBLAS_STATUS_SUCCESS && cudaGraphInstantiate(&e, g, 0) != cudaSuccess)
@@ -63,14 +62,24 @@ bool blob__lt_replay(LtState *st, int dev, cublasLtHandle_t h, Plan *p, void *st
 {
     if (p->builds >= MIN_BUILDS && p->replays < 4 * p->builds)
         return false;
-    const Launch now = {stream, w->ptr, A, B, C, bias, mask, scalar_value(p, alpha),
-                        scalar_value(p, beta), blob__backend_generation, nullptr, ++st->clock};
+    const Launch now = {stream,
+                        w->ptr,
+                        A,
+                        B,
+                        C,
+                        bias,
+                        mask,
+                        scalar_value(p, alpha),
+                        scalar_value(p, beta),
+                        blob__backend_generation,
+                        nullptr,
+                        ++st->clock};
     Launch *l = nullptr;
     for (int i = 0; i < p->num_launches && !l; i++) {
         Launch *c = &p->launches[i];
-        if (c->stream == now.stream && c->workspace == now.workspace && c->A == A &&
-            c->B == B && c->C == C && c->bias == bias && c->mask == mask &&
-            c->alpha == now.alpha && c->beta == now.beta && c->generation == now.generation)
+        if (c->stream == now.stream && c->workspace == now.workspace && c->A == A && c->B == B &&
+            c->C == C && c->bias == bias && c->mask == mask && c->alpha == now.alpha &&
+            c->beta == now.beta && c->generation == now.generation)
             l = c;
     }
     if (!l) { /* remembered in place of the least recently used */

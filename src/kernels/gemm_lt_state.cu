@@ -78,8 +78,7 @@ blob_status blob__lt_thread_state(const char *func, LtState **out, int *device,
     int dev;
     BLOB_TRY(blob__current_device(&dev));
     if (dev < 0 || dev >= st->devices)
-        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev,
-                          st->devices);
+        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev, st->devices);
     if (!st->handle[dev])
         LT_TRY(func, cublasLtCreate(&st->handle[dev]));
     *out = st;

@@ -11,8 +11,8 @@
 
 static constexpr int32_t SPLITS[] = {1, 2, 4, 8, 16};
 static constexpr int MAX_TUNED = TUNE_CANDIDATES * (1 + sizeof SPLITS / sizeof SPLITS[0]);
-static constexpr int TUNE_RUNS = 8;        /* back-to-back products timed per candidate */
-static constexpr int TUNE_ROUNDS = 2;      /* the best of these many timings counts */
+static constexpr int TUNE_RUNS = 8;              /* back-to-back products timed per candidate */
+static constexpr int TUNE_ROUNDS = 2;            /* the best of these many timings counts */
 static constexpr uint64_t TUNE_HOLD_NS = 200000; /* the device waits while the host queues */
 
 /* Add algo to the n candidates in c unless it is there. */
@@ -25,8 +25,7 @@ static void add_candidate(cublasLtMatmulAlgo_t *c, int *n, const cublasLtMatmulA
 }
 
 void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
-                              const cublasLtMatmulHeuristicResult_t *results, int found,
-                              size_t ws)
+                              const cublasLtMatmulHeuristicResult_t *results, int found, size_t ws)
 {
     cublasLtMatmulAlgo_t *c = (cublasLtMatmulAlgo_t *)malloc(MAX_TUNED * sizeof *c);
     int n = 0;
@@ -54,8 +53,8 @@ void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
             if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split,
                                                      sizeof split) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                                     &scheme, sizeof scheme) ==
-                    CUBLAS_STATUS_SUCCESS &&
+                                                     &scheme,
+                                                     sizeof scheme) == CUBLAS_STATUS_SUCCESS &&
                 cublasLtMatmulAlgoCheck(h, p->op, p->a, p->b, p->c, p->c, &a, &check) ==
                     CUBLAS_STATUS_SUCCESS &&
                 check.workspaceSize <= ws)
@@ -83,8 +82,7 @@ static __global__ void hold(uint64_t ns)
 /* TUNE_RUNS products back to back for each candidate while a hold kernel lets the host
  * queue them, best of TUNE_ROUNDS. What fails to run is not a candidate. */
 void blob__lt_tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
-                        const void *beta, const void *A, const void *B, void *C,
-                        const Workspace *w)
+                        const void *beta, const void *A, const void *B, void *C, const Workspace *w)
 {
     const int n = p->num_untimed;
     cudaEvent_t *ev = (cudaEvent_t *)calloc(2 * (size_t)n, sizeof *ev);

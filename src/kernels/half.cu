@@ -34,8 +34,7 @@ extern "C" blob_status blob__k_convert(void *stream, blob_dtype from, blob_dtype
 {
     return with_type(from, [&](auto f) {
         return with_type(to, [&](auto t) {
-            return each("blob_gpu_convert", stream, n,
-                        Convert<decltype(f), decltype(t)>{x, y});
+            return each("blob_gpu_convert", stream, n, Convert<decltype(f), decltype(t)>{x, y});
         });
     });
 }
@@ -105,21 +104,21 @@ static __global__ void half_sum_kernel(int64_t n, const T *x, const T *y, float 
 /* The float32 sum of x * y (y NULL: of |x|) for func, waited for: one partial per block
  * in a scratch block of the stream, summed in order on the host. */
 template <typename T>
-static blob_status half_sum(const char *func, void *stream, int64_t n, const void *x,
-                            const void *y, double *out)
+static blob_status half_sum(const char *func, void *stream, int64_t n, const void *x, const void *y,
+                            double *out)
 {
     *out = 0;
     if (n == 0)
         return BLOB_OK;
-    const unsigned blocks = (unsigned)(grid_for(n, THREADS) < MAX_PARTIALS ? grid_for(n, THREADS)
-                                                                           : MAX_PARTIALS);
+    const unsigned blocks =
+        (unsigned)(grid_for(n, THREADS) < MAX_PARTIALS ? grid_for(n, THREADS) : MAX_PARTIALS);
     int dev;
     BLOB_TRY(blob__current_device(&dev));
     float *partial, host[MAX_PARTIALS];
     BLOB_TRY(blob_place_alloc(blob_place_device(dev), blocks * sizeof(float), stream,
                               (void **)&partial));
-    half_sum_kernel<T><<<blocks, THREADS, 0, (cudaStream_t)stream>>>(n, (const T *)x,
-                                                                    (const T *)y, partial);
+    half_sum_kernel<T>
+        <<<blocks, THREADS, 0, (cudaStream_t)stream>>>(n, (const T *)x, (const T *)y, partial);
     blob_status st = launch_check("half_sum_kernel", func);
     cudaError_t err = cudaSuccess;
     if (st == BLOB_OK &&
@@ -144,8 +143,8 @@ extern "C" blob_status blob__k_half_dot(void *stream, blob_dtype dtype, int64_t 
                                   : half_sum<__half>(__func__, stream, n, x, y, out);
 }
 
-extern "C" blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t n,
-                                         const void *x, double *out)
+extern "C" blob_status blob__k_half_asum(void *stream, blob_dtype dtype, int64_t n, const void *x,
+                                         double *out)
 {
     return dtype == BLOB_BFLOAT16 ? half_sum<__nv_bfloat16>(__func__, stream, n, x, nullptr, out)
                                   : half_sum<__half>(__func__, stream, n, x, nullptr, out);

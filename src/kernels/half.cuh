@@ -21,20 +21,25 @@ static __device__ float wide(__half v)
 }
 
 /* The quiet NaN of sign neg in To. */
-template <typename To> static __device__ To quiet_nan(bool neg);
-template <> __device__ float quiet_nan<float>(bool neg)
+template <typename To>
+static __device__ To quiet_nan(bool neg);
+template <>
+__device__ float quiet_nan<float>(bool neg)
 {
     return __uint_as_float(neg ? 0xffc00000u : 0x7fc00000u);
 }
-template <> __device__ double quiet_nan<double>(bool neg)
+template <>
+__device__ double quiet_nan<double>(bool neg)
 {
     return __longlong_as_double((long long)(neg ? 0xfff8000000000000ull : 0x7ff8000000000000ull));
 }
-template <> __device__ __nv_bfloat16 quiet_nan<__nv_bfloat16>(bool neg)
+template <>
+__device__ __nv_bfloat16 quiet_nan<__nv_bfloat16>(bool neg)
 {
     return __ushort_as_bfloat16(neg ? 0xffc0 : 0x7fc0);
 }
-template <> __device__ __half quiet_nan<__half>(bool neg)
+template <>
+__device__ __half quiet_nan<__half>(bool neg)
 {
     return __ushort_as_half(neg ? 0xfe00 : 0x7e00);
 }
@@ -47,11 +52,14 @@ static __device__ double round_to(double *, float v) { return v; }
 static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, double v) { return __double2bfloat16(v); }
 static __device__ __half round_to(__half *, double v) { return __double2half(v); }
 static __device__ float round_to(float *, float v) { return v; }
-static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, float v) { return __float2bfloat16_rn(v); }
+static __device__ __nv_bfloat16 round_to(__nv_bfloat16 *, float v)
+{
+    return __float2bfloat16_rn(v);
+}
 static __device__ __half round_to(__half *, float v) { return __float2half_rn(v); }
 
 /* Call each with Op<T> built from the arguments, T the element type of float dtype dtype. */
-#define EACH_FLOAT(func, stream, dtype, n, Op, ...)                                         \
+#define EACH_FLOAT(func, stream, dtype, n, Op, ...)                                           \
     ((dtype) == BLOB_FLOAT32    ? each((func), (stream), (n), Op<float>{__VA_ARGS__})         \
      : (dtype) == BLOB_FLOAT64  ? each((func), (stream), (n), Op<double>{__VA_ARGS__})        \
      : (dtype) == BLOB_BFLOAT16 ? each((func), (stream), (n), Op<__nv_bfloat16>{__VA_ARGS__}) \

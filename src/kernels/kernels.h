@@ -35,8 +35,8 @@ blob_status blob__k_dot(void *stream, blob_dtype dtype, int64_t n, const void *x
                         double *out);
 blob_status blob__k_asum(void *stream, blob_dtype dtype, int64_t n, const void *x, double *out);
 /* x of float dtype `from` into y of float dtype `to` (from != to), as blob_gpu_convert. */
-blob_status blob__k_convert(void *stream, blob_dtype from, blob_dtype to, int64_t n,
-                            const void *x, void *y);
+blob_status blob__k_convert(void *stream, blob_dtype from, blob_dtype to, int64_t n, const void *x,
+                            void *y);
 /* axpy, scal, dot and asum on bfloat16 or float16 (half.cu): computed in float32, as the
  * host does them. */
 blob_status blob__k_half_axpy(void *stream, blob_dtype dtype, int64_t n, double alpha,
@@ -54,14 +54,13 @@ blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha,
 blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y);
 blob_status blob__k_mul(void *stream, blob_dtype dtype, int64_t n, const void *a, const void *b,
                         void *y);
-blob_status blob__k_relu_forward(void *stream, blob_dtype dtype, int64_t n, const void *x,
-                                 void *y);
+blob_status blob__k_relu_forward(void *stream, blob_dtype dtype, int64_t n, const void *x, void *y);
 blob_status blob__k_relu_backward(void *stream, blob_dtype dtype, int64_t n, const void *x,
                                   const void *dy, void *dx);
 /* A label that is not an integer in [0, classes) gives a NaN loss and a zero dlogits row. */
 blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dtype, int64_t rows,
-                                         int64_t classes, const void *logits,
-                                         const void *labels, void *prob, void *loss);
+                                         int64_t classes, const void *logits, const void *labels,
+                                         void *prob, void *loss);
 blob_status blob__k_softmax_loss_backward(void *stream, blob_dtype dtype, int64_t rows,
                                           int64_t classes, const void *prob, const void *labels,
                                           double scale, void *dlogits);
@@ -81,8 +80,8 @@ typedef struct {
 } blob__conv_call;
 
 /* Convolution and pooling of a call whose output side is not empty. */
-blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob__conv_call *c,
-                           const void *im, void *col);
+blob_status blob__k_im2col(void *stream, blob_dtype dtype, const blob__conv_call *c, const void *im,
+                           void *col);
 blob_status blob__k_col2im(void *stream, blob_dtype dtype, const blob__conv_call *c,
                            const void *col, void *im);
 blob_status blob__k_max_pool_forward(void *stream, blob_dtype dtype, const blob__conv_call *c,

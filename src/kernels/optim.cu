@@ -33,10 +33,10 @@
 #include "half.cuh"
 #include "optim_formula.h"
 
-static constexpr int SMALL_CAP = 32;    /* tensors per launch, small parameter struct */
+static constexpr int SMALL_CAP = 32;      /* tensors per launch, small parameter struct */
 static constexpr int RESIDENT_PER_SM = 8; /* blocks of THREADS an SM holds at once */
 static constexpr int GRID_WAVES = 4;      /* the most blocks of a launch, in those */
-static constexpr int LARGE_CAP = 512;   /* tensors per launch, large parameter struct */
+static constexpr int LARGE_CAP = 512;     /* tensors per launch, large parameter struct */
 
 template <typename T>
 struct Vec;
@@ -86,18 +86,18 @@ __host__ __device__ static constexpr int64_t chunk_elems()
 template <typename T, typename G, int CAP>
 struct Args {
     static constexpr bool MIXED = !std::is_same<T, G>::value;
-    int count;                     /* tensors of this launch (none: only the step count) */
-    bool last;                     /* this launch ends the step: increment it */
-    int64_t chunk_start[CAP + 1];  /* first chunk of each tensor, and the total */
+    int count;                    /* tensors of this launch (none: only the step count) */
+    bool last;                    /* this launch ends the step: increment it */
+    int64_t chunk_start[CAP + 1]; /* first chunk of each tensor, and the total */
     int64_t n[CAP];
     T *data[CAP];
     const G *diff[CAP];
     T *h1[CAP], *h2[CAP];
-    G *work[MIXED ? CAP : 1];      /* mixed: the working copies written */
-    Scalars<T> s;                  /* the step-dependent fields are set on the device */
-    float inv_scale;               /* mixed: the gradients' factor */
+    G *work[MIXED ? CAP : 1]; /* mixed: the working copies written */
+    Scalars<T> s;             /* the step-dependent fields are set on the device */
+    float inv_scale;          /* mixed: the gradients' factor */
     double lr, beta1, beta2;
-    unsigned long long *step;      /* [0] steps taken, [1] blocks finished */
+    unsigned long long *step; /* [0] steps taken, [1] blocks finished */
 };
 
 /* Count this block as finished; the last one increments the step. */
@@ -181,8 +181,8 @@ static __device__ void update_chunk(const Args<T, G, CAP> &a, const Scalars<T> &
     } else {
         for (int64_t i = threadIdx.x; i < len; i += THREADS) {
             T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
-            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], (grad_value<T, G>(g[i], a.inv_scale)),
-                                hi_, vi_);
+            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], (grad_value<T, G>(g[i], a.inv_scale)), hi_,
+                                vi_);
             if (MIXED)
                 wk[i] = narrow<G>(w[i]);
             if (h)
@@ -349,8 +349,8 @@ static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim
 extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype,
                                           blob_dtype gdtype, int n, const int64_t *counts,
                                           void *const *data, const void *const *diff,
-                                          void *const *hist1, void *const *hist2,
-                                          void *const *work, double inv_scale, int64_t *step)
+                                          void *const *hist1, void *const *hist2, void *const *work,
+                                          double inv_scale, int64_t *step)
 {
     const char *func = gdtype == dtype ? "blob_gpu_optim_step" : "blob_gpu_optim_step_mixed";
     cudaStream_t s = (cudaStream_t)stream;

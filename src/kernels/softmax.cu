@@ -23,11 +23,17 @@ static __device__ int64_t label_index(T v, int64_t classes)
 
 struct Max {
     template <typename T>
-    __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+    __device__ T operator()(T a, T b) const
+    {
+        return a > b ? a : b;
+    }
 };
 struct Sum {
     template <typename T>
-    __device__ T operator()(T a, T b) const { return a + b; }
+    __device__ T operator()(T a, T b) const
+    {
+        return a + b;
+    }
 };
 
 /* Reduce v over the block (blockDim.x a multiple of 32) with op; every thread gets the
@@ -51,8 +57,7 @@ static __device__ T block_reduce(T v, Op op, T identity, T *buf)
 /* prob and loss of each row; with dlogits, also scale * (prob - onehot(label)). */
 template <typename T>
 static __global__ void softmax_loss_forward(int64_t rows, int64_t classes, const T *logits,
-                                            const T *labels, T *prob, T *loss, T scale,
-                                            T *dlogits)
+                                            const T *labels, T *prob, T *loss, T scale, T *dlogits)
 {
     __shared__ T buf[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -104,23 +109,22 @@ extern "C" blob_status blob__k_softmax_loss_forward(void *stream, blob_dtype dty
                                                     int64_t classes, const void *logits,
                                                     const void *labels, void *prob, void *loss)
 {
-    return dtype == BLOB_FLOAT32 ? forward<float>(__func__, stream, rows, classes, logits,
-                                                  labels, prob, loss, 0.0, nullptr)
-                                 : forward<double>(__func__, stream, rows, classes, logits,
-                                                   labels, prob, loss, 0.0, nullptr);
+    return dtype == BLOB_FLOAT32 ? forward<float>(__func__, stream, rows, classes, logits, labels,
+                                                  prob, loss, 0.0, nullptr)
+                                 : forward<double>(__func__, stream, rows, classes, logits, labels,
+                                                   prob, loss, 0.0, nullptr);
 }
 
 extern "C" blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype,
                                                              int64_t rows, int64_t classes,
-                                                             const void *logits,
-                                                             const void *labels, double scale,
-                                                             void *prob, void *loss,
+                                                             const void *logits, const void *labels,
+                                                             double scale, void *prob, void *loss,
                                                              void *dlogits)
 {
-    return dtype == BLOB_FLOAT32 ? forward<float>(__func__, stream, rows, classes, logits,
-                                                  labels, prob, loss, scale, dlogits)
-                                 : forward<double>(__func__, stream, rows, classes, logits,
-                                                   labels, prob, loss, scale, dlogits);
+    return dtype == BLOB_FLOAT32 ? forward<float>(__func__, stream, rows, classes, logits, labels,
+                                                  prob, loss, scale, dlogits)
+                                 : forward<double>(__func__, stream, rows, classes, logits, labels,
+                                                   prob, loss, scale, dlogits);
 }
 
 template <typename T>

@@ -22,9 +22,8 @@ static blob_status axis_output(const char *fn, const char *axis, int64_t in, int
 {
     if (kernel - 1 > (INT64_MAX - 1) / dilation || pad > (INT64_MAX - in) / 2)
         return blob__fail(BLOB_EOVERFLOW, fn,
-                          "%s: kernel %lld, dilation %lld, input %lld, pad %lld overflow",
-                          axis, (long long)kernel, (long long)dilation, (long long)in,
-                          (long long)pad);
+                          "%s: kernel %lld, dilation %lld, input %lld, pad %lld overflow", axis,
+                          (long long)kernel, (long long)dilation, (long long)in, (long long)pad);
     const int64_t extent = dilation * (kernel - 1) + 1, padded = in + 2 * pad;
     if (extent > padded)
         return blob__fail(BLOB_ESHAPE, fn,
@@ -70,17 +69,19 @@ static blob_status check_geometry(const char *fn, const blob_conv_geometry *g, b
         return blob__fail(BLOB_EINVAL, fn, "pooling takes dilation 1, not %lld x %lld",
                           (long long)g->dilation_h, (long long)g->dilation_w);
     if (pool && (g->pad_h >= g->kernel_h || g->pad_w >= g->kernel_w))
-        return blob__fail(BLOB_EINVAL, fn, "pooling pad %lld x %lld must be below the kernel "
-                          "%lld x %lld", (long long)g->pad_h, (long long)g->pad_w,
-                          (long long)g->kernel_h, (long long)g->kernel_w);
+        return blob__fail(BLOB_EINVAL, fn,
+                          "pooling pad %lld x %lld must be below the kernel "
+                          "%lld x %lld",
+                          (long long)g->pad_h, (long long)g->pad_w, (long long)g->kernel_h,
+                          (long long)g->kernel_w);
     if (pool && (g->height == 0 || g->width == 0))
         return blob__fail(BLOB_ESHAPE, fn, "pooling over an empty %lld x %lld plane",
                           (long long)g->height, (long long)g->width);
     int64_t h, w;
-    BLOB_TRY(axis_output(fn, "height", g->height, g->kernel_h, g->pad_h, g->stride_h,
-                         g->dilation_h, g->rounding, &h));
-    BLOB_TRY(axis_output(fn, "width", g->width, g->kernel_w, g->pad_w, g->stride_w,
-                         g->dilation_w, g->rounding, &w));
+    BLOB_TRY(axis_output(fn, "height", g->height, g->kernel_h, g->pad_h, g->stride_h, g->dilation_h,
+                         g->rounding, &h));
+    BLOB_TRY(axis_output(fn, "width", g->width, g->kernel_w, g->pad_w, g->stride_w, g->dilation_w,
+                         g->rounding, &w));
     *oh = h;
     *ow = w;
     return BLOB_OK;
@@ -123,8 +124,7 @@ static bool product(int64_t a, int64_t b, int64_t c, int64_t d, size_t elem, int
 static blob_status check_array(const char *fn, const char *name, const void *p, int64_t count)
 {
     if (!p && count > 0)
-        return blob__fail(BLOB_EINVAL, fn, "%s is NULL with %lld elements", name,
-                          (long long)count);
+        return blob__fail(BLOB_EINVAL, fn, "%s is NULL with %lld elements", name, (long long)count);
     return BLOB_OK;
 }
 
@@ -141,8 +141,8 @@ typedef struct {
 /* A valid call of fn on the host or (gpu) the GPU: its dtype, geometry and sizes (into *c),
  * its arrays a, and on the GPU side a GPU. */
 static blob_status check_call(const char *fn, bool gpu, blob_dtype dtype,
-                              const blob_conv_geometry *g, op_kind op, int64_t num,
-                              call_arrays a, blob__conv_call *c)
+                              const blob_conv_geometry *g, op_kind op, int64_t num, call_arrays a,
+                              blob__conv_call *c)
 {
     BLOB_TRY(blob__check_dtype(fn, dtype));
     const size_t elem = blob_dtype_size(dtype);
@@ -157,9 +157,10 @@ static blob_status check_call(const char *fn, bool gpu, blob_dtype dtype,
         !product(num, op == OP_CONV ? taps : g->channels, c->oh, c->ow, elem, &c->n_other))
         return blob__fail(BLOB_EOVERFLOW, fn,
                           "%lld images of %lld x %lld x %lld (out %lld x %lld, kernel %lld x "
-                          "%lld) overflow", (long long)num, (long long)g->channels,
-                          (long long)g->height, (long long)g->width, (long long)c->oh,
-                          (long long)c->ow, (long long)g->kernel_h, (long long)g->kernel_w);
+                          "%lld) overflow",
+                          (long long)num, (long long)g->channels, (long long)g->height,
+                          (long long)g->width, (long long)c->oh, (long long)c->ow,
+                          (long long)g->kernel_h, (long long)g->kernel_w);
     if (op == OP_MAX_POOL && g->height > INT32_MAX / g->width)
         return blob__fail(BLOB_EOVERFLOW, fn,
                           "a %lld x %lld plane has more cells than argmax's int32 can index",
@@ -204,15 +205,15 @@ static inline window pool_window(const blob_conv_geometry *g, int64_t py, int64_
  * no short-circuit branches). */
 #define MAX_BEATS(v, m) (((v) > (m)) | (((v) != (v)) & ((m) == (m))))
 
-#define T float
-#define U uint32_t
+#define T       float
+#define U       uint32_t
 #define NAME(f) f##_f32
 #include "conv_loops.h"
 #undef T
 #undef U
 #undef NAME
-#define T double
-#define U uint64_t
+#define T       double
+#define U       uint64_t
 #define NAME(f) f##_f64
 #include "conv_loops.h"
 #undef T
@@ -220,8 +221,7 @@ static inline window pool_window(const blob_conv_geometry *g, int64_t py, int64_
 #undef NAME
 
 /* Call the float or double instance of a host loop, by dtype. */
-#define HOST(dtype, f, ...) \
-    ((dtype) == BLOB_FLOAT32 ? f##_f32(__VA_ARGS__) : f##_f64(__VA_ARGS__))
+#define HOST(dtype, f, ...) ((dtype) == BLOB_FLOAT32 ? f##_f32(__VA_ARGS__) : f##_f64(__VA_ARGS__))
 
 /* ---- The public functions, host and GPU side by side ---- */
 
@@ -324,8 +324,8 @@ blob_status blob_gpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry
                                       const void *x, void *y)
 {
     blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_POOL, num,
-                        (call_arrays){"x", x, "y", y, NULL}, &c));
+    BLOB_TRY(check_call(__func__, true, dtype, g, OP_POOL, num, (call_arrays){"x", x, "y", y, NULL},
+                        &c));
     return c.n_other ? blob__k_avg_pool_forward(blob_stream_get(), dtype, &c, x, y) : BLOB_OK;
 }
 

@@ -47,8 +47,7 @@ static void NAME(col2im)(const blob_conv_geometry *g, int64_t oh, int64_t ow, in
                 const int64_t off = j * g->dilation_w - g->pad_w;
                 int64_t x0, x1;
                 valid_columns(g, off, ow, &x0, &x1);
-                const T *src = col + ((c * g->kernel_h + i) * g->kernel_w + j) * cols +
-                               n * oh * ow;
+                const T *src = col + ((c * g->kernel_h + i) * g->kernel_w + j) * cols + n * oh * ow;
                 for (int64_t y = 0; y < oh; y++, src += ow) {
                     const int64_t h = y * g->stride_h - g->pad_h + i * g->dilation_h;
                     if (h < 0 || h >= g->height)
@@ -75,8 +74,8 @@ static inline T NAME(select)(bool take, T value, T old)
 /* Row by row of outputs: y and argmax start at each window's first cell, then every
  * window of the row meets its cells in row-major order, one window offset (i, j) at a
  * time, so that the windows of a row are independent work. */
-static void NAME(max_pool_forward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                   int64_t num, const T *x, T *y, int32_t *argmax)
+static void NAME(max_pool_forward)(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
+                                   const T *x, T *y, int32_t *argmax)
 {
     const int64_t plane = g->height * g->width;
     for (int64_t p = 0; p < num * g->channels; p++) {
@@ -147,8 +146,8 @@ static void NAME(pool_backward)(const blob_conv_geometry *g, int64_t oh, int64_t
     }
 }
 
-static void NAME(avg_pool_forward)(const blob_conv_geometry *g, int64_t oh, int64_t ow,
-                                   int64_t num, const T *x, T *y)
+static void NAME(avg_pool_forward)(const blob_conv_geometry *g, int64_t oh, int64_t ow, int64_t num,
+                                   const T *x, T *y)
 {
     const int64_t plane = g->height * g->width;
     for (int64_t p = 0; p < num * g->channels; p++) {

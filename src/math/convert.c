@@ -109,8 +109,10 @@ static blob_status check_convert(const char *fn, blob_dtype from, blob_dtype to,
         if (!blob_dtype_size(dts[i]))
             return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)dts[i]);
         if (!blob_dtype_is_float(dts[i]))
-            return blob__fail(BLOB_ENOTSUP, fn, "%s is not a float dtype: only float64, "
-                              "float32, bfloat16 and float16 convert", blob_dtype_name(dts[i]));
+            return blob__fail(BLOB_ENOTSUP, fn,
+                              "%s is not a float dtype: only float64, "
+                              "float32, bfloat16 and float16 convert",
+                              blob_dtype_name(dts[i]));
     }
     BLOB_TRY(blob__check_array(fn, from, n, "x", x));
     return blob__check_array(fn, to, n, "y", y);

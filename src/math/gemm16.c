@@ -54,38 +54,36 @@ static bool mask_bit(const unsigned char *mask, int64_t row_bits, int64_t i, int
 
 /* The tile t (ni x nj) += op(A)[i0.., k0..k0+nk) op(B)[k0.., j0..] * alpha, the tile first
  * scaled by beta_k (not read when 0). */
-static void panel(const gemm16_job *g, float *t, int64_t i0, int64_t ni, int64_t j0,
-                  int64_t nj, int64_t k0, int64_t nk, float beta_k, float *pa, float *pb)
+static void panel(const gemm16_job *g, float *t, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                  int64_t k0, int64_t nk, float beta_k, float *pa, float *pb)
 {
     const blob_dtype dt = g->dtype;
     const bool ta = g->trans_a == BLOB_TRANS, tb = g->trans_b == BLOB_TRANS;
 #ifdef BLOB_BLAS_OPENBLAS
     if (g->sbgemm) {
         const uint16_t *A = g->A, *B = g->B;
-        cblas_sbgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                     tb ? CblasTrans : CblasNoTrans, (int)ni, (int)nj, (int)nk, g->alpha,
-                     A + (ta ? k0 * g->lda + i0 : i0 * g->lda + k0), (int)g->lda,
-                     B + (tb ? j0 * g->ldb + k0 : k0 * g->ldb + j0), (int)g->ldb, beta_k, t,
-                     (int)nj);
+        cblas_sbgemm(
+            CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)ni,
+            (int)nj, (int)nk, g->alpha, A + (ta ? k0 * g->lda + i0 : i0 * g->lda + k0), (int)g->lda,
+            B + (tb ? j0 * g->ldb + k0 : k0 * g->ldb + j0), (int)g->ldb, beta_k, t, (int)nj);
         return;
     }
 #endif
     for (int64_t i = 0; i < ni; i++)
         for (int64_t k = 0; k < nk; k++)
-            pa[i * nk + k] = get(dt, g->A, ta ? (k0 + k) * g->lda + i0 + i
-                                              : (i0 + i) * g->lda + k0 + k);
+            pa[i * nk + k] =
+                get(dt, g->A, ta ? (k0 + k) * g->lda + i0 + i : (i0 + i) * g->lda + k0 + k);
     for (int64_t k = 0; k < nk; k++)
         for (int64_t j = 0; j < nj; j++)
-            pb[k * nj + j] = get(dt, g->B, tb ? (j0 + j) * g->ldb + k0 + k
-                                              : (k0 + k) * g->ldb + j0 + j);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ni, (int)nj, (int)nk, g->alpha,
-                pa, (int)nk, pb, (int)nj, beta_k, t, (int)nj);
+            pb[k * nj + j] =
+                get(dt, g->B, tb ? (j0 + j) * g->ldb + k0 + k : (k0 + k) * g->ldb + j0 + j);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ni, (int)nj, (int)nk, g->alpha, pa,
+                (int)nk, pb, (int)nj, beta_k, t, (int)nj);
 }
 
 /* The tile of C at (i0, j0), ni x nj: the product in float32, the epilogue, C rounded.
  * j0 is a multiple of 8, so the tile's mask bytes are its own. */
-static void tile(const gemm16_job *g, float *buf, int64_t i0, int64_t ni, int64_t j0,
-                 int64_t nj)
+static void tile(const gemm16_job *g, float *buf, int64_t i0, int64_t ni, int64_t j0, int64_t nj)
 {
     const blob_dtype dt = g->dtype;
     const int64_t N = g->N, row_bits = BLOB_RELU_MASK_ROW_BITS(N);
@@ -180,38 +178,52 @@ static void run_sums(blob_dtype dtype, int64_t rows, int64_t cols, const void *X
 }
 
 blob_status blob__cpu_gemm16(const char *fn, blob_dtype dtype, blob_trans trans_a,
-                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                             const void *B, double beta, void *C, blob_epilogue epilogue,
-                             void *bias, void *mask)
+                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                             const void *A, const void *B, double beta, void *C,
+                             blob_epilogue epilogue, void *bias, void *mask)
 {
     const bool ta = trans_a == BLOB_TRANS, tb = trans_b == BLOB_TRANS;
-    gemm16_job g = {dtype, trans_a, trans_b, M, N, K, ta ? M : K, tb ? K : N, M, N,
-                    (float)alpha, (float)beta, A, B, C, epilogue,
+    gemm16_job g = {dtype,
+                    trans_a,
+                    trans_b,
+                    M,
+                    N,
+                    K,
+                    ta ? M : K,
+                    tb ? K : N,
+                    M,
+                    N,
+                    (float)alpha,
+                    (float)beta,
+                    A,
+                    B,
+                    C,
+                    epilogue,
                     epilogue == BLOB_EPILOGUE_BIAS || epilogue == BLOB_EPILOGUE_BIAS_RELU ? bias
-                                                                                         : NULL,
-                    mask, NULL, false};
+                                                                                          : NULL,
+                    mask,
+                    NULL,
+                    false};
     g.sbgemm = dtype == BLOB_BFLOAT16 && HAVE_SBGEMM && g.lda <= INT_MAX && g.ldb <= INT_MAX;
     if (M && N) {
         blob__gemm_grid(M, N, K, blob_dtype_size(dtype), false, &g.rows, &g.cols);
         const int64_t nb = ((M + g.rows - 1) / g.rows) * ((N + g.cols - 1) / g.cols);
         g.buf = malloc((size_t)nb * (TILE_MN * TILE_MN + 2 * TILE_MN * TILE_K) * sizeof(float));
         if (!g.buf)
-            return blob__fail(BLOB_ENOMEM, fn, "no host memory for %lld float32 tiles", (long long)nb);
+            return blob__fail(BLOB_ENOMEM, fn, "no host memory for %lld float32 tiles",
+                              (long long)nb);
         blob__host_for((int)nb, nb, blocks, &g);
         free(g.buf);
     }
     switch (epilogue) {
-    case BLOB_EPILOGUE_DRELU_BGRAD:
-        run_sums(dtype, M, N, C, bias, false);
-        break;
+    case BLOB_EPILOGUE_DRELU_BGRAD: run_sums(dtype, M, N, C, bias, false); break;
     case BLOB_EPILOGUE_BGRADA: /* op(A) is M x K: A's rows, or A^T's columns */
         run_sums(dtype, ta ? K : M, ta ? M : K, A, bias, !ta);
         break;
     case BLOB_EPILOGUE_BGRADB: /* op(B) is K x N: B's columns, or B^T's rows */
         run_sums(dtype, tb ? N : K, tb ? K : N, B, bias, tb);
         break;
-    default:
-        break;
+    default: break;
     }
     return BLOB_OK;
 }

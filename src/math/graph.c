@@ -60,7 +60,9 @@ blob_status blob_graph_count_nodes(const blob_graph *graph, int64_t *kernels, in
 {
     if (!graph || !kernels || !total)
         return BLOB_FAIL(BLOB_EINVAL, "%s is NULL",
-                         !graph ? "graph" : !kernels ? "kernels" : "total");
+                         !graph     ? "graph"
+                         : !kernels ? "kernels"
+                                    : "total");
     int64_t k = 0, h = 0, t = 0;
     BLOB_TRY(blob__be->graph_count_nodes(graph->graph, &k, &h, &t));
     *kernels = k;

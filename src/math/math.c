@@ -22,10 +22,7 @@ int64_t blob__blas_chunk = INT_MAX;
  * dot, asum and the ReLUs the 16-bit floats too (computing in float32); copy any dtype. */
 typedef enum { TAKES_FLOAT, TAKES_HALF, TAKES_ANY } dtypes_taken;
 
-static bool is_half(blob_dtype dtype)
-{
-    return dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16;
-}
+static bool is_half(blob_dtype dtype) { return dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16; }
 
 static blob_status check_dtype_taken(const char *fn, dtypes_taken takes, blob_dtype dtype)
 {
@@ -35,8 +32,7 @@ static blob_status check_dtype_taken(const char *fn, dtypes_taken takes, blob_dt
         (takes == TAKES_HALF && is_half(dtype)))
         return BLOB_OK;
     return blob__fail(BLOB_ENOTSUP, fn, "%s is not supported (float32 and float64%s only)",
-                      blob_dtype_name(dtype),
-                      takes == TAKES_HALF ? ", bfloat16 and float16" : "");
+                      blob_dtype_name(dtype), takes == TAKES_HALF ? ", bfloat16 and float16" : "");
 }
 
 static blob_status check_dtype(const char *fn, blob_dtype dtype)
@@ -89,9 +85,8 @@ static blob_status check_vec(const char *fn, dtypes_taken takes, blob_dtype dtyp
         BLOB_TRY(check_ptr(fn, names, arrays[i], n));
     return BLOB_OK;
 }
-#define CHECK_VEC_OF(takes, dtype, n, ...)                                                 \
-    check_vec(__func__, (takes), (dtype), (n), #__VA_ARGS__,                             \
-              (const void *const[]){__VA_ARGS__},                                        \
+#define CHECK_VEC_OF(takes, dtype, n, ...)                                                       \
+    check_vec(__func__, (takes), (dtype), (n), #__VA_ARGS__, (const void *const[]){__VA_ARGS__}, \
               sizeof((const void *const[]){__VA_ARGS__}) / sizeof(const void *))
 #define CHECK_VEC(dtype, n, ...) CHECK_VEC_OF(TAKES_FLOAT, dtype, n, __VA_ARGS__)
 
@@ -103,8 +98,8 @@ static blob_status check_out(const char *fn, const double *out)
 }
 
 static blob_status check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_a,
-                              blob_trans trans_b, int64_t M, int64_t N, int64_t K,
-                              const void *A, const void *B, const void *C)
+                              blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
+                              const void *B, const void *C)
 {
     BLOB_TRY(check_dtype_taken(fn, TAKES_HALF, dtype));
     BLOB_TRY(check_trans(fn, trans_a));
@@ -137,8 +132,8 @@ static blob_status check_gemv(const char *fn, blob_dtype dtype, blob_trans trans
 /* rows x classes matrices m1, m2, m3 and rows-long vectors v1, v2, as many as names
  * names. */
 static blob_status check_softmax(const char *fn, blob_dtype dtype, int64_t rows, int64_t classes,
-                                 const char *names, const void *m1, const void *v1,
-                                 const void *m2, const void *v2, const void *m3)
+                                 const char *names, const void *m1, const void *v1, const void *m2,
+                                 const void *v2, const void *m3)
 {
     BLOB_TRY(check_dtype(fn, dtype));
     if (rows < 0 || classes < 0)
@@ -350,13 +345,10 @@ static void gemm_block(const gemm_job *g, int64_t i0, int64_t i1, int64_t j0, in
         for (int64_t j = j0; j < j1; j += c)
             for (int64_t k = 0; k < g->K; k += c)
                 BLAS(g->dtype, gemm, CblasRowMajor, cblas_trans(g->trans_a),
-                     cblas_trans(g->trans_b), piece(i1, i), piece(j1, j), piece(g->K, k),
-                     g->alpha,
-                     at(g->dtype, g->A, g->trans_a ? k * g->lda + i : i * g->lda + k),
-                     (int)g->lda,
-                     at(g->dtype, g->B, g->trans_b ? j * g->ldb + k : k * g->ldb + j),
-                     (int)g->ldb, k ? 1.0 : g->beta, at(g->dtype, g->C, i * g->N + j),
-                     (int)g->N);
+                     cblas_trans(g->trans_b), piece(i1, i), piece(j1, j), piece(g->K, k), g->alpha,
+                     at(g->dtype, g->A, g->trans_a ? k * g->lda + i : i * g->lda + k), (int)g->lda,
+                     at(g->dtype, g->B, g->trans_b ? j * g->ldb + k : k * g->ldb + j), (int)g->ldb,
+                     k ? 1.0 : g->beta, at(g->dtype, g->C, i * g->N + j), (int)g->N);
 }
 
 static void gemm_blocks(void *ctx, int64_t lo, int64_t hi)
@@ -375,12 +367,12 @@ static void gemm_blocks(void *ctx, int64_t lo, int64_t hi)
 
 blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
                                   int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                                  const void *B, double beta, void *C, int64_t rows,
-                                  int64_t cols, blob__gemm_block_fn after, void *after_ctx)
+                                  const void *B, double beta, void *C, int64_t rows, int64_t cols,
+                                  blob__gemm_block_fn after, void *after_ctx)
 {
     static const char fn[] = "blob_cpu_gemm";
     gemm_job g = {dtype, trans_a, trans_b, M, N, K, trans_a ? M : K, trans_b ? K : N, rows,
-                  cols, alpha, beta, A, B, C, after, after_ctx};
+                  cols,  alpha,   beta,    A, B, C, after,           after_ctx};
     BLOB_TRY(check_ld(fn, "A", g.lda));
     BLOB_TRY(check_ld(fn, "B", g.ldb));
     BLOB_TRY(check_ld(fn, "C", N));
@@ -403,8 +395,8 @@ blob_status blob_cpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
                                 BLOB_EPILOGUE_NONE, NULL, NULL);
     int64_t rows, cols;
     blob__gemm_grid(M, N, K, blob_dtype_size(dtype), false, &rows, &cols);
-    return blob__cpu_gemm_blocks(dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, rows,
-                                 cols, NULL, NULL);
+    return blob__cpu_gemm_blocks(dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, rows, cols,
+                                 NULL, NULL);
 }
 
 blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b, int64_t M,
@@ -423,14 +415,12 @@ blob_status blob_gpu_gemm(blob_dtype dtype, blob_trans trans_a, blob_trans trans
         bool tuning;
         BLOB_TRY(blob__gemm_tuning(__func__, &tuning));
         return blob__k_gemm_epilogue(blob_stream_get(), dtype, mode, trans_a, trans_b, M, N, K,
-                                     alpha, A, B, beta, C, BLOB_EPILOGUE_NONE, NULL, NULL,
-                                     tuning);
+                                     alpha, A, B, beta, C, BLOB_EPILOGUE_NONE, NULL, NULL, tuning);
     }
     if (mode != BLOB_MATH_FP32)
-        return blob__k_gemm_mode(blob_stream_get(), mode, trans_a, trans_b, M, N, K, alpha, A,
-                                 B, beta, C);
-    return blob__k_gemm(blob_stream_get(), dtype, trans_a, trans_b, M, N, K, alpha, A, B,
-                        beta, C);
+        return blob__k_gemm_mode(blob_stream_get(), mode, trans_a, trans_b, M, N, K, alpha, A, B,
+                                 beta, C);
+    return blob__k_gemm(blob_stream_get(), dtype, trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
 }
 
 typedef struct {
@@ -453,12 +443,12 @@ static void gemv_range(void *ctx, int64_t o0, int64_t o1)
         for (int64_t r = 0; r < red; r += c)
             BLAS(g->dtype, gemv, CblasRowMajor, cblas_trans(g->trans_a),
                  t ? piece(red, r) : piece(o1, o), t ? piece(o1, o) : piece(red, r), g->alpha,
-                 at(g->dtype, g->A, t ? r * N + o : o * N + r), (int)N,
-                 at(g->dtype, g->x, r), 1, r ? 1.0 : g->beta, at(g->dtype, g->y, o), 1);
+                 at(g->dtype, g->A, t ? r * N + o : o * N + r), (int)N, at(g->dtype, g->x, r), 1,
+                 r ? 1.0 : g->beta, at(g->dtype, g->y, o), 1);
 }
 
-blob_status blob_cpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N,
-                          double alpha, const void *A, const void *x, double beta, void *y)
+blob_status blob_cpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N, double alpha,
+                          const void *A, const void *x, double beta, void *y)
 {
     BLOB_TRY(check_gemv(__func__, dtype, trans_a, M, N, A, x, y));
     int64_t out = trans_a ? N : M, red = trans_a ? M : N;
@@ -472,8 +462,8 @@ blob_status blob_cpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64
     return BLOB_OK;
 }
 
-blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N,
-                          double alpha, const void *A, const void *x, double beta, void *y)
+blob_status blob_gpu_gemv(blob_dtype dtype, blob_trans trans_a, int64_t M, int64_t N, double alpha,
+                          const void *A, const void *x, double beta, void *y)
 {
     BLOB_TRY(check_gemv(__func__, dtype, trans_a, M, N, A, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
@@ -500,16 +490,16 @@ blob_status blob_gpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void 
                           : blob__k_axpy(blob_stream_get(), dtype, n, alpha, x, y);
 }
 
-blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x,
-                           double beta, void *y)
+blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x, double beta,
+                           void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     vec_run(VEC_AXPBY, dtype, n, alpha, x, beta, y);
     return BLOB_OK;
 }
 
-blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x,
-                           double beta, void *y)
+blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x, double beta,
+                           void *y)
 {
     BLOB_TRY(CHECK_VEC(dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
@@ -669,40 +659,42 @@ static void softmax_loss_forward_range(void *args, int64_t lo, int64_t hi)
     const loop_args *l = args;
     const blob_dtype dtype = l->dtype;
     const int64_t classes = l->classes;
-    TYPED(dtype, T *loss = l->z; const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
-          for (int64_t r = lo; r < hi; r++) {
-              const T *x = (const T *)l->a + r * classes;
-              T *p = (T *)l->y + r * classes;
-              T m = x[0];
-              for (int64_t j = 1; j < classes; j++)
-                  m = x[j] > m ? x[j] : m;
-              double sum = 0;
-              for (int64_t j = 0; j < classes; j++)
-                  sum += p[j] = (T)exp((double)x[j] - m);
-              for (int64_t j = 0; j < classes; j++)
-                  p[j] = (T)(p[j] / sum);
-              const int64_t k = label_index(get(dtype, l->labels, r), classes);
-              T q = p[k];
-              loss[r] = (T)-log(q > tiny ? q : tiny);
-              if (l->w) {
-                  T *d = (T *)l->w + r * classes;
-                  for (int64_t j = 0; j < classes; j++)
-                      d[j] = (T)(l->scale * (p[j] - (j == k)));
-              }
-          });
+    TYPED(
+        dtype, T *loss = l->z; const T tiny = dtype == BLOB_FLOAT32 ? FLT_MIN : DBL_MIN;
+        for (int64_t r = lo; r < hi; r++) {
+            const T *x = (const T *)l->a + r * classes;
+            T *p = (T *)l->y + r * classes;
+            T m = x[0];
+            for (int64_t j = 1; j < classes; j++)
+                m = x[j] > m ? x[j] : m;
+            double sum = 0;
+            for (int64_t j = 0; j < classes; j++)
+                sum += p[j] = (T)exp((double)x[j] - m);
+            for (int64_t j = 0; j < classes; j++)
+                p[j] = (T)(p[j] / sum);
+            const int64_t k = label_index(get(dtype, l->labels, r), classes);
+            T q = p[k];
+            loss[r] = (T)-log(q > tiny ? q : tiny);
+            if (l->w) {
+                T *d = (T *)l->w + r * classes;
+                for (int64_t j = 0; j < classes; j++)
+                    d[j] = (T)(l->scale * (p[j] - (j == k)));
+            }
+        });
 }
 
 static void softmax_loss_backward_range(void *args, int64_t lo, int64_t hi)
 {
     const loop_args *l = args;
     const int64_t classes = l->classes;
-    TYPED(l->dtype, for (int64_t r = lo; r < hi; r++) {
-              const T *p = (const T *)l->a + r * classes;
-              T *d = (T *)l->y + r * classes;
-              int64_t k = label_index(get(l->dtype, l->labels, r), classes);
-              for (int64_t j = 0; j < classes; j++)
-                  d[j] = (T)(l->scale * (p[j] - (j == k)));
-          });
+    TYPED(
+        l->dtype, for (int64_t r = lo; r < hi; r++) {
+            const T *p = (const T *)l->a + r * classes;
+            T *d = (T *)l->y + r * classes;
+            int64_t k = label_index(get(l->dtype, l->labels, r), classes);
+            for (int64_t j = 0; j < classes; j++)
+                d[j] = (T)(l->scale * (p[j] - (j == k)));
+        });
 }
 
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
@@ -745,8 +737,8 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype, .classes = classes, .a = logits, .labels = labels,
-                   .y = prob, .z = loss};
+    loop_args l = {
+        .dtype = dtype, .classes = classes, .a = logits, .labels = labels, .y = prob, .z = loss};
     blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
     return BLOB_OK;
 }
@@ -758,8 +750,8 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
                            labels, prob, loss, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_forward(blob_stream_get(), dtype, rows, classes, logits,
-                                        labels, prob, loss);
+    return blob__k_softmax_loss_forward(blob_stream_get(), dtype, rows, classes, logits, labels,
+                                        prob, loss);
 }
 
 blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64_t classes,
@@ -769,8 +761,12 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = prob,
-                   .labels = labels, .y = dlogits};
+    loop_args l = {.dtype = dtype,
+                   .classes = classes,
+                   .scale = scale,
+                   .a = prob,
+                   .labels = labels,
+                   .y = dlogits};
     blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_backward_range, &l);
     return BLOB_OK;
 }
@@ -782,34 +778,40 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
                            dlogits, NULL, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_backward(blob_stream_get(), dtype, rows, classes, prob,
-                                         labels, scale, dlogits);
+    return blob__k_softmax_loss_backward(blob_stream_get(), dtype, rows, classes, prob, labels,
+                                         scale, dlogits);
 }
 
-blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t rows,
-                                                   int64_t classes, const void *logits,
-                                                   const void *labels, double scale,
-                                                   void *prob, void *loss, void *dlogits)
+blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t rows, int64_t classes,
+                                                   const void *logits, const void *labels,
+                                                   double scale, void *prob, void *loss,
+                                                   void *dlogits)
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
                            logits, labels, prob, loss, dlogits));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype, .classes = classes, .scale = scale, .a = logits,
-                   .labels = labels, .y = prob, .z = loss, .w = dlogits};
+    loop_args l = {.dtype = dtype,
+                   .classes = classes,
+                   .scale = scale,
+                   .a = logits,
+                   .labels = labels,
+                   .y = prob,
+                   .z = loss,
+                   .w = dlogits};
     blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
     return BLOB_OK;
 }
 
-blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t rows,
-                                                   int64_t classes, const void *logits,
-                                                   const void *labels, double scale,
-                                                   void *prob, void *loss, void *dlogits)
+blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t rows, int64_t classes,
+                                                   const void *logits, const void *labels,
+                                                   double scale, void *prob, void *loss,
+                                                   void *dlogits)
 {
     BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
                            logits, labels, prob, loss, dlogits));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_softmax_loss_forward_backward(blob_stream_get(), dtype, rows, classes,
-                                                 logits, labels, scale, prob, loss, dlogits);
+    return blob__k_softmax_loss_forward_backward(blob_stream_get(), dtype, rows, classes, logits,
+                                                 labels, scale, prob, loss, dlogits);
 }
 
 /* ---- The checks above, for the other math files ---- */
@@ -821,10 +823,7 @@ blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_
     return check_gemm(fn, dtype, trans_a, trans_b, M, N, K, A, B, C);
 }
 
-blob_status blob__check_dtype(const char *fn, blob_dtype dtype)
-{
-    return check_dtype(fn, dtype);
-}
+blob_status blob__check_dtype(const char *fn, blob_dtype dtype) { return check_dtype(fn, dtype); }
 
 blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
                               const void *p)

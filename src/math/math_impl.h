@@ -40,8 +40,8 @@ typedef void (*blob__gemm_block_fn)(void *ctx, int64_t i0, int64_t i1, int64_t j
  * (when not NULL). Errors: BLOB_EOVERFLOW for a row longer than the BLAS's int. */
 blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_trans trans_b,
                                   int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                                  const void *B, double beta, void *C, int64_t rows,
-                                  int64_t cols, blob__gemm_block_fn after, void *after_ctx);
+                                  const void *B, double beta, void *C, int64_t rows, int64_t cols,
+                                  blob__gemm_block_fn after, void *after_ctx);
 
 /* C = epilogue(alpha * op(A) op(B) + beta * C) on bfloat16 or float16 arrays (gemm16.c):
  * checked arguments, alpha 1 and beta 0 with an epilogue other than NONE, bias and mask as
@@ -49,9 +49,9 @@ blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_tra
  * the epilogue there and rounds into C to nearest even; C is written only on success.
  * Errors: BLOB_ENOMEM (its float32 tiles), recorded under fn. */
 blob_status blob__cpu_gemm16(const char *fn, blob_dtype dtype, blob_trans trans_a,
-                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                             const void *B, double beta, void *C, blob_epilogue epilogue,
-                             void *bias, void *mask);
+                             blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                             const void *A, const void *B, double beta, void *C,
+                             blob_epilogue epilogue, void *bias, void *mask);
 
 /* A math mode in the enum (mode.c). */
 blob_status blob__check_math_mode(const char *fn, blob_math_mode mode);

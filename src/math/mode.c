@@ -48,14 +48,10 @@ blob_math_mode blob_math_mode_get(void)
 const char *blob_math_mode_name(blob_math_mode mode)
 {
     switch (mode) {
-    case BLOB_MATH_DEFAULT:
-        return "default";
-    case BLOB_MATH_FP32:
-        return "fp32";
-    case BLOB_MATH_TF32:
-        return "tf32";
-    case BLOB_MATH_BF16:
-        return "bf16";
+    case BLOB_MATH_DEFAULT: return "default";
+    case BLOB_MATH_FP32: return "fp32";
+    case BLOB_MATH_TF32: return "tf32";
+    case BLOB_MATH_BF16: return "bf16";
     }
     return "unknown";
 }
@@ -71,8 +67,9 @@ blob_status blob__math_mode_for(const char *func, blob_dtype dtype, blob_math_mo
                                 blob_math_mode *out)
 {
     bool from_env = false;
-    *out = dtype != BLOB_FLOAT32 ? BLOB_MATH_FP32
-         : mode != BLOB_MATH_DEFAULT ? mode : process_mode(&from_env);
+    *out = dtype != BLOB_FLOAT32       ? BLOB_MATH_FP32
+           : mode != BLOB_MATH_DEFAULT ? mode
+                                       : process_mode(&from_env);
     return from_env ? blob__env_raise(&env_mode_fault, func) : BLOB_OK;
 }
 

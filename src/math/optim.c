@@ -20,14 +20,14 @@ static blob_status check_optim(const char *fn, const blob_optim *opt)
     if (blob_optim_history_count(opt) < 0)
         return blob__fail(BLOB_EINVAL, fn, "bad optimizer kind %d", (int)opt->kind);
     BLOB_NEED(opt->lr >= 0 && isfinite(opt->lr), fn, "bad learning rate %g", opt->lr);
-    BLOB_NEED(opt->weight_decay >= 0 && isfinite(opt->weight_decay), fn,
-              "bad weight decay %g", opt->weight_decay);
+    BLOB_NEED(opt->weight_decay >= 0 && isfinite(opt->weight_decay), fn, "bad weight decay %g",
+              opt->weight_decay);
     if (opt->kind == BLOB_OPTIM_SGD || opt->kind == BLOB_OPTIM_SGD_CAFFE) {
         BLOB_NEED(opt->momentum >= 0 && isfinite(opt->momentum), fn, "bad momentum %g",
                   opt->momentum);
         BLOB_NEED(isfinite(opt->dampening), fn, "bad dampening %g", opt->dampening);
-        BLOB_NEED(!opt->nesterov || (opt->kind == BLOB_OPTIM_SGD && opt->momentum > 0 &&
-                                     opt->dampening == 0),
+        BLOB_NEED(!opt->nesterov ||
+                      (opt->kind == BLOB_OPTIM_SGD && opt->momentum > 0 && opt->dampening == 0),
                   fn, "Nesterov momentum needs SGD with momentum > 0 and dampening 0");
     } else {
         BLOB_NEED(opt->beta1 >= 0 && opt->beta1 < 1, fn, "bad beta1 %g (not in [0, 1))",
@@ -74,14 +74,18 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
         if (used[l] && !lists[l])
             return blob__fail(BLOB_EINVAL, fn, "%s is NULL with %d tensors", names[l], n);
     for (int i = 0; i < n; i++) {
-        const void *arrays[] = {NULL, data[i], diff[i], used[3] ? hist1[i] : NULL,
-                                used[4] ? hist2[i] : NULL, mixed ? work[i] : NULL};
+        const void *arrays[] = {NULL,
+                                data[i],
+                                diff[i],
+                                used[3] ? hist1[i] : NULL,
+                                used[4] ? hist2[i] : NULL,
+                                mixed ? work[i] : NULL};
         for (int l = 1; l < 6; l++) {
             char name[32];
             snprintf(name, sizeof name, "%s[%d]", names[l], i);
             if (used[l])
-                BLOB_TRY(blob__check_array(fn, l == 2 || l == 5 ? gdtype : dtype, counts[i],
-                                           name, arrays[l]));
+                BLOB_TRY(blob__check_array(fn, l == 2 || l == 5 ? gdtype : dtype, counts[i], name,
+                                           arrays[l]));
         }
     }
     return BLOB_OK;
@@ -89,7 +93,7 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
 
 /* ---- Host side ---- */
 
-#define HOST_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
+#define HOST_SQRT(x) _Generic((x), float : sqrtf, default : sqrt)(x)
 
 typedef struct {
     BLOB__OPTIM_SCALAR_FIELDS(float)
@@ -131,38 +135,38 @@ static vec_f64 vec_sqrt_f64(vec_f64 x)
 
 /* NAME: the elements [lo, hi) of one tensor, for kind K in element type T (a
  * blob__host_for body): vectors V of them, then the rest one by one. */
-#define STEP_RANGE(NAME, T, V, VSQRT, SCALARS, K)                                         \
-    static void NAME(void *args, int64_t lo, int64_t hi)                                  \
-    {                                                                                     \
-        const step_args *a = args;                                                        \
-        const SCALARS s = *(const SCALARS *)a->s;                                         \
-        T *w = a->w, *h = a->h, *v = a->v;                                                \
-        const T *g = a->g;                                                                \
-        const int64_t lanes = (int64_t)(sizeof(V) / sizeof(T));                           \
-        int64_t j = lo;                                                                   \
-        for (; j + lanes <= hi; j += lanes) {                                             \
-            V w_, g_v, h_ = {0}, v_ = {0};                                                \
-            memcpy(&w_, w + j, sizeof w_);                                                \
-            memcpy(&g_v, g + j, sizeof g_v);                                              \
-            if (h)                                                                        \
-                memcpy(&h_, h + j, sizeof h_);                                            \
-            if (v)                                                                        \
-                memcpy(&v_, v + j, sizeof v_);                                            \
-            BLOB__OPTIM_ELEMENT(V, K, s, VSQRT, w_, g_v, h_, v_);                         \
-            memcpy(w + j, &w_, sizeof w_);                                                \
-            if (h)                                                                        \
-                memcpy(h + j, &h_, sizeof h_);                                            \
-            if (v)                                                                        \
-                memcpy(v + j, &v_, sizeof v_);                                            \
-        }                                                                                 \
-        for (; j < hi; j++) {                                                             \
-            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                       \
-            BLOB__OPTIM_ELEMENT(T, K, s, HOST_SQRT, w[j], g[j], h_, v_);                  \
-            if (h)                                                                        \
-                h[j] = h_;                                                                \
-            if (v)                                                                        \
-                v[j] = v_;                                                                \
-        }                                                                                 \
+#define STEP_RANGE(NAME, T, V, VSQRT, SCALARS, K)                        \
+    static void NAME(void *args, int64_t lo, int64_t hi)                 \
+    {                                                                    \
+        const step_args *a = args;                                       \
+        const SCALARS s = *(const SCALARS *)a->s;                        \
+        T *w = a->w, *h = a->h, *v = a->v;                               \
+        const T *g = a->g;                                               \
+        const int64_t lanes = (int64_t)(sizeof(V) / sizeof(T));          \
+        int64_t j = lo;                                                  \
+        for (; j + lanes <= hi; j += lanes) {                            \
+            V w_, g_v, h_ = {0}, v_ = {0};                               \
+            memcpy(&w_, w + j, sizeof w_);                               \
+            memcpy(&g_v, g + j, sizeof g_v);                             \
+            if (h)                                                       \
+                memcpy(&h_, h + j, sizeof h_);                           \
+            if (v)                                                       \
+                memcpy(&v_, v + j, sizeof v_);                           \
+            BLOB__OPTIM_ELEMENT(V, K, s, VSQRT, w_, g_v, h_, v_);        \
+            memcpy(w + j, &w_, sizeof w_);                               \
+            if (h)                                                       \
+                memcpy(h + j, &h_, sizeof h_);                           \
+            if (v)                                                       \
+                memcpy(v + j, &v_, sizeof v_);                           \
+        }                                                                \
+        for (; j < hi; j++) {                                            \
+            T h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                      \
+            BLOB__OPTIM_ELEMENT(T, K, s, HOST_SQRT, w[j], g[j], h_, v_); \
+            if (h)                                                       \
+                h[j] = h_;                                               \
+            if (v)                                                       \
+                v[j] = v_;                                               \
+        }                                                                \
     }
 STEP_RANGE(sgd_f32, float, vec_f32, vec_sqrt_f32, scalars_f32, BLOB_OPTIM_SGD)
 STEP_RANGE(sgd_caffe_f32, float, vec_f32, vec_sqrt_f32, scalars_f32, BLOB_OPTIM_SGD_CAFFE)
@@ -176,22 +180,22 @@ STEP_RANGE(adamw_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADA
 /* NAME: the elements [lo, hi) of one tensor of a mixed step, for kind K: each gradient
  * widened and multiplied by the factor in float32 (as the kernel does), the update in
  * float32, and the weight rounded into the working copy. */
-#define STEP_RANGE_MIXED(NAME, K)                                                         \
-    static void NAME(void *args, int64_t lo, int64_t hi)                                  \
-    {                                                                                     \
-        const step_args *a = args;                                                        \
-        const scalars_f32 s = *(const scalars_f32 *)a->s;                                 \
-        float *w = a->w, *h = a->h, *v = a->v;                                            \
-        for (int64_t j = lo; j < hi; j++) {                                               \
-            float h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                                   \
-            const float gw = (float)blob__elem_get(a->half, a->g, j) * a->inv_scale;      \
-            BLOB__OPTIM_ELEMENT(float, K, s, sqrtf, w[j], gw, h_, v_);                    \
-            blob__elem_set(a->half, a->work, j, w[j]);                                    \
-            if (h)                                                                        \
-                h[j] = h_;                                                                \
-            if (v)                                                                        \
-                v[j] = v_;                                                                \
-        }                                                                                 \
+#define STEP_RANGE_MIXED(NAME, K)                                                    \
+    static void NAME(void *args, int64_t lo, int64_t hi)                             \
+    {                                                                                \
+        const step_args *a = args;                                                   \
+        const scalars_f32 s = *(const scalars_f32 *)a->s;                            \
+        float *w = a->w, *h = a->h, *v = a->v;                                       \
+        for (int64_t j = lo; j < hi; j++) {                                          \
+            float h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                              \
+            const float gw = (float)blob__elem_get(a->half, a->g, j) * a->inv_scale; \
+            BLOB__OPTIM_ELEMENT(float, K, s, sqrtf, w[j], gw, h_, v_);               \
+            blob__elem_set(a->half, a->work, j, w[j]);                               \
+            if (h)                                                                   \
+                h[j] = h_;                                                           \
+            if (v)                                                                   \
+                v[j] = v_;                                                           \
+        }                                                                            \
     }
 STEP_RANGE_MIXED(sgd_mixed, BLOB_OPTIM_SGD)
 STEP_RANGE_MIXED(sgd_caffe_mixed, BLOB_OPTIM_SGD_CAFFE)
@@ -206,10 +210,9 @@ static const blob__range_fn step_ranges[3][4] = {
 };
 
 /* The host step of checked arguments (gdtype != dtype: mixed). */
-static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype,
-                     double inv_scale, int n, const int64_t *counts, void *const *data,
-                     const void *const *diff, void *const *hist1, void *const *hist2,
-                     void *const *work, int64_t *step)
+static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype, double inv_scale,
+                     int n, const int64_t *counts, void *const *data, const void *const *diff,
+                     void *const *hist1, void *const *hist2, void *const *work, int64_t *step)
 {
     const int hist = blob_optim_history_count(opt);
     const int table = gdtype != dtype ? 2 : dtype == BLOB_FLOAT32 ? 0 : 1;
@@ -226,30 +229,27 @@ static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype,
                        gdtype,
                        (float)inv_scale,
                        work ? work[i] : NULL};
-        blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[table][opt->kind],
-                       &a);
+        blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[table][opt->kind], &a);
     }
     step[0]++;
 }
 
 blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
-                                const int64_t *counts, void *const *data,
-                                const void *const *diff, void *const *hist1,
-                                void *const *hist2, int64_t *step)
+                                const int64_t *counts, void *const *data, const void *const *diff,
+                                void *const *hist1, void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL,
-                        step));
+    BLOB_TRY(
+        check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL, step));
     cpu_step(opt, dtype, dtype, 1, n, counts, data, diff, hist1, hist2, NULL, step);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
-                                const int64_t *counts, void *const *data,
-                                const void *const *diff, void *const *hist1,
-                                void *const *hist2, int64_t *step)
+                                const int64_t *counts, void *const *data, const void *const *diff,
+                                void *const *hist1, void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL,
-                        step));
+    BLOB_TRY(
+        check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL, step));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_optim_step(blob_stream_get(), opt, dtype, dtype, n, counts, data, diff, hist1,
                               hist2, NULL, 1, step);
@@ -257,15 +257,14 @@ blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
 
 /* The checks of a mixed step: a 16-bit half and a finite positive inv_scale, then the arrays. */
 static blob_status check_mixed(const char *fn, const blob_optim *opt, blob_dtype half,
-                               double inv_scale, int n, const int64_t *counts,
-                               void *const *data, const void *const *diff, void *const *hist1,
-                               void *const *hist2, void *const *work, const int64_t *step)
+                               double inv_scale, int n, const int64_t *counts, void *const *data,
+                               const void *const *diff, void *const *hist1, void *const *hist2,
+                               void *const *work, const int64_t *step)
 {
     BLOB_TRY(check_half(fn, half));
     BLOB_NEED(inv_scale > 0 && isfinite(inv_scale) && isfinite((float)inv_scale), fn,
               "bad gradient factor %g (not finite and positive in float32)", inv_scale);
-    return check_step(fn, opt, BLOB_FLOAT32, half, n, counts, data, diff, hist1, hist2, work,
-                      step);
+    return check_step(fn, opt, BLOB_FLOAT32, half, n, counts, data, diff, hist1, hist2, work, step);
 }
 
 blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, double inv_scale,
@@ -273,8 +272,8 @@ blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, void *const *work, int64_t *step)
 {
-    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2,
-                         work, step));
+    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2, work,
+                         step));
     cpu_step(opt, BLOB_FLOAT32, half, inv_scale, n, counts, data, diff, hist1, hist2, work, step);
     return BLOB_OK;
 }
@@ -284,8 +283,8 @@ blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, void *const *work, int64_t *step)
 {
-    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2,
-                         work, step));
+    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2, work,
+                         step));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, half, n, counts, data, diff,
                               hist1, hist2, work, inv_scale, step);

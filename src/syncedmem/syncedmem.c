@@ -14,16 +14,16 @@ struct blob_syncedmem {
     void *dev;
     size_t size;
     blob_head head;
-    int device;         /* GPU id or BLOB_HOST_ONLY */
+    int device; /* GPU id or BLOB_HOST_ONLY */
     bool own_host;
     bool own_dev;
-    bool host_pinned;   /* owned host side came from the pinned place */
-    bool pending;       /* an async copy may be in flight: host users wait for `event` */
-    bool dev_work;      /* device work on the block has been queued (see use_on) */
+    bool host_pinned; /* owned host side came from the pinned place */
+    bool pending;     /* an async copy may be in flight: host users wait for `event` */
+    bool dev_work;    /* device work on the block has been queued (see use_on) */
     blob_release_fn host_release, dev_release; /* give a borrowed side back, or NULL */
     void *host_release_ctx, *dev_release_ctx;
-    void *stream;       /* the stream of the latest device work on the block */
-    void *event;        /* orders streams and marks async copies; made on first need */
+    void *stream; /* the stream of the latest device work on the block */
+    void *event;  /* orders streams and marks async copies; made on first need */
     atomic_int refs;
 };
 
@@ -246,8 +246,7 @@ static blob_status to_cpu(const char *func, blob_syncedmem *m)
         return BLOB_OK;
     }
     case BLOB_HEAD_AT_CPU:
-    case BLOB_HEAD_SYNCED:
-        return BLOB_OK;
+    case BLOB_HEAD_SYNCED: return BLOB_OK;
     }
     return blob__fail(BLOB_ESTATE, func, "corrupt head %d", (int)m->head);
 }
@@ -284,16 +283,16 @@ static blob_status to_gpu(const char *func, blob_syncedmem *m)
 
 /* An accessor: m's side (the device's if gpu) made current and, for a caller that writes
  * it (write), claimed as the head; its pointer into *out. */
-#define BLOB__ACCESS(name, out_type, gpu, write)                              \
-    blob_status blob_syncedmem_##name(blob_syncedmem *m, out_type *out)      \
-    {                                                                        \
-        if (!m || !out)                                                      \
-            return BLOB_FAIL(BLOB_EINVAL, "NULL argument");                  \
-        BLOB_TRY((gpu) ? to_gpu(__func__, m) : to_cpu(__func__, m));         \
-        if (write)                                                           \
-            blob__syncedmem_claim(m, (gpu));                                 \
-        *out = (gpu) ? m->dev : m->host;                                     \
-        return BLOB_OK;                                                      \
+#define BLOB__ACCESS(name, out_type, gpu, write)                        \
+    blob_status blob_syncedmem_##name(blob_syncedmem *m, out_type *out) \
+    {                                                                   \
+        if (!m || !out)                                                 \
+            return BLOB_FAIL(BLOB_EINVAL, "NULL argument");             \
+        BLOB_TRY((gpu) ? to_gpu(__func__, m) : to_cpu(__func__, m));    \
+        if (write)                                                      \
+            blob__syncedmem_claim(m, (gpu));                            \
+        *out = (gpu) ? m->dev : m->host;                                \
+        return BLOB_OK;                                                 \
     }
 BLOB__ACCESS(cpu_data, const void *, false, false)
 BLOB__ACCESS(mutable_cpu_data, void *, false, true)
@@ -301,8 +300,7 @@ BLOB__ACCESS(gpu_data, const void *, true, false)
 BLOB__ACCESS(mutable_gpu_data, void *, true, true)
 #undef BLOB__ACCESS
 
-blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *m, bool gpu,
-                                       void **out)
+blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *m, bool gpu, void **out)
 {
     if (!gpu) {
         BLOB_TRY(settle(m));
@@ -376,8 +374,8 @@ blob_status blob_syncedmem_set_gpu_data(blob_syncedmem *m, void *data, size_t by
 }
 
 /* Queue a copy between the sides on `stream` and mark the block pending on its event. */
-static blob_status copy_pending(blob_syncedmem *m, void *dst, const void *src,
-                                blob__copy_kind kind, void *stream)
+static blob_status copy_pending(blob_syncedmem *m, void *dst, const void *src, blob__copy_kind kind,
+                                void *stream)
 {
     if (!m->event)
         BLOB_TRY(blob__be->event_create(&m->event));

@@ -12,8 +12,7 @@ bool blob__syncedmem_shared(const blob_syncedmem *mem);
  * on the current stream, nothing copied, head unchanged. After a successful write,
  * blob__syncedmem_claim makes it the newest side; after a failed one nothing changed.
  * A failure is recorded under func, the public call. */
-blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *mem, bool gpu,
-                                       void **out);
+blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *mem, bool gpu, void **out);
 
 /* Make the device (gpu) or host side, just written, the head: the other side is stale.
  * Every write that claims the head, inside syncedmem as in its callers, ends here. */

@@ -40,22 +40,22 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define SAY(...)                          \
-    do {                                  \
-        printf("rank %d: ", rank);        \
-        printf(__VA_ARGS__);              \
-        putchar('\n');                    \
-        fflush(stdout);                   \
+#define SAY(...)                   \
+    do {                           \
+        printf("rank %d: ", rank); \
+        printf(__VA_ARGS__);       \
+        putchar('\n');             \
+        fflush(stdout);            \
     } while (0)
 
 /* Give up on an unexpected failure. */
-#define CHECK(expr)                                                                     \
-    do {                                                                                \
-        blob_status check_st_ = (expr);                                                 \
-        if (check_st_ != BLOB_OK) {                                                     \
+#define CHECK(expr)                                                                          \
+    do {                                                                                     \
+        blob_status check_st_ = (expr);                                                      \
+        if (check_st_ != BLOB_OK) {                                                          \
             SAY("%s failed: %s: %s", #expr, blob_status_name(check_st_), blob_last_error()); \
-            exit(1);                                                                    \
-        }                                                                               \
+            exit(1);                                                                         \
+        }                                                                                    \
     } while (0)
 
 /* Rank r's value at step s, element i: a multiple of 1/256 in [-4, 4). */
@@ -105,8 +105,8 @@ static int check_diff(blob *b, int world, int s, int64_t at, blob_comm_op op, co
             sum += value(q, s, at + i);
         float want = op == BLOB_COMM_MEAN ? sum / (float)world : sum;
         if (p[i] != want) {
-            SAY("%s step %d element %lld: %.9g, expected %.9g", what, s, (long long)(at + i),
-                p[i], want);
+            SAY("%s step %d element %lld: %.9g, expected %.9g", what, s, (long long)(at + i), p[i],
+                want);
             return 1;
         }
     }
@@ -251,7 +251,8 @@ static int train(int steps, int kill_rank, int kill_step, const char *replay)
     int ok = 1;
     for (int i = 0; i < N; i++)
         ok &= data_is(w[i], ref[i]);
-    SAY(ok ? "train ok: %d steps, weights equal on every rank" : "train: weights differ after %d steps",
+    SAY(ok ? "train ok: %d steps, weights equal on every rank"
+           : "train: weights differ after %d steps",
         steps);
     blob_comm_list_free(l);
     for (int i = 0; i < N; i++) {
@@ -303,11 +304,12 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "gpus")) {
         printf("%d\n", blob_device_count());
         r = 0;
-    } else if (!strcmp(mode, "allreduce") && (argc == 3 || (argc == 4 && !strcmp(argv[3], "replay")))) {
+    } else if (!strcmp(mode, "allreduce") &&
+               (argc == 3 || (argc == 4 && !strcmp(argv[3], "replay")))) {
         r = all_reduce(atoi(argv[2]), argc == 4);
     } else if (!strcmp(mode, "train") &&
-               (argc == 5 || (argc == 6 && (!strcmp(argv[5], "eager") ||
-                                            !strcmp(argv[5], "replay"))))) {
+               (argc == 5 ||
+                (argc == 6 && (!strcmp(argv[5], "eager") || !strcmp(argv[5], "replay"))))) {
         r = train(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? argv[5] : NULL);
     } else if (!strcmp(mode, "mismatch")) {
         r = mismatch();
@@ -315,7 +317,7 @@ int main(int argc, char **argv)
         r = init();
     } else {
         fprintf(stderr, "usage: comm_probe gpus | allreduce STEPS [replay] | train STEPS KILL_RANK "
-                "KILL_STEP [eager|replay] | mismatch | init\n");
+                        "KILL_STEP [eager|replay] | mismatch | init\n");
         return 2;
     }
     blob_thread_release();

@@ -17,14 +17,14 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Stop with a message: an invariant is broken. */
-#define fuzz_check(cond, ...)                                                   \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "fuzz invariant broken: %s: ", #cond);              \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-            abort();                                                            \
-        }                                                                       \
+#define fuzz_check(cond, ...)                                      \
+    do {                                                           \
+        if (!(cond)) {                                             \
+            fprintf(stderr, "fuzz invariant broken: %s: ", #cond); \
+            fprintf(stderr, __VA_ARGS__);                          \
+            fprintf(stderr, "\n");                                 \
+            abort();                                               \
+        }                                                          \
     } while (0)
 
 /* An in-memory file holding exactly data (memfd: a regular file, which readers can
@@ -59,10 +59,7 @@ static void fuzz_malloc_hook(const volatile void *p, size_t size)
         fuzz_allocated += size;
 }
 
-static void fuzz_free_hook(const volatile void *p)
-{
-    (void)p;
-}
+static void fuzz_free_hook(const volatile void *p) { (void)p; }
 
 __attribute__((constructor)) static void fuzz_install_hooks(void)
 {

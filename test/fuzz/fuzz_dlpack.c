@@ -20,13 +20,13 @@
 
 #include "blob/dlpack.h"
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
             fprintf(stderr, "fuzz_dlpack: %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, \
-                    blob_last_error());                                              \
-            abort();                                                                 \
-        }                                                                            \
+                    blob_last_error());                                                 \
+            abort();                                                                    \
+        }                                                                               \
     } while (0)
 
 /* The tensor dtypes the importer takes, indexed by blob_dtype. */
@@ -74,8 +74,7 @@ static void count_delete_versioned(DLManagedTensorVersioned *t)
 /* Import t's DLTensor as it is, or (built with a DLPack 1.0 header, as the input's next
  * byte says) wrapped in a versioned tensor of either major version, read-only or not;
  * *refusable: whether the versioned wrapping alone must be refused. */
-static blob_status import(blob **b, DLManagedTensor *t, int host_device, input *in,
-                          bool *refusable)
+static blob_status import(blob **b, DLManagedTensor *t, int host_device, input *in, bool *refusable)
 {
     *refusable = false;
 #ifdef BLOB_DLPACK_VERSIONED
@@ -171,8 +170,8 @@ static void exercise(blob *b, input *in, bool readable)
                 const void *h;
                 if (blob_cpu_data(blobs[k], &h) == BLOB_OK && h) {
                     volatile unsigned char sink = 0;
-                    size_t bytes = (size_t)blob_count(blobs[k]) *
-                                   blob_dtype_size(blob_get_dtype(blobs[k]));
+                    size_t bytes =
+                        (size_t)blob_count(blobs[k]) * blob_dtype_size(blob_get_dtype(blobs[k]));
                     for (size_t i = 0; i < bytes; i++)
                         sink ^= ((const unsigned char *)h)[i];
                     (void)sink;
@@ -194,8 +193,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     input in = {data, size};
-    static const int device_types[] = {kDLCPU, kDLCPU, kDLCUDAHost, kDLCUDA,
-                                       kDLCUDAManaged, kDLOpenCL, kDLROCM, -1};
+    static const int device_types[] = {kDLCPU,         kDLCPU,    kDLCUDAHost, kDLCUDA,
+                                       kDLCUDAManaged, kDLOpenCL, kDLROCM,     -1};
     unsigned sel = (unsigned)take(&in, 1);
     int device_type = device_types[sel & 7];
     if (device_type < 0)
@@ -205,8 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned dsel = (unsigned)take(&in, 1);
     DLDataType dtype = DTYPES[(dsel & 15) % N_DTYPES];
     if (dsel >> 4 == 15)
-        dtype = (DLDataType){(uint8_t)take(&in, 1), (uint8_t)take(&in, 1),
-                             (uint16_t)take(&in, 2)};
+        dtype = (DLDataType){(uint8_t)take(&in, 1), (uint8_t)take(&in, 1), (uint16_t)take(&in, 2)};
     size_t elem = dtype.bits > 8 ? dtype.bits / 8u : 1;
 
     int ndim = (int)(int8_t)take(&in, 1);
@@ -233,8 +231,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     unsigned omode = (unsigned)take(&in, 1);
-    uint64_t offset = omode % 3 == 0 ? 0 : omode % 3 == 1 ? elem * (take(&in, 1) % 16)
-                                                           : take(&in, 8);
+    uint64_t offset = omode % 3 == 0   ? 0
+                      : omode % 3 == 1 ? elem * (take(&in, 1) % 16)
+                                       : take(&in, 8);
     int64_t count;
     size_t need = needed_bytes(ndim > 0 ? ndim : 0, shape, elem, offset, &count);
     bool readable = need != SIZE_MAX;
@@ -247,13 +246,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(buf, 0x3c, need + 1);
 
     unsigned hsel = (unsigned)take(&in, 1) % 4;
-    int host_device = hsel == 0 ? BLOB_HOST_ONLY : hsel == 1 ? BLOB_DEVICE_DEFAULT
-                      : hsel == 2 ? 0 : (int)(int8_t)take(&in, 1);
+    int host_device = hsel == 0   ? BLOB_HOST_ONLY
+                      : hsel == 1 ? BLOB_DEVICE_DEFAULT
+                      : hsel == 2 ? 0
+                                  : (int)(int8_t)take(&in, 1);
 
     DLManagedTensor t = {
-        .dl_tensor = {ptr, {(DLDeviceType)device_type, device_id}, ndim, dtype,
+        .dl_tensor = {ptr,
+                      {(DLDeviceType)device_type, device_id},
+                      ndim,
+                      dtype,
                       ndim > 0 ? shape : (take(&in, 1) & 1 ? NULL : shape),
-                      smode ? strides : NULL, offset},
+                      smode ? strides : NULL,
+                      offset},
         .manager_ctx = NULL,
         .deleter = count_delete,
     };

@@ -22,8 +22,7 @@ static void check_refusal(blob_status st, const char *name, bool untouched)
     fuzz_check(untouched, "output written on refusal");
     char want[96];
     snprintf(want, sizeof want, "fuzz: %s", name);
-    fuzz_check(!strncmp(blob_last_error(), want, strlen(want)), "detail \"%s\"",
-               blob_last_error());
+    fuzz_check(!strncmp(blob_last_error(), want, strlen(want)), "detail \"%s\"", blob_last_error());
 }
 
 /* Whether v, with its leading zeros, is the decimal x. */
@@ -110,8 +109,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     default: { /* the value as each launcher's rank, over a world of 8 */
         static const char *const ranks[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
                                             "PMI_RANK"};
-        static const char *const worlds[] = {"WORLD_SIZE", "SLURM_NTASKS",
-                                             "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+        static const char *const worlds[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+                                             "PMI_SIZE"};
         int k = (data[0] / 6) % 4;
         put(1, ranks[k], value);
         put(2, worlds[k], "8");

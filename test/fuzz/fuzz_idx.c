@@ -42,8 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_count_begin();
     int rc = fmnist_read(&set, images, "images", labels, "labels", err, sizeof err);
     size_t allocated = fuzz_count_end();
-    fuzz_check(allocated <= 4 * read_bytes + ALLOWANCE,
-               "%zu bytes allocated for %zu bytes of data", allocated, read_bytes);
+    fuzz_check(allocated <= 4 * read_bytes + ALLOWANCE, "%zu bytes allocated for %zu bytes of data",
+               allocated, read_bytes);
     if (rc == 0) {
         fuzz_check(set.count > 0 && set.images && set.labels, "empty set read");
         fuzz_check((size_t)set.count * (FMNIST_PIXELS + 1) <= read_bytes,

@@ -61,7 +61,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_check(!o.rendezvous || *o.rendezvous, "empty rendezvous");
     fuzz_check(o.nnodes == 1 || o.rendezvous, "several hosts without a rendezvous");
     fuzz_check(given(argc, argv, "--nproc", o.nproc), "--nproc %d not given so", o.nproc);
-    fuzz_check(o.nnodes == 1 || given(argc, argv, "--nnodes", o.nnodes), "--nnodes %d",
-               o.nnodes);
+    fuzz_check(o.nnodes == 1 || given(argc, argv, "--nnodes", o.nnodes), "--nnodes %d", o.nnodes);
     return 0;
 }

@@ -70,8 +70,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_count_begin();
         blob_status st = blob_load_npy(b, part, path);
         size_t allocated = fuzz_count_end();
-        fuzz_check(allocated <= 5 * size + ALLOWANCE, /* f2 into float64: 4x */ "%zu bytes allocated for a %zu-byte file",
-                   allocated, size);
+        fuzz_check(allocated <= 5 * size + ALLOWANCE,
+                   /* f2 into float64: 4x */ "%zu bytes allocated for a %zu-byte file", allocated,
+                   size);
         if (st == BLOB_OK) {
             /* every element took at least a byte of the file */
             fuzz_check(blob_count(b) <= (int64_t)size, "count %lld from %zu bytes",
@@ -84,9 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        "%s", blob_last_error());
         } else {
             fuzz_check(dt == BLOB_BFLOAT16 ? st == BLOB_ENOTSUP
-                                          : st == BLOB_EFORMAT || st == BLOB_EOVERFLOW,
-                       "status %s: %s",
-                       blob_status_name(st), blob_last_error());
+                                           : st == BLOB_EFORMAT || st == BLOB_EOVERFLOW,
+                       "status %s: %s", blob_status_name(st), blob_last_error());
             fuzz_check(!strncmp(blob_last_error(), "blob_load_npy: ", 15), "detail '%s'",
                        blob_last_error());
             take(b, &after);

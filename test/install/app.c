@@ -26,8 +26,7 @@ int main(void)
     }
     char s[BLOB_SHAPE_STRING_MAX];
     blob_shape_string(b, s, sizeof s);
-    printf("consumer: shape %s, asum after update %.1f, %d GPU(s)\n", s, asum,
-           blob_device_count());
+    printf("consumer: shape %s, asum after update %.1f, %d GPU(s)\n", s, asum, blob_device_count());
     blob_free(b);
     return asum == 13.0 ? 0 : 1; /* |i - 0.5| summed over i = 0..5 */
 }
