@@ -1,5 +1,6 @@
-/* Conversions between the float dtypes (blob_cpu_convert, blob_gpu_convert) and the
- * element access the host's 16-bit loops use.
+/* Element access of the float dtypes for the host's loops (blob__elem_get, blob__elem_set):
+ * the rounding of the host's conversions (blob_cpu_convert in math.c), its 16-bit math
+ * and gemm16.c. It calls nothing else of src/math/.
  *
  * The host rounds bfloat16 and float16 here, in portable C: OpenBLAS declares
  * cblas_sbstobf16 and cblas_sbf16tos, but Debian's build (0.3.21) leaves them out, and
@@ -9,12 +10,8 @@
  * the cuda_fp16.h / cuda_bf16.h intrinsics (src/kernels/half.cu), under the same rules:
  * round to nearest even, overflow to Inf, NaN to the quiet NaN of its sign. */
 #include <math.h>
-#include <string.h>
+#include <stdint.h>
 
-#include "blob/blas.h"
-#include "blob/device.h"
-#include "../core/core.h"
-#include "../kernels/kernels.h"
 #include "math_impl.h"
 
 /* A 16-bit float format: fraction bits and exponent bias (the exponent field of all ones
@@ -83,59 +80,4 @@ void blob__elem_set(blob_dtype dtype, void *p, int64_t i, double v)
     case BLOB_FLOAT64: ((double *)p)[i] = v; break;
     default: ((uint16_t *)p)[i] = narrow(v, fmt_of(dtype)); break;
     }
-}
-
-/* ---- blob_*_convert ---- */
-
-typedef struct {
-    blob_dtype from, to;
-    const void *x;
-    void *y;
-} convert_job;
-
-static void convert_range(void *ctx, int64_t lo, int64_t hi)
-{
-    const convert_job *c = ctx;
-    for (int64_t i = lo; i < hi; i++)
-        blob__elem_set(c->to, c->y, i, blob__elem_get(c->from, c->x, i));
-}
-
-/* Both dtypes are float dtypes, n >= 0, and x and y are given for n > 0. */
-static blob_status check_convert(const char *fn, blob_dtype from, blob_dtype to, int64_t n,
-                                 const void *x, const void *y)
-{
-    const blob_dtype dts[2] = {from, to};
-    for (int i = 0; i < 2; i++) {
-        if (!blob_dtype_size(dts[i]))
-            return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)dts[i]);
-        if (!blob_dtype_is_float(dts[i]))
-            return blob__fail(BLOB_ENOTSUP, fn,
-                              "%s is not a float dtype: only float64, "
-                              "float32, bfloat16 and float16 convert",
-                              blob_dtype_name(dts[i]));
-    }
-    BLOB_TRY(blob__check_array(fn, from, n, "x", x));
-    return blob__check_array(fn, to, n, "y", y);
-}
-
-blob_status blob_cpu_convert(blob_dtype from, blob_dtype to, int64_t n, const void *x, void *y)
-{
-    BLOB_TRY(check_convert(__func__, from, to, n, x, y));
-    if (from == to) {
-        if (n && x != y)
-            memcpy(y, x, (size_t)n * blob_dtype_size(to));
-        return BLOB_OK;
-    }
-    convert_job c = {from, to, x, y};
-    blob__host_for(blob__host_threads(n), n, convert_range, &c);
-    return BLOB_OK;
-}
-
-blob_status blob_gpu_convert(blob_dtype from, blob_dtype to, int64_t n, const void *x, void *y)
-{
-    BLOB_TRY(check_convert(__func__, from, to, n, x, y));
-    BLOB_TRY(blob__require_gpu(__func__));
-    if (from == to)
-        return blob__k_copy(blob_stream_get(), to, n, x, y);
-    return blob__k_convert(blob_stream_get(), from, to, n, x, y);
 }

@@ -814,6 +814,61 @@ blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                  labels, scale, prob, loss, dlogits);
 }
 
+/* ---- blob_*_convert ---- */
+
+typedef struct {
+    blob_dtype from, to;
+    const void *x;
+    void *y;
+} convert_job;
+
+static void convert_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const convert_job *c = ctx;
+    for (int64_t i = lo; i < hi; i++)
+        blob__elem_set(c->to, c->y, i, blob__elem_get(c->from, c->x, i));
+}
+
+/* Both dtypes are float dtypes, n >= 0, and x and y are given for n > 0. */
+static blob_status check_convert(const char *fn, blob_dtype from, blob_dtype to, int64_t n,
+                                 const void *x, const void *y)
+{
+    const blob_dtype dts[2] = {from, to};
+    for (int i = 0; i < 2; i++) {
+        if (!blob_dtype_size(dts[i]))
+            return blob__fail(BLOB_EINVAL, fn, "bad dtype %d", (int)dts[i]);
+        if (!blob_dtype_is_float(dts[i]))
+            return blob__fail(BLOB_ENOTSUP, fn,
+                              "%s is not a float dtype: only float64, "
+                              "float32, bfloat16 and float16 convert",
+                              blob_dtype_name(dts[i]));
+    }
+    BLOB_TRY(blob__check_array(fn, from, n, "x", x));
+    return blob__check_array(fn, to, n, "y", y);
+}
+
+blob_status blob_cpu_convert(blob_dtype from, blob_dtype to, int64_t n, const void *x, void *y)
+{
+    BLOB_TRY(check_convert(__func__, from, to, n, x, y));
+    if (from == to) {
+        if (n && x != y)
+            memcpy(y, x, (size_t)n * blob_dtype_size(to));
+        return BLOB_OK;
+    }
+    convert_job c = {from, to, x, y};
+    blob__host_for(blob__host_threads(n), n, convert_range, &c);
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_convert(blob_dtype from, blob_dtype to, int64_t n, const void *x, void *y)
+{
+    BLOB_TRY(check_convert(__func__, from, to, n, x, y));
+    BLOB_TRY(blob__require_gpu(__func__));
+    if (from == to)
+        return blob__k_copy(blob_stream_get(), to, n, x, y);
+    return blob__k_convert(blob_stream_get(), from, to, n, x, y);
+}
+
 /* ---- The checks above, for the other math files ---- */
 
 blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_a,
