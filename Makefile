@@ -396,14 +396,16 @@ demo:
 # Layer gradient checks, CPU/GPU agreement, short runs on a 2000-image slice (one epoch
 # of the MLP and two of LeNet, each of which must reach 60% test accuracy), data-parallel
 # training (examples/check/dp_check.sh: the 1-rank path everywhere; 2 ranks against one
-# GPU, and a rank killed, on two GPUs), and the trainer's refusals of bad dataset paths
-# and options (examples/check/data_check.sh).
+# GPU, and a rank killed, on two GPUs), mixed precision (examples/check/precision_check.sh:
+# bf16-mixed and fp16-mixed reach fp32's threshold, a forced overflow skips steps), and the
+# trainer's refusals of bad dataset paths and options (examples/check/data_check.sh).
 examples-check: examples $(LAUNCH_BIN)
 	$(Q)$(EXAMPLES_BIN)/gradcheck
 	$(Q)$(EXAMPLES_BIN)/train --limit 2000 --epochs 1 --lr 0.05 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out
 	$(Q)$(EXAMPLES_BIN)/train --net lenet --limit 2000 --epochs 2 --min-accuracy 0.6 \
 	    --out $(BUILD)/check-out-lenet
+	$(Q)sh examples/check/precision_check.sh $(EXAMPLES_BIN) $(BUILD)/precision-check-out
 	$(Q)sh examples/check/dp_check.sh $(EXAMPLES_BIN) $(LAUNCH_BIN) $(BUILD)/dp-check-out
 	$(Q)sh examples/check/data_check.sh $(EXAMPLES_BIN)
 

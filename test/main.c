@@ -31,11 +31,12 @@ Suite *comm_suite(void);
 Suite *env_suite(void);
 Suite *dtype_suite(void);
 Suite *mixed_suite(void);
+Suite *layers16_suite(void);
 
 static Suite *(*const suites[])(void) = {
-    status_suite, syncedmem_suite, blob_suite,  npy_suite,    alloc_suite, math_suite,
-    fused_suite,  gemm16_suite,    optim_suite, dlpack_suite, conv_suite,  null_args_suite,
-    comm_suite,   env_suite,       dtype_suite, mixed_suite,
+    status_suite, syncedmem_suite, blob_suite,  npy_suite,    alloc_suite,    math_suite,
+    fused_suite,  gemm16_suite,    optim_suite, dlpack_suite, conv_suite,     null_args_suite,
+    comm_suite,   env_suite,       dtype_suite, mixed_suite,  layers16_suite,
 };
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as

@@ -86,6 +86,8 @@ VALUES = [
     (r"_gpu_", ANY, "const void *", "fx.dev"),
     (r"blob_place_record_stream", r"^p$", "void *", "fx.place_block"),
     (ANY, r"stream", "void *", "NULL"),
+    (r"_gpu_", ANY, "float *", "(float *)fx.dev"),
+    (ANY, ANY, "float *", "(float *)fx.host"),
     (ANY, ANY, "void *", "fx.host"),
     (ANY, ANY, "const void *", "fx.host"),
     (ANY, ANY, "void **", "&fx.out_ptr"),
@@ -99,6 +101,7 @@ VALUES = [
     (ANY, r"^hex$", "const char *", "fx.str"),
     # scalars
     (r"_optim_step_mixed$", ANY, "blob_dtype", "BLOB_BFLOAT16"),
+    (r"_softmax_loss_\w*mixed$", r"^label_dtype$", "blob_dtype", "BLOB_INT32"),
     (ANY, ANY, "blob_dtype", "BLOB_FLOAT32"),
     (ANY, ANY, "blob_trans", "BLOB_NO_TRANS"),
     (ANY, ANY, "blob_part", "BLOB_PART_DATA"),
@@ -129,6 +132,7 @@ MAY_BE_NULL = [
     (r"^blob_dlpack_delete$", ANY, ANY),       # documented no-op
     (r"_gemm_epilogue$", r"^mask$", ANY),      # a ReLU's mask is optional
     (r"^blob_optim_step_mixed$", r"^(scaler|skipped)$", ANY),  # no loss scaling; no answer
+    (r"_softmax_loss_mixed$", r"^dlogits$", ANY),  # forward only
 ]
 
 NEUTRAL = [

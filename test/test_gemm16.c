@@ -544,14 +544,18 @@ START_TEST(test_math16_refused)
     } while (0)
         REFUSED(blob_cpu_gemv(dt, BLOB_NO_TRANS, 2, 2, 1, x, y, 0, z), "blob_cpu_gemv");
         REFUSED(blob_gpu_gemv(dt, BLOB_NO_TRANS, 2, 2, 1, x, y, 0, z), "blob_gpu_gemv");
-        REFUSED(blob_cpu_axpby(dt, 4, 1, x, 1, y), "blob_cpu_axpby");
-        REFUSED(blob_cpu_set(dt, 4, 1, y), "blob_cpu_set");
-        REFUSED(blob_gpu_set(dt, 4, 1, y), "blob_gpu_set");
-        REFUSED(blob_cpu_add_scalar(dt, 4, 1, y), "blob_cpu_add_scalar");
-        REFUSED(blob_cpu_mul(dt, 4, x, y, z), "blob_cpu_mul");
         REFUSED(blob_cpu_softmax_loss_forward(dt, 2, 2, x, y, z, z + 8),
                 "blob_cpu_softmax_loss_forward");
+        REFUSED(blob_gpu_softmax_loss_backward(dt, 2, 2, x, y, 1, z),
+                "blob_gpu_softmax_loss_backward");
         if (dt != BLOB_BFLOAT16 && dt != BLOB_FLOAT16) { /* the 16-bit floats' own calls */
+            REFUSED(blob_cpu_axpby(dt, 4, 1, x, 1, y), "blob_cpu_axpby");
+            REFUSED(blob_cpu_set(dt, 4, 1, y), "blob_cpu_set");
+            REFUSED(blob_gpu_set(dt, 4, 1, y), "blob_gpu_set");
+            REFUSED(blob_cpu_add_scalar(dt, 4, 1, y), "blob_cpu_add_scalar");
+            REFUSED(blob_cpu_mul(dt, 4, x, y, z), "blob_cpu_mul");
+            REFUSED(blob_cpu_softmax_loss_mixed(dt, BLOB_INT32, 2, 2, x, y, 1, z, (float *)z, NULL),
+                    "blob_cpu_softmax_loss_mixed");
             REFUSED(blob_cpu_relu_forward(dt, 4, x, y), "blob_cpu_relu_forward");
             REFUSED(blob_gpu_relu_backward(dt, 4, x, y, z), "blob_gpu_relu_backward");
             REFUSED(blob_cpu_axpy(dt, 4, 1, x, y), "blob_cpu_axpy");

@@ -17,6 +17,8 @@
         .softmax_loss_forward = blob_##side##_softmax_loss_forward,                               \
         .softmax_loss_backward = blob_##side##_softmax_loss_backward,                             \
         .softmax_loss_forward_backward = blob_##side##_softmax_loss_forward_backward,             \
+        .softmax_loss_mixed = blob_##side##_softmax_loss_mixed,                                   \
+        .softmax_loss_backward_mixed = blob_##side##_softmax_loss_backward_mixed,                 \
         .im2col = blob_##side##_im2col, .col2im = blob_##side##_col2im,                           \
         .max_pool_forward = blob_##side##_max_pool_forward,                                       \
         .max_pool_backward = blob_##side##_max_pool_backward,                                     \
@@ -42,15 +44,29 @@ blob_status nn_blob_create(blob **out, nn_mode mode, blob_dtype dtype, int num_a
 
 double nn_load(const void *p, blob_dtype dtype, int64_t i)
 {
-    return dtype == BLOB_FLOAT64 ? ((const double *)p)[i] : ((const float *)p)[i];
+    const char *e = (const char *)p + (size_t)i * blob_dtype_size(dtype);
+    double v = 0;
+    switch (dtype) {
+    case BLOB_FLOAT32: return *(const float *)e;
+    case BLOB_FLOAT64: return *(const double *)e;
+    case BLOB_INT32: return *(const int32_t *)e;
+    case BLOB_INT64: return (double)*(const int64_t *)e;
+    case BLOB_UINT8: return *(const uint8_t *)e;
+    default: blob_cpu_convert(dtype, BLOB_FLOAT64, 1, e, &v); return v;
+    }
 }
 
 void nn_store(void *p, blob_dtype dtype, int64_t i, double v)
 {
-    if (dtype == BLOB_FLOAT64)
-        ((double *)p)[i] = v;
-    else
-        ((float *)p)[i] = (float)v;
+    char *e = (char *)p + (size_t)i * blob_dtype_size(dtype);
+    switch (dtype) {
+    case BLOB_FLOAT32: *(float *)e = (float)v; break;
+    case BLOB_FLOAT64: *(double *)e = v; break;
+    case BLOB_INT32: *(int32_t *)e = (int32_t)v; break;
+    case BLOB_INT64: *(int64_t *)e = (int64_t)v; break;
+    case BLOB_UINT8: *(uint8_t *)e = (uint8_t)v; break;
+    default: blob_cpu_convert(BLOB_FLOAT64, dtype, 1, &v, e); break;
+    }
 }
 
 double nn_uniform(uint64_t *state)
@@ -116,6 +132,7 @@ blob_status nn__layer_alloc(nn_layer **out, size_t size, const nn_layer_ops *ops
     l->ops = ops;
     l->m = nn_math_of(mode);
     l->dtype = dtype;
+    l->top_dtype = dtype;
     return BLOB_OK;
 }
 
@@ -126,7 +143,7 @@ blob_status nn__reshape_filled(const nn_layer *l, blob *b, int64_t n, double val
     void *p;
     NN_TRY(blob_reshape(b, 1, &n));
     NN_TRY(l->m->mutable_data(b, &p));
-    return l->m->set(l->dtype, n, value, p);
+    return l->m->set(blob_get_dtype(b), n, value, p);
 }
 
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n)
@@ -187,6 +204,7 @@ blob_status nn__side_begin(nn_layer *l, void **caller)
 void nn__side_end(void *caller) { blob_stream_set(caller); }
 
 int nn_layer_num_params(const nn_layer *l) { return l->num_params; }
+blob_dtype nn_layer_top_dtype(const nn_layer *l) { return l->top_dtype; }
 blob *nn_layer_param(const nn_layer *l, int i) { return l->params[i]; }
 
 void nn_layer_free(nn_layer *l)

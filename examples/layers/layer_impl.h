@@ -30,6 +30,7 @@ struct nn_layer {
     const nn_layer_ops *ops;
     const nn_math *m;
     blob_dtype dtype;
+    blob_dtype top_dtype; /* see nn_layer_top_dtype */
     int num_params;
     blob *params[NN_MAX_PARAMS];
     nn_params_ready_fn params_ready; /* see nn_layer_on_params_ready; NULL: none */
@@ -56,7 +57,7 @@ blob_status nn__params_ready(nn_layer *l);
 blob_status nn__side_begin(nn_layer *l, void **caller);
 void nn__side_end(void *caller);
 
-/* Give b n elements, all `value` (kept when it already has n: the value must be the
+/* Give b (of its own dtype) n elements, all `value` (kept when it already has n: the value must be the
  * same for the same n); nn__reshape_ones with value 1. */
 blob_status nn__reshape_filled(const nn_layer *l, blob *b, int64_t n, double value);
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);

@@ -58,6 +58,10 @@ typedef struct {
                                          double, void *);
     blob_status (*softmax_loss_forward_backward)(blob_dtype, int64_t, int64_t, const void *,
                                                  const void *, double, void *, void *, void *);
+    blob_status (*softmax_loss_mixed)(blob_dtype, blob_dtype, int64_t, int64_t, const void *,
+                                      const void *, double, void *, float *, void *);
+    blob_status (*softmax_loss_backward_mixed)(blob_dtype, blob_dtype, int64_t, int64_t,
+                                               const void *, const void *, double, void *);
     blob_status (*im2col)(blob_dtype, const blob_conv_geometry *, int64_t, const void *, void *);
     blob_status (*col2im)(blob_dtype, const blob_conv_geometry *, int64_t, const void *, void *);
     blob_status (*max_pool_forward)(blob_dtype, const blob_conv_geometry *, int64_t, const void *,
@@ -85,7 +89,8 @@ int nn_device(nn_mode mode);
 blob_status nn_blob_create(blob **out, nn_mode mode, blob_dtype dtype, int num_axes,
                            const int64_t *shape);
 
-/* Element i of an array of dtype, as a double, and the reverse. */
+/* Element i of an array of dtype (any), as a double, and the reverse (rounded to nearest
+ * even into the 16-bit floats). */
 double nn_load(const void *p, blob_dtype dtype, int64_t i);
 void nn_store(void *p, blob_dtype dtype, int64_t i, double v);
 
@@ -190,10 +195,16 @@ blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype, const
 /* ReLU: top = max(bottom, 0), elementwise. */
 blob_status nn_relu_create(nn_layer **out, nn_mode mode, blob_dtype dtype);
 
-/* SoftmaxWithLoss: bottom[0] logits (M x C), bottom[1] labels (M class indices stored as
- * dtype values); top a scalar, the mean cross-entropy. Backward treats the loss weight
- * as 1 (the top diff is not read) and gives labels no diff. */
+/* SoftmaxWithLoss: bottom[0] logits (M x C), bottom[1] labels (M class indices, int32 or
+ * int64, or for float32 and float64 stored as dtype values); top a scalar, the mean
+ * cross-entropy (float32 for 16-bit logits, computed in float32: the _mixed calls of
+ * blob/blas.h). Backward treats the loss weight as 1 (the top diff is not read), scales
+ * the gradient by the grad scale, and gives labels no diff. */
 blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtype);
+
+/* Multiply the logits' gradient by scale (1 at first) from the next pass on: the loss
+ * scale of float16 training (blob_grad_scaler). */
+void nn_softmax_loss_set_grad_scale(nn_layer *layer, double scale);
 
 /* The softmax probabilities (M x C) of the last forward of a SoftmaxWithLoss layer. */
 blob *nn_softmax_loss_prob(const nn_layer *layer);
@@ -239,6 +250,10 @@ void nn_layer_on_params_ready(nn_layer *layer, nn_params_ready_fn fn, void *ctx)
  * gradient. Call it before the first reshape; NULL (the default) puts everything on the
  * current stream; NN_CPU layers ignore it. */
 void nn_layer_set_side_stream(nn_layer *layer, void *stream);
+
+/* The dtype of the layer's top: the layer's, but float32 for the loss of a
+ * SoftmaxWithLoss of 16-bit floats. */
+blob_dtype nn_layer_top_dtype(const nn_layer *layer);
 
 /* Learnable parameters: InnerProduct and Convolution have weights (0) and bias (1), the
  * others none. */

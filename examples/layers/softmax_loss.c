@@ -6,6 +6,7 @@ typedef struct {
     blob *prob;     /* M x C probabilities of the last forward */
     blob *row_loss; /* M per-row losses */
     blob *weights;  /* M values 1/M: the mean is their product with the row losses */
+    double grad_scale;
 } softmax_loss_layer;
 
 static softmax_loss_layer *sl_of(nn_layer *l) { return (softmax_loss_layer *)l; }
@@ -13,7 +14,10 @@ static softmax_loss_layer *sl_of(nn_layer *l) { return (softmax_loss_layer *)l; 
 static blob_status softmax_loss_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
     softmax_loss_layer *sl = sl_of(l);
-    if (blob_get_dtype(bottom[0]) != l->dtype || blob_get_dtype(bottom[1]) != l->dtype ||
+    const blob_dtype ldt = blob_get_dtype(bottom[1]);
+    const bool int_labels = ldt == BLOB_INT32 || ldt == BLOB_INT64;
+    if (blob_get_dtype(bottom[0]) != l->dtype || blob_get_dtype(top) != l->top_dtype ||
+        !(int_labels ? l->dtype != BLOB_FLOAT64 : ldt == l->dtype && l->dtype == l->top_dtype) ||
         blob_num_axes(bottom[0]) != 2 || blob_count(bottom[1]) != blob_shape(bottom[0])[0])
         return BLOB_ESHAPE;
     int64_t rows = blob_shape(bottom[0])[0];
@@ -37,10 +41,16 @@ static blob_status softmax_loss_pass(nn_layer *l, blob *const *bottom, blob *top
     NN_TRY(m->mutable_data(sl->prob, &prob));
     NN_TRY(m->mutable_data(sl->row_loss, &row_loss));
     NN_TRY(m->mutable_data(top, &loss));
-    if (backward) {
+    const blob_dtype ldt = blob_get_dtype(bottom[1]);
+    const double scale = sl->grad_scale / (double)shape[0];
+    if (backward)
         NN_TRY(m->mutable_diff(bottom[0], &dlogits));
-        NN_TRY(m->softmax_loss_forward_backward(l->dtype, shape[0], shape[1], logits, labels,
-                                                1.0 / (double)shape[0], prob, row_loss, dlogits));
+    if (ldt != l->dtype) { /* integer labels */
+        NN_TRY(m->softmax_loss_mixed(l->dtype, ldt, shape[0], shape[1], logits, labels, scale, prob,
+                                     row_loss, backward ? dlogits : NULL));
+    } else if (backward) {
+        NN_TRY(m->softmax_loss_forward_backward(l->dtype, shape[0], shape[1], logits, labels, scale,
+                                                prob, row_loss, dlogits));
     } else {
         NN_TRY(
             m->softmax_loss_forward(l->dtype, shape[0], shape[1], logits, labels, prob, row_loss));
@@ -53,7 +63,7 @@ static blob_status softmax_loss_pass(nn_layer *l, blob *const *bottom, blob *top
     void *caller;
     blob_status st = nn__side_begin(l, &caller);
     if (st == BLOB_OK)
-        st = m->gemm_epilogue(l->dtype, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, shape[0], row_loss,
+        st = m->gemm_epilogue(l->top_dtype, BLOB_NO_TRANS, BLOB_NO_TRANS, 1, 1, shape[0], row_loss,
                               weights, loss, BLOB_EPILOGUE_NONE, NULL, NULL, BLOB_MATH_FP32);
     nn__side_end(caller);
     return st;
@@ -84,8 +94,12 @@ static blob_status softmax_loss_backward(nn_layer *l, blob *top, bool propagate_
     NN_TRY(m->data(sl->prob, &prob));
     NN_TRY(m->data(bottom[1], &labels));
     NN_TRY(m->mutable_diff(bottom[0], &dlogits));
-    return m->softmax_loss_backward(l->dtype, shape[0], shape[1], prob, labels,
-                                    1.0 / (double)shape[0], dlogits);
+    const blob_dtype ldt = blob_get_dtype(bottom[1]);
+    const double scale = sl->grad_scale / (double)shape[0];
+    if (ldt != l->dtype) /* integer labels */
+        return m->softmax_loss_backward_mixed(l->dtype, ldt, shape[0], shape[1], prob, labels,
+                                              scale, dlogits);
+    return m->softmax_loss_backward(l->dtype, shape[0], shape[1], prob, labels, scale, dlogits);
 }
 
 static void softmax_loss_destroy(nn_layer *l)
@@ -107,11 +121,14 @@ blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtyp
     nn_layer *l;
     NN_TRY(nn__layer_alloc(&l, sizeof(softmax_loss_layer), &softmax_loss_ops, mode, dtype));
     softmax_loss_layer *sl = sl_of(l);
+    sl->grad_scale = 1;
+    if (dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16)
+        l->top_dtype = BLOB_FLOAT32;
     int64_t zero = 0;
     blob_status st;
     if ((st = nn_blob_create(&sl->prob, mode, dtype, 1, &zero)) != BLOB_OK ||
-        (st = nn_blob_create(&sl->row_loss, mode, dtype, 1, &zero)) != BLOB_OK ||
-        (st = nn_blob_create(&sl->weights, mode, dtype, 1, &zero)) != BLOB_OK) {
+        (st = nn_blob_create(&sl->row_loss, mode, l->top_dtype, 1, &zero)) != BLOB_OK ||
+        (st = nn_blob_create(&sl->weights, mode, l->top_dtype, 1, &zero)) != BLOB_OK) {
         nn_layer_free(l);
         *out = NULL;
         return st;
@@ -121,3 +138,5 @@ blob_status nn_softmax_loss_create(nn_layer **out, nn_mode mode, blob_dtype dtyp
 }
 
 blob *nn_softmax_loss_prob(const nn_layer *l) { return sl_of((nn_layer *)l)->prob; }
+
+void nn_softmax_loss_set_grad_scale(nn_layer *l, double scale) { sl_of(l)->grad_scale = scale; }

@@ -27,8 +27,13 @@ struct net {
     int first_param[MAX_LAYERS]; /* of layers[i] in params */
     blob *params[MAX_PARAMS];    /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
-    blob *flat;                  /* every parameter (data) and its gradient (diff) */
-    blob *history;               /* the momentum, one per element of flat */
+    blob *flat;    /* every parameter (data) and its gradient (diff) */
+    blob *history; /* the momentum, one per element of flat */
+    blob *master;  /* 16-bit dtypes: float32 master weights (flat's data is
+                                   * their working copy), updated with state's histories */
+    blob_optim_state *state;
+    blob_grad_scaler *scaler;    /* cfg.loss_scale: dynamic loss scaling, else NULL */
+    int64_t skipped;             /* steps the scaler skipped */
     blob_syncedmem *steps;       /* fused: the step counters of the updates, two sets */
     int64_t split;               /* see sgd_update; 0: one update of all of flat */
     result results[NET_RESULTS]; /* of the last calls, the last at last_result */
@@ -89,7 +94,7 @@ blob_status net_add(net *n, const char *name, nn_layer *layer)
         snprintf(n->names[k], sizeof n->names[k], "%s.%s", name, j ? "bias" : "weights");
     }
     int64_t zero = 0;
-    return nn_blob_create(&n->tops[i], n->cfg.mode, n->cfg.dtype, 1, &zero);
+    return nn_blob_create(&n->tops[i], n->cfg.mode, nn_layer_top_dtype(layer), 1, &zero);
 }
 
 blob_status net_add_ip(net *n, const char *name, const char *relu_name, int64_t num_input,
@@ -120,6 +125,25 @@ static blob_status steps_memory(net *n, int64_t **out)
  * and diff become views of a slice of flat's (borrowed memory on the mode's side), so
  * the SGD update is one optimizer step (four kernels plainly) for the whole net, or two
  * with a side stream (sgd_update). */
+static bool mixed(const net *n)
+{
+    return n->cfg.dtype == BLOB_BFLOAT16 || n->cfg.dtype == BLOB_FLOAT16;
+}
+
+/* 16-bit dtypes: the float32 master weights from flat's working copy (their values, which
+ * the fillers rounded), the optimizer's state and the scaler. */
+static blob_status mixed_init(net *n, int64_t total)
+{
+    const void *work;
+    void *master;
+    NN_TRY(nn_blob_create(&n->master, n->cfg.mode, BLOB_FLOAT32, 1, &total));
+    NN_TRY(blob_cpu_data(n->flat, &work));
+    NN_TRY(blob_mutable_cpu_data(n->master, &master));
+    NN_TRY(blob_cpu_convert(n->cfg.dtype, BLOB_FLOAT32, total, work, master));
+    NN_TRY(blob_optim_state_create(&n->state));
+    return n->cfg.loss_scale > 0 ? blob_grad_scaler_create(&n->scaler, n->cfg.loss_scale) : BLOB_OK;
+}
+
 static blob_status flatten(net *n)
 {
     const net_config *c = &n->cfg;
@@ -128,12 +152,13 @@ static blob_status flatten(net *n)
     for (int i = 0; i < n->num_params; i++)
         total += blob_count(n->params[i]);
     const int first = nn_layer_num_params(n->layers[0]);
-    for (int i = 0; n->side && !c->plain && !c->comm && i < first; i++)
+    for (int i = 0; n->side && !c->plain && !c->comm && !mixed(n) && i < first; i++)
         n->split += blob_count(n->params[i]);
     if (n->split == total)
         n->split = 0;
-    NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
-    if (!c->plain)
+    if (!mixed(n))
+        NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
+    if (!c->plain && !mixed(n))
         NN_TRY(blob_syncedmem_create(&n->steps, 2 * BLOB_OPTIM_STEP_WORDS * sizeof(int64_t),
                                      nn_device(c->mode)));
     NN_TRY(nn_blob_create(&n->flat, c->mode, c->dtype, 1, &total));
@@ -151,7 +176,10 @@ static blob_status flatten(net *n)
      * before any step: a split update reads them on the side stream (sgd_update) */
     void *history;
     int64_t *steps;
-    NN_TRY(n->m->mutable_data(n->history, &history));
+    if (mixed(n))
+        NN_TRY(mixed_init(n, total));
+    else
+        NN_TRY(n->m->mutable_data(n->history, &history));
     if (n->steps)
         NN_TRY(steps_memory(n, &steps));
     blob_status (*borrow)(blob_syncedmem *, void *, size_t) =
@@ -216,6 +244,11 @@ blob_status net_create(net **out, const net_config *cfg)
         return BLOB_EINVAL;
     if (cfg->comm && blob_comm_size(cfg->comm) > 1 && (cfg->mode != NN_GPU || cfg->graph))
         return BLOB_ENOTSUP;
+    const bool half = cfg->dtype == BLOB_BFLOAT16 || cfg->dtype == BLOB_FLOAT16;
+    if (cfg->loss_scale < 0 || (cfg->loss_scale > 0 && !half))
+        return BLOB_EINVAL;
+    if (half && (cfg->plain || cfg->comm || (cfg->graph && cfg->loss_scale > 0)))
+        return BLOB_ENOTSUP;
     net *n = calloc(1, sizeof *n);
     if (!n)
         return cfg->comm ? join_ranks(NULL, cfg->comm, BLOB_ENOMEM) : BLOB_ENOMEM;
@@ -263,6 +296,9 @@ void net_free(net *n)
     }
     blob_free(n->flat); /* after the parameters that borrow its memory */
     blob_free(n->history);
+    blob_free(n->master);
+    blob_optim_state_free(n->state);
+    blob_grad_scaler_free(n->scaler);
     blob_syncedmem_free(n->steps);
     for (int k = 0; k < NET_RESULTS; k++) {
         blob_syncedmem_free(n->results[k].loss);
@@ -277,8 +313,10 @@ void net_free(net *n)
  * full batch has been seen, so captured graphs stay valid). */
 static blob_status reshape(net *n, blob *x, blob *labels)
 {
-    if (blob_get_dtype(x) != n->cfg.dtype || blob_get_dtype(labels) != n->cfg.dtype ||
-        blob_num_axes(x) < 1 || blob_shape(x)[0] > n->cfg.batch)
+    const blob_dtype ldt = blob_get_dtype(labels);
+    if (blob_get_dtype(x) != n->cfg.dtype ||
+        (ldt != n->cfg.dtype && ldt != BLOB_INT32 && ldt != BLOB_INT64) || blob_num_axes(x) < 1 ||
+        blob_shape(x)[0] > n->cfg.batch)
         return BLOB_ESHAPE;
     for (int i = 0; i < n->num_layers; i++) {
         blob *bottom[2] = {i ? n->tops[i - 1] : x, labels};
@@ -366,14 +404,20 @@ static blob_status backward(net *n, blob *x, blob *labels)
 /* Caffe's SGD rule over flat's elements [at, at + count), with step counter set `set`,
  * given the device (or host) memory of flat's data w and diff dw, the history h and the
  * counters. */
+static blob_optim sgd_of(const net_config *c)
+{
+    blob_optim opt = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, c->lr);
+    opt.momentum = c->momentum;
+    opt.weight_decay = c->weight_decay;
+    return opt;
+}
+
 static blob_status update_range(net *n, char *w, const char *dw, char *h, int64_t *steps,
                                 int64_t at, int64_t count, int set)
 {
     const net_config *c = &n->cfg;
     const size_t elem = blob_dtype_size(c->dtype);
-    blob_optim opt = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, c->lr);
-    opt.momentum = c->momentum;
-    opt.weight_decay = c->weight_decay;
+    const blob_optim opt = sgd_of(c);
     void *data = w + (size_t)at * elem, *hist = h + (size_t)at * elem;
     const void *diff = dw + (size_t)at * elem;
     return n->m->optim_step(&opt, c->dtype, 1, &count, &data, &diff, &hist, NULL,
@@ -391,6 +435,13 @@ static blob_status sgd_update(net *n)
 {
     const nn_math *m = n->m;
     const net_config *c = &n->cfg;
+    if (mixed(n)) { /* the master weights from flat's 16-bit gradients, flat's data rounded */
+        const blob_optim opt = sgd_of(c);
+        bool skipped;
+        NN_TRY(blob_optim_step_mixed(&opt, &n->master, &n->flat, 1, n->state, n->scaler, &skipped));
+        n->skipped += skipped;
+        return BLOB_OK;
+    }
     if (!c->plain) {
         char *w, *h;
         const char *dw;
@@ -489,6 +540,9 @@ static blob_status update_by_bucket(net *n)
  * queued before it, so the allocator's record of main covers the side work too. */
 static blob_status step(net *n, blob *x, blob *labels)
 {
+    if (n->scaler)
+        nn_softmax_loss_set_grad_scale(n->layers[n->num_layers - 1],
+                                       blob_grad_scaler_scale(n->scaler));
     blob_status st = forward(n, x, labels, n->num_layers - 1);
     if (st == BLOB_OK)
         st = reduce_begin(n);
@@ -591,7 +645,8 @@ static blob_status start_readback(net *n, blob *labels, void *stream)
     if (!r->prob && prob_bytes)
         NN_TRY(blob_syncedmem_create(&r->prob, prob_bytes, device));
     if (!r->loss)
-        NN_TRY(blob_syncedmem_create(&r->loss, elem, device));
+        NN_TRY(
+            blob_syncedmem_create(&r->loss, blob_dtype_size(blob_get_dtype(loss_top(n))), device));
     if (n->cfg.mode == NN_GPU) {
         NN_TRY(pull(r->loss, loss_top(n), stream));
         if (prob_bytes)
@@ -670,7 +725,7 @@ static blob_status loss_of(net *n, const result *r, double *loss)
 {
     const void *l;
     NN_TRY(blob_syncedmem_cpu_data(r->loss, &l));
-    *loss = nn_load(l, n->cfg.dtype, 0);
+    *loss = nn_load(l, blob_get_dtype(loss_top(n)), 0);
     return BLOB_OK;
 }
 
@@ -701,7 +756,7 @@ blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct)
         for (int64_t c = 1; c < classes; c++)
             if (nn_load(p, dt, row * classes + c) > nn_load(p, dt, row * classes + best))
                 best = c;
-        *correct += best == (int64_t)nn_load(y, dt, row);
+        *correct += best == (int64_t)nn_load(y, blob_get_dtype(r->labels), row);
     }
     return BLOB_OK;
 }
@@ -742,3 +797,5 @@ blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int c
     }
     return st;
 }
+
+int64_t net_skipped_steps(const net *n) { return n->skipped; }

@@ -19,9 +19,10 @@
  *
  * Each layer reads the previous layer's top (the first reads x) and the last is a
  * SoftmaxWithLoss that also reads the labels. x is rows x (the net's input shape) and
- * labels holds rows class indices; both have the net's dtype and live on the mode's
- * device, and rows may change from call to call up to cfg.batch. In NN_GPU mode all
- * work runs on the calling thread's current stream.
+ * labels holds rows class indices (int32, int64, or for float32 and float64 nets of
+ * the net's dtype); x has the net's dtype; both live on the mode's device, and rows may
+ * change from call to call up to cfg.batch. In NN_GPU mode all work runs on the calling
+ * thread's current stream.
  *
  * Data parallel: give every rank's net the same config with that rank's communicator
  * (cfg.comm, see blob/comm.h) and feed each rank its own rows of every global batch;
@@ -128,6 +129,14 @@ typedef struct {
      * partial sums: after a failed step the weights are not to be trusted (free the
      * net). */
     blob_comm *comm;
+    /* bfloat16 and float16 dtypes (mixed precision): activations, weights and gradients
+     * are 16-bit blobs, the GEMMs run on them with float32 accumulation, and the loss is
+     * float32; float32 master weights and momentum are updated by one
+     * blob_optim_step_mixed, which writes the 16-bit working copy. loss_scale > 0 scales
+     * the loss gradient dynamically from that scale (blob_grad_scaler, for float16):
+     * steps whose gradients overflow are skipped (net_skipped_steps). Mixed precision
+     * takes neither plain nor comm, nor graph with loss_scale (BLOB_ENOTSUP). */
+    double loss_scale;
 } net_config;
 
 /* Build the layers, fill the weights from cfg->seed and zero the momentum history; fuse
@@ -190,6 +199,8 @@ blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int c
  * blob holding all of them, which the update works on; read them with the blob
  * accessors as usual. */
 int net_num_params(const net *n);
+/* Training steps skipped by the loss scaler (cfg.loss_scale) for overflowing gradients. */
+int64_t net_skipped_steps(const net *n);
 /* The list of the parameters registered with cfg.comm (NULL without one), e.g. for
  * blob_comm_list_set_timing. */
 blob_comm_list *net_comm_list(const net *n);

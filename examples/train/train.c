@@ -3,7 +3,7 @@
  * there is one, and write its weights (.npy) and training curves (SVG).
  *
  *   train [--net mlp|lenet|...] [--data DIR] [--out DIR] [--device cpu|gpu] [--graph]
- *         [--math fp32|tf32|bf16] [--plain] ...
+ *         [--precision fp32|tf32|bf16-mixed|fp16-mixed] [--math fp32|tf32|bf16] [--plain] ...
  *   train --gpus N ...                     data parallel on GPUs 0..N-1, a thread each
  *   blob-launch --nproc N train ...        data parallel, a process each
  *
@@ -46,6 +46,8 @@ typedef struct {
     const char *data_dir, *out_dir, *device;
     bool graph, plain;
     blob_math_mode math; /* BLOB_MATH_DEFAULT: the environment's (BLOB_MATH_MODE) */
+    blob_dtype dtype;    /* of activations and weights: float32, or 16-bit (mixed) */
+    double loss_scale;   /* fp16-mixed: the scaler's initial scale */
     int epochs, gpus;
     int64_t batch, limit;
     int lr_step;
@@ -62,6 +64,8 @@ static const options defaults = {
     .weight_decay = 5e-4,
     .seed = 1,
     .lr_step = -1,
+    .dtype = BLOB_FLOAT32,
+    .loss_scale = 65536,
 };
 #define DEFAULT_NET   "mlp"
 #define MAX_GPUS      64
@@ -112,6 +116,27 @@ static bool take_math(options *o, const char *v)
     return m != 0;
 }
 
+/* fp32 and tf32 are float32 storage (tf32: --math tf32); the mixed modes 16-bit storage. */
+static bool take_precision(options *o, const char *v)
+{
+    static const struct {
+        const char *name;
+        blob_dtype dtype;
+        blob_math_mode math;
+    } modes[] = {{"fp32", BLOB_FLOAT32, BLOB_MATH_FP32},
+                 {"tf32", BLOB_FLOAT32, BLOB_MATH_TF32},
+                 {"bf16-mixed", BLOB_BFLOAT16, BLOB_MATH_DEFAULT},
+                 {"fp16-mixed", BLOB_FLOAT16, BLOB_MATH_DEFAULT}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (!strcmp(v, modes[i].name)) {
+            o->dtype = modes[i].dtype;
+            if (modes[i].math)
+                o->math = modes[i].math;
+            return true;
+        }
+    return false;
+}
+
 static void net_list(FILE *f)
 {
     for (int i = 0; net_def_at(i); i++) {
@@ -141,6 +166,14 @@ static const option_spec option_specs[] = {
      "GPU GEMMs in fp32 (exact), tf32 or bf16 (tensor cores," WRAP
      "float32 storage and accumulation); default: $BLOB_MATH_MODE," WRAP "else fp32\n",
      NULL},
+    {"--precision", "MODE", OPT_CALL, 0, 0, 0, take_precision,
+     "fp32 (--math fp32), tf32 (--math tf32), bf16-mixed or" WRAP
+     "fp16-mixed: bfloat16/float16 activations and weight copies," WRAP
+     "float32 master weights, momentum and loss (fp16-mixed with" WRAP
+     "loss scaling); default: float32 storage, --math's mode\n",
+     NULL},
+    {"--loss-scale", "X", OPT_REAL, FIELD(loss_scale), 1, 1e30, NULL,
+     "fp16-mixed: the initial loss scale, in [1, 1e30], default %g\n", NULL},
     {"--plain", NULL, OPT_FLAG, FIELD(plain), 0, 0, NULL,
      "Caffe's layers and update (gemm, bias by a ones-gemm, ReLU" WRAP
      "layers, a four-kernel SGD) instead of the fused ones\n",
@@ -297,15 +330,16 @@ static options parse_options(int argc, char **argv)
 /* Double-buffered input: x (rows x the net's input shape, 1 x 28 x 28 floats in [0, 1])
  * and labels. */
 typedef struct {
-    blob *x[2], *labels[2];
-    int axes; /* of x: rows, then the net's input shape */
+    blob *x[2], *labels[2]; /* x of the net's dtype, int32 labels */
+    float *pixels;          /* x of a 16-bit dtype: the batch in float32 first */
+    int axes;               /* of x: rows, then the net's input shape */
     int64_t shape[4];
     int next;          /* the buffer the next fill goes into */
     void *copy_stream; /* GPU mode: where pushes are queued */
 } feeder;
 
-static blob_status feeder_init(feeder *f, const net_def *def, nn_mode mode, int64_t batch,
-                               void *copy_stream)
+static blob_status feeder_init(feeder *f, const net_def *def, nn_mode mode, blob_dtype dtype,
+                               int64_t batch, void *copy_stream)
 {
     int64_t pixels = 1;
     if (def->input_axes < 1 || def->input_axes > 3)
@@ -320,9 +354,12 @@ static blob_status feeder_init(feeder *f, const net_def *def, nn_mode mode, int6
         return BLOB_ESHAPE; /* the net takes no Fashion-MNIST image */
     f->copy_stream = copy_stream;
     for (int k = 0; k < 2; k++) {
-        NN_TRY(nn_blob_create(&f->x[k], mode, BLOB_FLOAT32, f->axes, f->shape));
-        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_FLOAT32, 1, &batch));
+        NN_TRY(nn_blob_create(&f->x[k], mode, dtype, f->axes, f->shape));
+        NN_TRY(nn_blob_create(&f->labels[k], mode, BLOB_INT32, 1, &batch));
     }
+    if (dtype != BLOB_FLOAT32 &&
+        !(f->pixels = malloc(sizeof(float) * (size_t)(batch * FMNIST_PIXELS))))
+        return BLOB_ENOMEM;
     return BLOB_OK;
 }
 
@@ -332,6 +369,7 @@ static void feeder_free(feeder *f)
         blob_free(f->x[k]);
         blob_free(f->labels[k]);
     }
+    free(f->pixels);
 }
 
 /* Fill the next buffer with images order[start .. start + rows) of set (file order when
@@ -343,12 +381,15 @@ static blob_status feed(feeder *f, const fmnist_set *set, const int32_t *order, 
     *k = f->next;
     f->next ^= 1;
     blob *x = f->x[*k], *y = f->labels[*k];
-    float *px, *py;
+    void *data;
+    float *px;
+    int32_t *py;
     f->shape[0] = rows;
     NN_TRY(blob_reshape(x, f->axes, f->shape));
     NN_TRY(blob_reshape(y, 1, &rows));
-    NN_TRY(blob_mutable_cpu_data(x, (void **)&px));
+    NN_TRY(blob_mutable_cpu_data(x, &data));
     NN_TRY(blob_mutable_cpu_data(y, (void **)&py));
+    px = f->pixels ? f->pixels : data;
     for (int64_t r = 0; r < rows; r++) {
         int64_t i = order ? order[start + r] : start + r;
         const uint8_t *img = set->images + i * FMNIST_PIXELS;
@@ -356,6 +397,8 @@ static blob_status feed(feeder *f, const fmnist_set *set, const int32_t *order, 
             px[r * FMNIST_PIXELS + p] = (float)img[p] * (1.0f / 255.0f);
         py[r] = set->labels[i];
     }
+    if (f->pixels)
+        NN_TRY(blob_cpu_convert(BLOB_FLOAT32, blob_get_dtype(x), rows * FMNIST_PIXELS, px, data));
     if (!f->copy_stream)
         return BLOB_OK;
     NN_TRY(blob_syncedmem_async_gpu_push(blob_data_mem(x), f->copy_stream));
@@ -546,6 +589,9 @@ static blob_status train(trainer *t, double *test_accuracy)
     if (w->rank == 0)
         printf("test accuracy %.2f%% after %d epochs in %.1f s (%.1f us per training step)\n",
                100 * *test_accuracy, o->epochs, nn_now() - t0, 1e6 * train_seconds / (double)steps);
+    if (w->rank == 0 && o->dtype == BLOB_FLOAT16)
+        printf("loss scaling: %lld of %lld steps skipped for overflowing gradients\n",
+               (long long)net_skipped_steps(t->net), (long long)steps);
     return BLOB_OK;
 }
 
@@ -581,7 +627,16 @@ static int save(trainer *t)
     }
     for (int i = 0; i < net_num_params(t->net); i++) {
         snprintf(path, sizeof path, "%s/%s.npy", out, net_param_name(t->net, i));
-        if (blob_save_npy(net_param(t->net, i), BLOB_PART_DATA, path) != BLOB_OK) {
+        /* 16-bit weights as float32 (.npy has no bfloat16) */
+        blob *w = net_param(t->net, i), *w32 = NULL;
+        blob_status st = BLOB_OK;
+        if (blob_get_dtype(w) != BLOB_FLOAT32 &&
+            (st = blob_create(&w32, BLOB_FLOAT32, BLOB_HOST_ONLY, 0, NULL)) == BLOB_OK)
+            st = blob_convert_from(w32, w, false, true);
+        if (st == BLOB_OK)
+            st = blob_save_npy(w32 ? w32 : w, BLOB_PART_DATA, path);
+        blob_free(w32);
+        if (st != BLOB_OK) {
             fprintf(stderr, "train: %s: %s\n", path, blob_last_error());
             return -1;
         }
@@ -615,6 +670,8 @@ static void print_header(const trainer *t)
     if (t->mode == NN_GPU)
         printf(", %s GEMMs", blob_math_mode_name(blob_math_mode_get()));
     printf(", %s layers", o->plain ? "plain" : "fused");
+    if (o->dtype != BLOB_FLOAT32)
+        printf(", %s-mixed", o->dtype == BLOB_BFLOAT16 ? "bf16" : "fp16");
     printf(" | batch %lld", (long long)o->batch);
     if (w->size > 1)
         printf(" per GPU (%lld in all)", (long long)o->batch * w->size);
@@ -669,7 +726,7 @@ static int run(trainer *t)
     net_config cfg = {
         .def = o->net,
         .mode = t->mode,
-        .dtype = BLOB_FLOAT32,
+        .dtype = o->dtype,
         .batch = o->batch,
         .seed = o->seed,
         .lr = o->lr,
@@ -678,6 +735,7 @@ static int run(trainer *t)
         .graph = o->graph,
         .plain = o->plain,
         .comm = w->comm,
+        .loss_scale = o->dtype == BLOB_FLOAT16 ? o->loss_scale : 0,
     };
     void *compute = NULL, *copy = NULL;
     blob_status st = BLOB_OK;
@@ -689,7 +747,7 @@ static int run(trainer *t)
     if (st == BLOB_OK)
         st = net_create(&t->net, &cfg);
     if (st == BLOB_OK)
-        st = feeder_init(&t->feed, o->net, t->mode, o->batch, copy);
+        st = feeder_init(&t->feed, o->net, t->mode, o->dtype, o->batch, copy);
     if (st == BLOB_OK)
         st = train(t, &accuracy);
     int rc = 1;

@@ -15,10 +15,12 @@
  * may exceed INT_MAX. Matrices are row-major; lda etc. are the row lengths implied by
  * the shapes. As in BLAS, beta == 0 means C (y) is not read, so it may hold NaN.
  * Every blob_gpu_* returns BLOB_ENODEV without a GPU. The dtypes are float32 and float64;
- * axpy, scal, dot and asum take bfloat16 and float16 too (each element widened to float32,
- * products, sums and the accumulation in float32, results rounded to nearest even, so
- * axpy and scal give the same bits on both sides), so do relu_forward and relu_backward
- * (which copy elements, the same bits on both sides), and copy takes every dtype.
+ * axpy, axpby, scal, set, add_scalar, mul, dot and asum take bfloat16 and float16 too (each
+ * element widened to float32, products, sums and the accumulation in float32, results
+ * rounded to nearest even; fused multiply-adds on the GPU may round axpby differently), so
+ * do relu_forward and relu_backward (which copy elements, the same bits on both sides)
+ * and the softmax_loss_*_mixed calls, and copy takes every dtype. gemv and the softmax
+ * calls without _mixed take float32 and float64 only.
  * gemm takes bfloat16 and float16 as well, A, B and C all of `dtype`, alpha and beta
  * rounded to float32: the products summed in float32 and C rounded to nearest even once.
  * On the GPU through cuBLASLt on the tensor cores (CUBLAS_COMPUTE_32F), its plans cached,
@@ -28,7 +30,8 @@
  * panels widened to float32 otherwise). The order of the float32 sums differs between the
  * sides, so their results may differ by a rounding of the 16-bit dtype.
  * Errors: BLOB_EINVAL (bad dtype, negative size, NULL array with a non-zero size),
- * BLOB_ENOTSUP (a dtype the call does not take, named with the call in the detail),
+ * BLOB_ENOTSUP (a dtype or label dtype the call does not take, named with the call in
+ * the detail), BLOB_ERANGE (a bad label, on the host),
  * BLOB_EOVERFLOW (on the host, a row length beyond INT_MAX), BLOB_ENOMEM (the host's
  * 16-bit gemm, its float32 tiles), BLOB_ECUBLAS, BLOB_ECUDA, BLOB_EDEVMEM (the GPU's
  * 16-bit gemm, its cuBLASLt workspace).
@@ -103,7 +106,23 @@ extern "C" {
      * as above (on the host, nothing written). */       \
     BLOB_API blob_status blob_##side##_softmax_loss_forward_backward(                              \
         blob_dtype dtype, int64_t rows, int64_t classes, const void *logits, const void *labels,   \
-        double scale, void *prob, void *loss, void *dlogits);
+        double scale, void *prob, void *loss, void *dlogits);                                      \
+    /* Softmax with loss on mixed storage: logits, prob and dlogits of float32, bfloat16   \
+     * or float16 (`dtype`), labels of int32 or int64 (`label_dtype`), the per-row loss in  \
+     * float32. Computed in float32 (elements widened, the sums in float32 on the GPU and  \
+     * float64 on the host), prob and dlogits rounded to nearest even once from the        \
+     * unrounded probabilities, loss[i] = -log(p) with p clamped to float32's smallest     \
+     * normal. With dlogits not NULL, the gradient scale * (prob - onehot(labels)) in the  \
+     * same pass (one kernel on the GPU). Bad labels as in softmax_loss_forward_backward. */       \
+    BLOB_API blob_status blob_##side##_softmax_loss_mixed(                                         \
+        blob_dtype dtype, blob_dtype label_dtype, int64_t rows, int64_t classes,                   \
+        const void *logits, const void *labels, double scale, void *prob, float *loss,             \
+        void *dlogits);                                                                            \
+    /* dlogits = scale * (prob - onehot(labels)) on mixed storage, as above: prob widened, \
+     * the result rounded once. Bad labels as in softmax_loss_backward. */       \
+    BLOB_API blob_status blob_##side##_softmax_loss_backward_mixed(                                \
+        blob_dtype dtype, blob_dtype label_dtype, int64_t rows, int64_t classes, const void *prob, \
+        const void *labels, double scale, void *dlogits);
 
 BLOB__MATH_DECLARE(cpu)
 BLOB__MATH_DECLARE(gpu)

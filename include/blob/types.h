@@ -24,7 +24,8 @@ extern "C" {
 #endif
 
 /* Element types. The float math (blob/blas.h, conv.h, fused.h, optim.h) takes float32 and
- * float64, and GEMM (blas.h, fused.h), axpy, scal, dot and asum the 16-bit floats too;
+ * float64, and GEMM (blas.h, fused.h), the vector calls but gemv, the ReLUs and the mixed
+ * softmax with loss (integer labels) the 16-bit floats too;
  * blob_update, the norms and scaling (blob/tensor.h) take the 16-bit floats, computing in
  * float32; the integers are storage (copies, transfers, sharing, .npy,
  * DLPack). A call that does not take a dtype fails with BLOB_ENOTSUP naming the dtype. */

@@ -1,8 +1,9 @@
 /* Elementwise operations: one functor each, run by the grid-stride launcher `each`.
  * Functors hold scalars as double and arrays as void *, so the same launcher arguments
- * build the float and the double instance; the conversions to T are loop-invariant. The
- * ReLUs take the 16-bit floats too: they compare the widened value and copy the element's
- * bits (or write +0), so every dtype gives the host's bits. */
+ * build every float dtype's instance; the conversions of the scalars are loop-invariant.
+ * The 16-bit floats are widened to float32, computed there and rounded to nearest even
+ * (narrow), as the host does it. The ReLUs compare the widened value and copy the
+ * element's bits (or write +0), so every dtype gives the host's bits. */
 #include "common.cuh"
 #include "half.cuh"
 
@@ -13,9 +14,10 @@ struct Axpby {
     void *y;
     __device__ void operator()(int64_t i) const
     {
-        const T a = (T)alpha, b = (T)beta, xi = ((const T *)x)[i];
+        using W = wide_t<T>;
+        const W a = (W)alpha, b = (W)beta, xi = wide(((const T *)x)[i]);
         T *py = (T *)y;
-        py[i] = b == T(0) ? a * xi : a * xi + b * py[i];
+        py[i] = narrow<T>(b == W(0) ? a * xi : a * xi + b * wide(py[i]));
     }
 };
 
@@ -23,14 +25,18 @@ template <typename T>
 struct Set {
     double alpha;
     void *y;
-    __device__ void operator()(int64_t i) const { ((T *)y)[i] = (T)alpha; }
+    __device__ void operator()(int64_t i) const { ((T *)y)[i] = narrow<T>(alpha); }
 };
 
 template <typename T>
 struct AddScalar {
     double alpha;
     void *y;
-    __device__ void operator()(int64_t i) const { ((T *)y)[i] += (T)alpha; }
+    __device__ void operator()(int64_t i) const
+    {
+        T *py = (T *)y;
+        py[i] = narrow<T>(wide(py[i]) + (wide_t<T>)alpha);
+    }
 };
 
 template <typename T>
@@ -39,7 +45,7 @@ struct Mul {
     void *y;
     __device__ void operator()(int64_t i) const
     {
-        ((T *)y)[i] = ((const T *)a)[i] * ((const T *)b)[i];
+        ((T *)y)[i] = narrow<T>(wide(((const T *)a)[i]) * wide(((const T *)b)[i]));
     }
 };
 
@@ -67,24 +73,24 @@ struct ReluBackward {
 extern "C" blob_status blob__k_axpby(void *stream, blob_dtype dtype, int64_t n, double alpha,
                                      const void *x, double beta, void *y)
 {
-    return EACH(__func__, stream, dtype, n, Axpby, alpha, beta, x, y);
+    return EACH_FLOAT(__func__, stream, dtype, n, Axpby, alpha, beta, x, y);
 }
 
 extern "C" blob_status blob__k_set(void *stream, blob_dtype dtype, int64_t n, double alpha, void *y)
 {
-    return EACH(__func__, stream, dtype, n, Set, alpha, y);
+    return EACH_FLOAT(__func__, stream, dtype, n, Set, alpha, y);
 }
 
 extern "C" blob_status blob__k_add_scalar(void *stream, blob_dtype dtype, int64_t n, double alpha,
                                           void *y)
 {
-    return EACH(__func__, stream, dtype, n, AddScalar, alpha, y);
+    return EACH_FLOAT(__func__, stream, dtype, n, AddScalar, alpha, y);
 }
 
 extern "C" blob_status blob__k_mul(void *stream, blob_dtype dtype, int64_t n, const void *a,
                                    const void *b, void *y)
 {
-    return EACH(__func__, stream, dtype, n, Mul, a, b, y);
+    return EACH_FLOAT(__func__, stream, dtype, n, Mul, a, b, y);
 }
 
 extern "C" blob_status blob__k_relu_forward(void *stream, blob_dtype dtype, int64_t n,

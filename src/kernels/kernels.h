@@ -69,6 +69,14 @@ blob_status blob__k_softmax_loss_forward_backward(void *stream, blob_dtype dtype
                                                   int64_t classes, const void *logits,
                                                   const void *labels, double scale, void *prob,
                                                   void *loss, void *dlogits);
+blob_status blob__k_softmax_loss_mixed(void *stream, blob_dtype dtype, blob_dtype label_dtype,
+                                       int64_t rows, int64_t classes, const void *logits,
+                                       const void *labels, double scale, void *prob, float *loss,
+                                       void *dlogits);
+blob_status blob__k_softmax_loss_backward_mixed(void *stream, blob_dtype dtype,
+                                                blob_dtype label_dtype, int64_t rows,
+                                                int64_t classes, const void *prob,
+                                                const void *labels, double scale, void *dlogits);
 
 /* A validated convolution or pooling call (blob/conv.h) over num > 0 images of geometry g:
  * its output plane oh x ow, never empty, and the element counts of the image side (num x

@@ -177,3 +177,17 @@ blob_status blob__k_find_nonfinite(void *stream, blob_dtype dtype, int n, const 
 {
     NO_CUDA;
 }
+blob_status blob__k_softmax_loss_mixed(void *stream, blob_dtype dtype, blob_dtype label_dtype,
+                                       int64_t rows, int64_t classes, const void *logits,
+                                       const void *labels, double scale, void *prob, float *loss,
+                                       void *dlogits)
+{
+    NO_CUDA;
+}
+blob_status blob__k_softmax_loss_backward_mixed(void *stream, blob_dtype dtype,
+                                                blob_dtype label_dtype, int64_t rows,
+                                                int64_t classes, const void *prob,
+                                                const void *labels, double scale, void *dlogits)
+{
+    NO_CUDA;
+}

@@ -18,8 +18,9 @@ int64_t blob__blas_chunk = INT_MAX;
 
 /* ---- Argument checks: details are recorded under the public function's name fn. ---- */
 
-/* The dtypes a call takes: the float math takes float32 and float64; gemm, axpy, scal,
- * dot, asum and the ReLUs the 16-bit floats too (computing in float32); copy any dtype. */
+/* The dtypes a call takes: the float math takes float32 and float64; gemm, the vector
+ * calls but gemv, and the ReLUs the 16-bit floats too (computing in float32); copy any
+ * dtype. */
 typedef enum { TAKES_FLOAT, TAKES_HALF, TAKES_ANY } dtypes_taken;
 
 static bool is_half(blob_dtype dtype) { return dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16; }
@@ -88,7 +89,6 @@ static blob_status check_vec(const char *fn, dtypes_taken takes, blob_dtype dtyp
 #define CHECK_VEC_OF(takes, dtype, n, ...)                                                       \
     check_vec(__func__, (takes), (dtype), (n), #__VA_ARGS__, (const void *const[]){__VA_ARGS__}, \
               sizeof((const void *const[]){__VA_ARGS__}) / sizeof(const void *))
-#define CHECK_VEC(dtype, n, ...) CHECK_VEC_OF(TAKES_FLOAT, dtype, n, __VA_ARGS__)
 
 static blob_status check_out(const char *fn, const double *out)
 {
@@ -131,11 +131,11 @@ static blob_status check_gemv(const char *fn, blob_dtype dtype, blob_trans trans
 
 /* rows x classes matrices m1, m2, m3 and rows-long vectors v1, v2, as many as names
  * names. */
-static blob_status check_softmax(const char *fn, blob_dtype dtype, int64_t rows, int64_t classes,
-                                 const char *names, const void *m1, const void *v1, const void *m2,
-                                 const void *v2, const void *m3)
+static blob_status check_softmax(const char *fn, dtypes_taken takes, blob_dtype dtype, int64_t rows,
+                                 int64_t classes, const char *names, const void *m1, const void *v1,
+                                 const void *m2, const void *v2, const void *m3)
 {
-    BLOB_TRY(check_dtype(fn, dtype));
+    BLOB_TRY(check_dtype_taken(fn, takes, dtype));
     if (rows < 0 || classes < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative size rows = %lld, classes = %lld",
                           (long long)rows, (long long)classes);
@@ -198,6 +198,12 @@ static enum CBLAS_TRANSPOSE cblas_trans(blob_trans t)
 
 static void cpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
+    if (is_half(dtype)) {
+        blob__elem_set(dtype, y, 0, alpha);
+        for (int64_t i = 1; i < n; i++)
+            memcpy(at(dtype, y, i), y, sizeof(uint16_t));
+        return;
+    }
     TYPED(dtype, T *p = y; for (int64_t i = 0; i < n; i++) p[i] = (T)alpha;);
 }
 
@@ -237,7 +243,9 @@ static double half_part(const vec_job *v, int64_t lo, int64_t hi)
         case VEC_SCAL: blob__elem_set(dt, v->y, i, ax); break;
         case VEC_DOT: sum += x * y; break;
         case VEC_ASUM: sum += fabsf(x); break;
-        case VEC_AXPBY: /* not taken: float math */
+        case VEC_AXPBY:
+            blob__elem_set(dt, v->y, i, v->beta == 0 ? ax : ax + (float)v->beta * y);
+            break;
         case VEC_COPY: break;
         }
     }
@@ -290,13 +298,39 @@ static int64_t label_index(double v, int64_t classes)
     return v >= 0 && v < (double)classes && v == floor(v) ? (int64_t)v : -1;
 }
 
+/* Label i of labels of dtype: float32, float64, int32 or int64. */
+static double label_at(blob_dtype dtype, const void *labels, int64_t i)
+{
+    return dtype == BLOB_INT32   ? ((const int32_t *)labels)[i]
+           : dtype == BLOB_INT64 ? (double)((const int64_t *)labels)[i]
+                                 : get(dtype, labels, i);
+}
+
 static blob_status check_labels(const char *fn, blob_dtype dtype, int64_t rows, int64_t classes,
                                 const void *labels)
 {
     for (int64_t i = 0; i < rows; i++)
-        if (label_index(get(dtype, labels, i), classes) < 0)
+        if (label_index(label_at(dtype, labels, i), classes) < 0)
             return blob__fail(BLOB_ERANGE, fn, "label %g of row %lld is not a class in [0, %lld)",
-                              get(dtype, labels, i), (long long)i, (long long)classes);
+                              label_at(dtype, labels, i), (long long)i, (long long)classes);
+    return BLOB_OK;
+}
+
+/* The dtypes of the softmax_loss_*_mixed calls: float32 or a 16-bit float, int labels. */
+static blob_status check_mixed_softmax(const char *fn, blob_dtype dtype, blob_dtype label_dtype)
+{
+    BLOB_TRY(check_dtype_taken(fn, TAKES_HALF, dtype));
+    if (dtype == BLOB_FLOAT64)
+        return blob__fail(BLOB_ENOTSUP, fn,
+                          "float64 is not supported (float32, bfloat16 and "
+                          "float16 only)");
+    if (!blob_dtype_size(label_dtype))
+        return blob__fail(BLOB_EINVAL, fn, "bad label dtype %d", (int)label_dtype);
+    if (label_dtype != BLOB_INT32 && label_dtype != BLOB_INT64)
+        return blob__fail(BLOB_ENOTSUP, fn,
+                          "labels of %s are not supported (int32 and int64 "
+                          "only)",
+                          blob_dtype_name(label_dtype));
     return BLOB_OK;
 }
 
@@ -493,7 +527,7 @@ blob_status blob_gpu_axpy(blob_dtype dtype, int64_t n, double alpha, const void 
 blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x, double beta,
                            void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     vec_run(VEC_AXPBY, dtype, n, alpha, x, beta, y);
     return BLOB_OK;
 }
@@ -501,7 +535,7 @@ blob_status blob_cpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void
 blob_status blob_gpu_axpby(blob_dtype dtype, int64_t n, double alpha, const void *x, double beta,
                            void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, x, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_axpby(blob_stream_get(), dtype, n, alpha, x, beta, y);
 }
@@ -571,35 +605,46 @@ blob_status blob_gpu_copy(blob_dtype dtype, int64_t n, const void *x, void *y)
 
 blob_status blob_cpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, y));
     cpu_set(dtype, n, alpha, y);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_set(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, y));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_set(blob_stream_get(), dtype, n, alpha, y);
 }
 
 blob_status blob_cpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, y));
+    if (is_half(dtype)) {
+        for (int64_t i = 0; i < n; i++)
+            blob__elem_set(dtype, y, i, (float)blob__elem_get(dtype, y, i) + (float)alpha);
+        return BLOB_OK;
+    }
     TYPED(dtype, T *p = y; for (int64_t i = 0; i < n; i++) p[i] += (T)alpha;);
     return BLOB_OK;
 }
 
 blob_status blob_gpu_add_scalar(blob_dtype dtype, int64_t n, double alpha, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, y));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_add_scalar(blob_stream_get(), dtype, n, alpha, y);
 }
 
 blob_status blob_cpu_mul(blob_dtype dtype, int64_t n, const void *a, const void *b, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, a, b, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, a, b, y));
+    if (is_half(dtype)) {
+        for (int64_t i = 0; i < n; i++)
+            blob__elem_set(dtype, y, i,
+                           (float)blob__elem_get(dtype, a, i) * (float)blob__elem_get(dtype, b, i));
+        return BLOB_OK;
+    }
     TYPED(dtype, const T *pa = a; const T *pb = b; T *py = y;
           for (int64_t i = 0; i < n; i++) py[i] = pa[i] * pb[i];);
     return BLOB_OK;
@@ -607,7 +652,7 @@ blob_status blob_cpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
 
 blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void *b, void *y)
 {
-    BLOB_TRY(CHECK_VEC(dtype, n, a, b, y));
+    BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, a, b, y));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_mul(blob_stream_get(), dtype, n, a, b, y);
 }
@@ -615,7 +660,7 @@ blob_status blob_gpu_mul(blob_dtype dtype, int64_t n, const void *a, const void 
 /* The host loops that run on the library's host threads (blob__host_for): their
  * arguments, and the range [lo, hi) of iterations each body does. */
 typedef struct {
-    blob_dtype dtype;
+    blob_dtype dtype, label_dtype;
     int64_t classes;
     double scale;
     const void *a, *b, *labels;
@@ -697,6 +742,49 @@ static void softmax_loss_backward_range(void *args, int64_t lo, int64_t hi)
         });
 }
 
+/* Rows [lo, hi) of the mixed softmax with loss (logits a, prob y, float32 loss z, and
+ * with w the gradient), in float32 with float64 sums. */
+static void softmax_mixed_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    const blob_dtype dt = l->dtype;
+    const int64_t classes = l->classes;
+    float *loss = l->z;
+    for (int64_t r = lo; r < hi; r++) {
+        const int64_t row = r * classes;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < classes; j++) {
+            const float x = (float)blob__elem_get(dt, l->a, row + j);
+            m = x > m ? x : m;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < classes; j++)
+            sum += expf((float)blob__elem_get(dt, l->a, row + j) - m);
+        const int64_t k = label_index(label_at(l->label_dtype, l->labels, r), classes);
+        for (int64_t j = 0; j < classes; j++) {
+            const float q = (float)(expf((float)blob__elem_get(dt, l->a, row + j) - m) / sum);
+            blob__elem_set(dt, l->y, row + j, q);
+            if (j == k)
+                loss[r] = -logf(q > FLT_MIN ? q : FLT_MIN);
+            if (l->w)
+                blob__elem_set(dt, l->w, row + j, (float)l->scale * (q - (j == k)));
+        }
+    }
+}
+
+static void softmax_backward_mixed_range(void *args, int64_t lo, int64_t hi)
+{
+    const loop_args *l = args;
+    const int64_t classes = l->classes;
+    for (int64_t r = lo; r < hi; r++) {
+        const int64_t k = label_index(label_at(l->label_dtype, l->labels, r), classes);
+        for (int64_t j = r * classes; j < (r + 1) * classes; j++)
+            blob__elem_set(l->dtype, l->y, j,
+                           (float)l->scale *
+                               ((float)blob__elem_get(l->dtype, l->a, j) - (j - r * classes == k)));
+    }
+}
+
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
@@ -734,8 +822,8 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
                                           const void *logits, const void *labels, void *prob,
                                           void *loss)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
-                           labels, prob, loss, NULL));
+    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
+                           "logits, labels, prob, loss", logits, labels, prob, loss, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     loop_args l = {
         .dtype = dtype, .classes = classes, .a = logits, .labels = labels, .y = prob, .z = loss};
@@ -747,8 +835,8 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
                                           const void *logits, const void *labels, void *prob,
                                           void *loss)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss", logits,
-                           labels, prob, loss, NULL));
+    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
+                           "logits, labels, prob, loss", logits, labels, prob, loss, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward(blob_stream_get(), dtype, rows, classes, logits, labels,
                                         prob, loss);
@@ -758,8 +846,8 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
                                            const void *prob, const void *labels, double scale,
                                            void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
-                           dlogits, NULL, NULL));
+    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes, "prob, labels, dlogits",
+                           prob, labels, dlogits, NULL, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     loop_args l = {.dtype = dtype,
                    .classes = classes,
@@ -775,8 +863,8 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
                                            const void *prob, const void *labels, double scale,
                                            void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "prob, labels, dlogits", prob, labels,
-                           dlogits, NULL, NULL));
+    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes, "prob, labels, dlogits",
+                           prob, labels, dlogits, NULL, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob_stream_get(), dtype, rows, classes, prob, labels,
                                          scale, dlogits);
@@ -787,8 +875,9 @@ blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                    double scale, void *prob, void *loss,
                                                    void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
-                           logits, labels, prob, loss, dlogits));
+    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
+                           "logits, labels, prob, loss, dlogits", logits, labels, prob, loss,
+                           dlogits));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     loop_args l = {.dtype = dtype,
                    .classes = classes,
@@ -807,11 +896,76 @@ blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                    double scale, void *prob, void *loss,
                                                    void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, dtype, rows, classes, "logits, labels, prob, loss, dlogits",
-                           logits, labels, prob, loss, dlogits));
+    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
+                           "logits, labels, prob, loss, dlogits", logits, labels, prob, loss,
+                           dlogits));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward_backward(blob_stream_get(), dtype, rows, classes, logits,
                                                  labels, scale, prob, loss, dlogits);
+}
+
+blob_status blob_cpu_softmax_loss_mixed(blob_dtype dtype, blob_dtype label_dtype, int64_t rows,
+                                        int64_t classes, const void *logits, const void *labels,
+                                        double scale, void *prob, float *loss, void *dlogits)
+{
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
+    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "logits, labels, prob, loss",
+                           logits, labels, prob, loss, NULL));
+    BLOB_TRY(check_labels(__func__, label_dtype, rows, classes, labels));
+    loop_args l = {.dtype = dtype,
+                   .label_dtype = label_dtype,
+                   .classes = classes,
+                   .scale = scale,
+                   .a = logits,
+                   .labels = labels,
+                   .y = prob,
+                   .z = loss,
+                   .w = dlogits};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_mixed_range, &l);
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_softmax_loss_mixed(blob_dtype dtype, blob_dtype label_dtype, int64_t rows,
+                                        int64_t classes, const void *logits, const void *labels,
+                                        double scale, void *prob, float *loss, void *dlogits)
+{
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
+    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "logits, labels, prob, loss",
+                           logits, labels, prob, loss, NULL));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_softmax_loss_mixed(blob_stream_get(), dtype, label_dtype, rows, classes, logits,
+                                      labels, scale, prob, loss, dlogits);
+}
+
+blob_status blob_cpu_softmax_loss_backward_mixed(blob_dtype dtype, blob_dtype label_dtype,
+                                                 int64_t rows, int64_t classes, const void *prob,
+                                                 const void *labels, double scale, void *dlogits)
+{
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
+    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "prob, labels, dlogits",
+                           prob, labels, dlogits, NULL, NULL));
+    BLOB_TRY(check_labels(__func__, label_dtype, rows, classes, labels));
+    loop_args l = {.dtype = dtype,
+                   .label_dtype = label_dtype,
+                   .classes = classes,
+                   .scale = scale,
+                   .a = prob,
+                   .labels = labels,
+                   .y = dlogits};
+    blob__host_for(blob__host_threads(rows * classes), rows, softmax_backward_mixed_range, &l);
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_softmax_loss_backward_mixed(blob_dtype dtype, blob_dtype label_dtype,
+                                                 int64_t rows, int64_t classes, const void *prob,
+                                                 const void *labels, double scale, void *dlogits)
+{
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
+    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "prob, labels, dlogits",
+                           prob, labels, dlogits, NULL, NULL));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_softmax_loss_backward_mixed(blob_stream_get(), dtype, label_dtype, rows, classes,
+                                               prob, labels, scale, dlogits);
 }
 
 /* ---- blob_*_convert ---- */
