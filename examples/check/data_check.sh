@@ -1,7 +1,8 @@
 #!/bin/sh
 # The trainer's refusals, each at once with a message and status 1 or 2, never a hang or a
 # crash: a dataset path that is a FIFO, a directory or missing (the IDX reader opens
-# regular files only), and every numeric option outside its syntax or bounds.
+# regular files only), every numeric option outside its syntax or bounds, and the mixed
+# precisions with the plain layers.
 # Usage: examples/check/data_check.sh EXAMPLES_BIN   (make examples-check)
 set -u
 train=${1:?usage: data_check.sh EXAMPLES_BIN}/train
@@ -43,6 +44,10 @@ for opt in "--epochs 0" "--epochs 10001" "--epochs ' 5'" "--epochs +5" "--epochs
     eval "set -- $opt"
     expect "refused: $opt" 2 "bad or incomplete option '$1'" "$@"
 done
+
+echo "trainer: option combinations"
+expect "bf16-mixed refuses --plain" 1 "not with --plain" --precision bf16-mixed --plain --limit 64
+expect "fp16-mixed refuses --plain" 1 "not with --plain" --precision fp16-mixed --plain --limit 64
 
 echo "trainer: $passed passed, $failed failed"
 [ $failed = 0 ]

@@ -11,7 +11,9 @@
  *     CPU, on the GPU eagerly and on the GPU with CUDA graphs: the losses and the final
  *     weights agree, also the fused with the plain on the CPU; the results read one step
  *     late (net_output_ago) are those read at once. On the GPU the eager steps with the
- *     net's side stream (the default) agree to SAME_TOL with those on one stream.
+ *     net's side stream (the default) agree to SAME_TOL with those on one stream. The
+ *     MLP's bf16-mixed steps (bfloat16 activations and weights, float32 master weights)
+ *     agree between the CPU and the GPU, eager and with graphs, to MIXED_TOL.
  *
  * GPU parts are skipped, saying so, when no GPU is present. Exits 1 on any failure.
  */
@@ -25,6 +27,7 @@
 #define GRAD_TOL  1e-6  /* |analytic - numeric| <= GRAD_TOL * max(1, |analytic| + |numeric|) */
 #define AGREE_TOL 1e-3  /* relative, float32 CPU vs GPU after a few steps */
 #define SAME_TOL  1e-6  /* relative, float32 GPU with and without the side stream */
+#define MIXED_TOL 3e-2  /* relative, bf16-mixed CPU vs GPU: a few bfloat16 roundings apart */
 #define FB_TOL    1e-12 /* relative, a layer's forward_backward against forward, backward */
 
 static int passed, failed, skipped;
@@ -521,11 +524,39 @@ static blob_status read_params(net *n, run_result *r)
     }
     float *out = r->params;
     for (int i = 0; i < net_num_params(n); i++) {
-        const float *p;
-        NN_TRY(blob_cpu_data(net_param(n, i), (const void **)&p));
-        for (int64_t j = 0; j < blob_count(net_param(n, i)); j++)
-            *out++ = p[j];
+        const blob *b = net_param(n, i);
+        const void *p;
+        NN_TRY(blob_cpu_data(net_param(n, i), &p));
+        NN_TRY(blob_cpu_convert(blob_get_dtype(b), BLOB_FLOAT32, blob_count(b), p, out));
+        out += blob_count(b);
     }
+    return BLOB_OK;
+}
+
+/* A fake batch in the dtypes of a mixed net: the images in the net's, the labels int32. */
+static blob_status batch_as(blob_dtype dtype, blob **x, blob **y)
+{
+    blob *x16 = NULL, *y32 = NULL;
+    const float *labels;
+    int32_t *ints;
+    blob_status st = blob_create(&x16, dtype, blob_device(*x), blob_num_axes(*x), blob_shape(*x));
+    if (st == BLOB_OK)
+        st = blob_convert_from(x16, *x, false, false);
+    if (st == BLOB_OK)
+        st = blob_create(&y32, BLOB_INT32, blob_device(*y), blob_num_axes(*y), blob_shape(*y));
+    if (st == BLOB_OK && (st = blob_cpu_data(*y, (const void **)&labels)) == BLOB_OK &&
+        (st = blob_mutable_cpu_data(y32, (void **)&ints)) == BLOB_OK)
+        for (int64_t i = 0; i < blob_count(*y); i++)
+            ints[i] = (int32_t)labels[i];
+    if (st != BLOB_OK) {
+        blob_free(x16);
+        blob_free(y32);
+        return st;
+    }
+    blob_free(*x);
+    blob_free(*y);
+    *x = x16;
+    *y = y32;
     return BLOB_OK;
 }
 
@@ -533,8 +564,8 @@ static blob_status read_params(net *n, run_result *r)
  * captures one graph per batch), reading the parameters on the host halfway as a
  * checkpoint would, and collect the losses and final parameters. Each step's results
  * are read again after the next step is queued, as the trainer reads them. */
-static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool plain,
-                             bool one_stream, run_result *r)
+static blob_status run_steps(const net_def *def, nn_mode mode, blob_dtype dtype, bool graph,
+                             bool plain, bool one_stream, run_result *r)
 {
     void *stream = NULL;
     net *n = NULL;
@@ -542,7 +573,7 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
     uint64_t rng = 9;
     net_config cfg = {.def = def,
                       .mode = mode,
-                      .dtype = BLOB_FLOAT32,
+                      .dtype = dtype,
                       .batch = BATCH,
                       .seed = 3,
                       .lr = 0.05,
@@ -556,7 +587,9 @@ static blob_status run_steps(const net_def *def, nn_mode mode, bool graph, bool 
     if (st == BLOB_OK)
         st = net_create(&n, &cfg);
     for (int k = 0; st == BLOB_OK && k < 2; k++)
-        st = net_fake_batch(def, mode, BATCH, CLASSES, 0, 0, &rng, &x[k], &y[k]);
+        if ((st = net_fake_batch(def, mode, BATCH, CLASSES, 0, 0, &rng, &x[k], &y[k])) == BLOB_OK)
+            if (dtype != BLOB_FLOAT32)
+                st = batch_as(dtype, &x[k], &y[k]);
     for (int s = 0; st == BLOB_OK && s < STEPS; s++) {
         double late_loss = 0;
         int64_t late_correct = 0;
@@ -619,7 +652,7 @@ static bool check_kind(const net_def *def, bool plain, bool gpu, run_result *cpu
     run_result eager = {0}, graph = {0}, one = {0};
     char what[64];
     blob_status st;
-    if ((st = run_steps(def, NN_CPU, false, plain, false, cpu)) != BLOB_OK) {
+    if ((st = run_steps(def, NN_CPU, BLOB_FLOAT32, false, plain, false, cpu)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the CPU", kind, def->name);
         report(st, what);
         return false;
@@ -628,13 +661,14 @@ static bool check_kind(const net_def *def, bool plain, bool gpu, run_result *cpu
                "(no GPU)\n",
                def->name, kind);
         skipped += 3;
-    } else if ((st = run_steps(def, NN_GPU, false, plain, false, &eager)) != BLOB_OK) {
+    } else if ((st = run_steps(def, NN_GPU, BLOB_FLOAT32, false, plain, false, &eager)) !=
+               BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU", kind, def->name);
         report(st, what);
-    } else if ((st = run_steps(def, NN_GPU, true, plain, false, &graph)) != BLOB_OK) {
+    } else if ((st = run_steps(def, NN_GPU, BLOB_FLOAT32, true, plain, false, &graph)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU with graphs", kind, def->name);
         report(st, what);
-    } else if ((st = run_steps(def, NN_GPU, false, plain, true, &one)) != BLOB_OK) {
+    } else if ((st = run_steps(def, NN_GPU, BLOB_FLOAT32, false, plain, true, &one)) != BLOB_OK) {
         snprintf(what, sizeof what, "training %s %s on the GPU on one stream", kind, def->name);
         report(st, what);
     } else {
@@ -649,6 +683,31 @@ static bool check_kind(const net_def *def, bool plain, bool gpu, run_result *cpu
     free(graph.params);
     free(one.params);
     return true;
+}
+
+/* bf16-mixed steps of a net: the CPU run against the GPU's, eager and with graphs. */
+static void check_mixed(const char *net_name, bool gpu)
+{
+    const net_def *def = net_def_find(net_name);
+    run_result cpu = {0}, eager = {0}, graph = {0};
+    blob_status st = run_steps(def, NN_CPU, BLOB_BFLOAT16, false, false, false, &cpu);
+    if (st == BLOB_OK && !gpu) {
+        printf("agreement %-6s bf16-mixed CPU vs GPU eager and graph: skipped (no GPU)\n",
+               net_name);
+        skipped += 2;
+    } else if (st == BLOB_OK &&
+               (st = run_steps(def, NN_GPU, BLOB_BFLOAT16, false, false, false, &eager)) ==
+                   BLOB_OK &&
+               (st = run_steps(def, NN_GPU, BLOB_BFLOAT16, true, false, false, &graph)) ==
+                   BLOB_OK) {
+        compare(net_name, "bf16-mixed CPU vs GPU eager", &cpu, &eager, MIXED_TOL);
+        compare(net_name, "bf16-mixed CPU vs GPU graph", &cpu, &graph, MIXED_TOL);
+    }
+    if (st != BLOB_OK)
+        report(st, "training bf16-mixed steps");
+    free(cpu.params);
+    free(eager.params);
+    free(graph.params);
 }
 
 static void check_training(const char *net_name, bool gpu)
@@ -682,6 +741,7 @@ int main(void)
     check_refusals();
     check_training("mlp", gpu);
     check_training("lenet", gpu);
+    check_mixed("mlp", gpu);
     blob_thread_release();
     printf("gradcheck: %d passed, %d failed, %d skipped", passed, failed, skipped);
     printf(skipped ? " (they need a GPU; 0 found)\n" : "\n");

@@ -140,6 +140,7 @@ static blob_status mixed_init(net *n, int64_t total)
     NN_TRY(blob_cpu_data(n->flat, &work));
     NN_TRY(blob_mutable_cpu_data(n->master, &master));
     NN_TRY(blob_cpu_convert(n->cfg.dtype, BLOB_FLOAT32, total, work, master));
+    NN_TRY(n->m->mutable_data(n->master, &master)); /* the step runs where master's data is */
     NN_TRY(blob_optim_state_create(&n->state));
     return n->cfg.loss_scale > 0 ? blob_grad_scaler_create(&n->scaler, n->cfg.loss_scale) : BLOB_OK;
 }

@@ -872,6 +872,17 @@ static int start(trainer *t)
                         "replayed CUDA graph would escape (see docs/distributed.md)\n");
         return 1;
     }
+    if (o->dtype != BLOB_FLOAT32 &&
+        (o->plain || size > 1 || (o->graph && o->dtype == BLOB_FLOAT16))) {
+        fprintf(stderr,
+                "train: --precision %s-mixed takes the fused layers on one device%s: not "
+                "with --plain, --gpus or a launcher\n",
+                o->dtype == BLOB_BFLOAT16 ? "bf16" : "fp16",
+                o->dtype == BLOB_FLOAT16
+                    ? ", and no --graph (its loss scale decides each step on the host)"
+                    : "");
+        return 1;
+    }
     if (t->used < o->batch * size) {
         if (size > 1)
             fprintf(stderr, "train: %lld training images make no batch of %d x %lld\n",
