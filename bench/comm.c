@@ -37,7 +37,7 @@ static struct {
     int failed[MAX_RANKS];
     char why[MAX_RANKS][256];
     /* blob_comm: one communicator with buckets larger than any buffer (one NCCL call
-     * in place on the blob's diff), one with the default 25 MiB buckets */
+     * in place on the blob's diff), one with the default buckets (BLOB_COMM_DEFAULT_BUCKET_BYTES) */
     blob_comm *whole[MAX_RANKS], *buckets[MAX_RANKS];
     blob *buf[MAX_RANKS];
     blob_comm_list *list_whole[MAX_RANKS], *list_buckets[MAX_RANKS];
@@ -280,11 +280,13 @@ static void print_header(void)
     printf("\nAll-reduce (sum, float32, in place) on %d GPUs, one buffer; us per call and bus "
            "bandwidth busbw = bytes / time * 2(n-1)/n in GB/s\n",
            team.n);
+    char bucket_us[32];
+    snprintf(bucket_us, sizeof bucket_us, "%zuMiB-bkt us", BLOB_COMM_DEFAULT_BUCKET_BYTES >> 20);
     printf("%10s %10s %9s %11s %9s %10s %9s %10s %9s %9s  %s\n", "bytes", "blob us", "busbw",
-           "25MiB-bkt us", "busbw", "nccl us", "busbw", "torch us", "busbw", "blob/nccl", "goal");
+           bucket_us, "busbw", "nccl us", "busbw", "torch us", "busbw", "blob/nccl", "goal");
 }
 
-/* ns per all-reduce of the buffers now: raw NCCL, blob_comm whole and in 25 MiB buckets
+/* ns per all-reduce of the buffers now: raw NCCL, blob_comm whole and in default buckets
  * (t_raw NaN on an error). Raw and ours interleaved, twice, the better of each: drift
  * hits both alike. */
 static void time_all_reduces(size_t bytes, double *t_raw, double *t_ours, double *t_bkt)

@@ -96,7 +96,7 @@ typedef struct {
 
 /* Defaults of blob_comm_options' zero fields. */
 #define BLOB_COMM_DEFAULT_TIMEOUT_S    300.0
-#define BLOB_COMM_DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
+#define BLOB_COMM_DEFAULT_BUCKET_BYTES ((size_t)64 << 20)
 
 typedef struct {
     int rank;       /* this rank: 0 <= rank < world_size */
