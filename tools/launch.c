@@ -51,6 +51,7 @@
 
 #include "../src/comm/record.h"
 #include "../src/core/clock.h"
+#include "../src/core/file_kind.h"
 #include "launch_options.h"
 
 typedef struct {
@@ -99,17 +100,6 @@ static const char *signal_name(int sig)
     return s ? s : "?";
 }
 
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    return S_ISDIR(mode)    ? "a directory"
-           : S_ISFIFO(mode) ? "a FIFO"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISSOCK(mode) ? "a socket"
-                            : "not a regular file";
-}
-
 /* Remove the rendezvous file at the end of path's symbolic links if it is an empty
  * regular file or a rendezvous record of this user: 0 (also when there is none), or -1
  * with a message saying what is there instead, which stays. */
@@ -125,7 +115,7 @@ static int remove_record(const char *path)
     if (lstat(target, &sb) != 0)
         return 0;
     if (!S_ISREG(sb.st_mode))
-        why = file_kind(sb.st_mode);
+        why = blob__file_kind(sb.st_mode);
     else if (sb.st_uid != geteuid())
         why = "another user's file";
     else if (sb.st_size > 0 &&
