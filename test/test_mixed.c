@@ -77,35 +77,20 @@ static mixed mixed_new(blob_dtype half, bool gpu, int n, const int64_t *counts, 
     for (int a = 0; a < ARRAYS; a++) {
         const size_t bytes = bytes_of(&m, a), es = blob_dtype_size(dtype_of(&m, a));
         m.host[a] = calloc(1, bytes);
-        if (gpu)
-            ck_ok(blob__be->device_alloc(bytes, &m.side[a]));
-        else
-            m.side[a] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        m.side[a] = test_side_alloc(gpu, bytes);
         m.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
         for (int i = 0; i < n; i++)
             m.ptr[a][i] = (char *)m.side[a] + (size_t)m.offset[i] * es;
     }
     test_fill(BLOB_FLOAT32, m.host[W], m.total, -1, 1);
-    const size_t sb = BLOB_OPTIM_STEP_WORDS * sizeof(int64_t);
-    if (gpu)
-        ck_ok(blob__be->device_alloc(sb, (void **)&m.step));
-    else
-        m.step = malloc(sb);
+    m.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
     return m;
 }
 
 /* Copy array a between the host copy and the side. */
 static void mixed_sync(mixed *m, int a, bool up)
 {
-    const size_t bytes = bytes_of(m, a);
-    if (!m->gpu) {
-        up ? memcpy(m->side[a], m->host[a], bytes) : memcpy(m->host[a], m->side[a], bytes);
-        return;
-    }
-    void *s = blob_stream_get();
-    ck_ok(up ? blob__be->copy_async(m->side[a], m->host[a], bytes, BLOB__H2D, s)
-             : blob__be->copy_async(m->host[a], m->side[a], bytes, BLOB__D2H, s));
-    ck_ok(blob__be->stream_synchronize(s));
+    test_side_copy(m->gpu, m->side[a], m->host[a], bytes_of(m, a), up);
 }
 
 static void mixed_init(mixed *m)
@@ -113,22 +98,17 @@ static void mixed_init(mixed *m)
     for (int a = 0; a < ARRAYS; a++)
         mixed_sync(m, a, true);
     int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
-    if (m->gpu) {
-        ck_ok(blob__be->copy_async(m->step, zero, sizeof zero, BLOB__H2D, blob_stream_get()));
-        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
-    } else {
-        memcpy(m->step, zero, sizeof zero);
-    }
+    test_side_copy(m->gpu, m->step, zero, sizeof zero, true);
 }
 
 static void mixed_free(mixed *m)
 {
     for (int a = 0; a < ARRAYS; a++) {
         free(m->host[a]);
-        m->gpu ? blob__be->device_free(m->side[a]) : free(m->side[a]);
+        test_side_free(m->gpu, m->side[a]);
         free(m->ptr[a]);
     }
-    m->gpu ? blob__be->device_free(m->step) : free(m->step);
+    test_side_free(m->gpu, m->step);
     free(m->counts);
     free(m->offset);
 }

@@ -104,19 +104,13 @@ static tensors tensors_new(blob_dtype dt, bool gpu, int n, const int64_t *counts
     const size_t es = blob_dtype_size(dt), bytes = (size_t)(t.total + 4) * es;
     for (int a = 0; a < 4; a++) {
         t.host[a] = calloc(1, bytes);
-        if (gpu)
-            ck_ok(blob__be->device_alloc(bytes, &t.side[a]));
-        else
-            t.side[a] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        t.side[a] = test_side_alloc(gpu, bytes);
         t.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
         for (int i = 0; i < n; i++)
             t.ptr[a][i] = (char *)t.side[a] + (size_t)t.offset[i] * es;
     }
     test_fill(dt, t.host[0], t.total, -1, 1);
-    if (gpu)
-        ck_ok(blob__be->device_alloc(BLOB_OPTIM_STEP_WORDS * sizeof(int64_t), (void **)&t.step));
-    else
-        t.step = malloc(BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
+    t.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
     return t;
 }
 
@@ -124,14 +118,7 @@ static tensors tensors_new(blob_dtype dt, bool gpu, int n, const int64_t *counts
 static void tensors_sync(tensors *t, int a, bool up)
 {
     const size_t bytes = (size_t)(t->total + 4) * blob_dtype_size(t->dt);
-    if (!t->gpu) {
-        up ? memcpy(t->side[a], t->host[a], bytes) : memcpy(t->host[a], t->side[a], bytes);
-        return;
-    }
-    void *s = blob_stream_get();
-    ck_ok(up ? blob__be->copy_async(t->side[a], t->host[a], bytes, BLOB__H2D, s)
-             : blob__be->copy_async(t->host[a], t->side[a], bytes, BLOB__D2H, s));
-    ck_ok(blob__be->stream_synchronize(s));
+    test_side_copy(t->gpu, t->side[a], t->host[a], bytes, up);
 }
 
 static void tensors_init(tensors *t)
@@ -139,35 +126,24 @@ static void tensors_init(tensors *t)
     for (int a = 0; a < 4; a++)
         tensors_sync(t, a, true);
     int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
-    if (t->gpu) {
-        ck_ok(blob__be->copy_async(t->step, zero, sizeof zero, BLOB__H2D, blob_stream_get()));
-        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
-    } else {
-        memcpy(t->step, zero, sizeof zero);
-    }
+    test_side_copy(t->gpu, t->step, zero, sizeof zero, true);
 }
 
 static void tensors_free(tensors *t)
 {
     for (int a = 0; a < 4; a++) {
         free(t->host[a]);
-        t->gpu ? blob__be->device_free(t->side[a]) : free(t->side[a]);
+        test_side_free(t->gpu, t->side[a]);
         free(t->ptr[a]);
     }
-    t->gpu ? blob__be->device_free(t->step) : free(t->step);
+    test_side_free(t->gpu, t->step);
     free(t->counts);
     free(t->offset);
 }
 
 static void read_step(const tensors *t, int64_t out[BLOB_OPTIM_STEP_WORDS])
 {
-    const size_t bytes = BLOB_OPTIM_STEP_WORDS * sizeof(int64_t);
-    if (!t->gpu) {
-        memcpy(out, t->step, bytes);
-        return;
-    }
-    ck_ok(blob__be->copy_async(out, t->step, bytes, BLOB__D2H, blob_stream_get()));
-    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+    test_side_copy(t->gpu, t->step, out, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t), false);
 }
 
 static blob_status step_on(tensors *t, const blob_optim *o)

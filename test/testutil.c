@@ -288,6 +288,30 @@ void test_hide_gpus(void)
 
 void test_show_gpus(void) { blob__backend_install(NULL); }
 
+void *test_side_alloc(bool gpu, size_t bytes)
+{
+    void *p;
+    if (gpu)
+        ck_ok(blob__be->device_alloc(bytes, &p));
+    else
+        p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return p;
+}
+
+void test_side_free(bool gpu, void *p) { gpu ? blob__be->device_free(p) : free(p); }
+
+void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up)
+{
+    if (!gpu) {
+        up ? memcpy(side, host, bytes) : memcpy(host, side, bytes);
+        return;
+    }
+    void *s = blob_stream_get();
+    ck_ok(up ? blob__be->copy_async(side, host, bytes, BLOB__H2D, s)
+             : blob__be->copy_async(host, side, bytes, BLOB__D2H, s));
+    ck_ok(blob__be->stream_synchronize(s));
+}
+
 void test_streams_create(void **a, void **b)
 {
     ck_ok(blob_stream_create(a));

@@ -86,6 +86,14 @@ void test_show_gpus(void);
 void test_streams_create(void **a, void **b);
 void test_streams_destroy(void *a, void *b);
 
+/* Memory for the array calls of one side: bytes of the device (the backend's
+ * device_alloc, asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives
+ * it back. test_side_copy copies bytes from host to side when up, else back, on the device
+ * on the current stream, waited for (asserted). */
+void *test_side_alloc(bool gpu, size_t bytes);
+void test_side_free(bool gpu, void *p);
+void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up);
+
 /* path written with the n bytes (asserted), and the number of entries of the directory dir
  * but "." and "..". */
 void test_write_file(const char *path, const void *bytes, size_t n);
