@@ -12,34 +12,6 @@
 #include "fake_backend.h"
 #include "testutil.h"
 
-/* The optimizers under test: every kind, with and without the options. */
-static blob_optim config(int c)
-{
-    blob_optim o;
-    switch (c) {
-    case 0: return blob_optim_default(BLOB_OPTIM_SGD, 0.1);
-    case 1:
-        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
-        o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
-        return o;
-    case 2:
-        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
-        o.momentum = 0.9, o.nesterov = true, o.weight_decay = 5e-4;
-        return o;
-    case 3:
-        o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
-        o.momentum = 0.9, o.weight_decay = 5e-4;
-        return o;
-    case 4: return blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
-    case 5:
-        o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
-        o.weight_decay = 1e-2;
-        return o;
-    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
-    }
-}
-enum { CONFIGS = 7 };
-
 /* One element by the rules of blob/optim.h, in double; t is the step number (from 1). */
 static void ref_update(const blob_optim *o, int64_t t, double *w, double g, double *h, double *v)
 {
@@ -174,7 +146,7 @@ static void expect_close(tensors *t, int a, const double *ref, double tol, const
  * double after the last with tolerance tol. */
 static void run_and_check(tensors *t, int c, int steps, double tol, const char *label)
 {
-    const blob_optim o = config(c);
+    const blob_optim o = test_optim_config(c);
     const int hist = blob_optim_history_count(&o);
     double *ref[4];
     for (int a = 0; a < 4; a++) {
@@ -218,7 +190,7 @@ START_TEST(test_cpu_optim_rules)
 {
     const blob_dtype dt = (blob_dtype)_i;
     test_seed(31 + (uint64_t)dt);
-    for (int c = 0; c < CONFIGS; c++) {
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, false, N_ODD, odd_counts, true);
         run_and_check(&t, c, 5, step_tol(dt, 5), "cpu");
         tensors_free(&t);
@@ -357,8 +329,8 @@ static void check_blob_steps(int device, bool gpu, blob_dtype dt)
     const void *cp;
     if (gpu)
         ck_ok(blob_gpu_data(ps[0], &cp));
-    for (int c = 0; c < CONFIGS; c++) {
-        const blob_optim o = config(c);
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
+        const blob_optim o = test_optim_config(c);
         blob_optim_state *st;
         ck_ok(blob_optim_state_create(&st));
         double *w[3], *h[3], *v[3];
@@ -508,7 +480,7 @@ START_TEST(test_gpu_optim_rules)
     int64_t many[600];
     for (int i = 0; i < 600; i++)
         many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300; /* some empty */
-    for (int c = 0; c < CONFIGS; c++) {
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, true, N_ODD, odd_counts, c % 2 == 1);
         run_and_check(&t, c, 5, step_tol(dt, 5), "gpu");
         tensors_free(&t);
@@ -526,7 +498,7 @@ START_TEST(test_gpu_optim_large)
     const blob_dtype dt = (blob_dtype)_i;
     test_seed(41 + (uint64_t)dt);
     const int64_t counts[] = {4000003, 5, 2051};
-    for (int c = 0; c < CONFIGS; c++) {
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, true, 3, counts, c % 2 == 1);
         run_and_check(&t, c, 2, step_tol(dt, 2), "gpu (large)");
         tensors_free(&t);
@@ -541,7 +513,7 @@ END_TEST
 START_TEST(test_gpu_optim_graph)
 {
     const int c = _i ? 6 : 1; /* AdamW, or SGD with momentum (its first step is special) */
-    const blob_optim o = config(c);
+    const blob_optim o = test_optim_config(c);
     void *s;
     ck_ok(blob_stream_create(&s));
     blob_stream_set(s);
@@ -615,7 +587,7 @@ START_TEST(test_gpu_blob_optim_graph)
         ck_ok(blob_gpu_data(cap[i], &p));
         ck_ok(blob_gpu_diff(cap[i], &p));
     }
-    const blob_optim o = config(6);
+    const blob_optim o = test_optim_config(6);
     blob_optim_state *se, *sc;
     ck_ok(blob_optim_state_create(&se));
     ck_ok(blob_optim_state_create(&sc));

@@ -288,6 +288,32 @@ void test_hide_gpus(void)
 
 void test_show_gpus(void) { blob__backend_install(NULL); }
 
+blob_optim test_optim_config(int c)
+{
+    blob_optim o;
+    switch (c) {
+    case 0: return blob_optim_default(BLOB_OPTIM_SGD, 0.1);
+    case 1:
+        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
+        o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
+        return o;
+    case 2:
+        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
+        o.momentum = 0.9, o.nesterov = true, o.weight_decay = 5e-4;
+        return o;
+    case 3:
+        o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
+        o.momentum = 0.9, o.weight_decay = 5e-4;
+        return o;
+    case 4: return blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
+    case 5:
+        o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
+        o.weight_decay = 1e-2;
+        return o;
+    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
+    }
+}
+
 void *test_side_alloc(bool gpu, size_t bytes)
 {
     void *p;

@@ -86,6 +86,12 @@ void test_show_gpus(void);
 void test_streams_create(void **a, void **b);
 void test_streams_destroy(void *a, void *b);
 
+/* The optimizers the optimizer suites test, c in [0, TEST_OPTIM_CONFIGS): every kind, with
+ * and without the options (0 plain SGD; 1 SGD with momentum, dampening and decay; 2
+ * Nesterov; 3 Caffe's SGD; 4 Adam; 5 Adam with decay; 6 AdamW). */
+blob_optim test_optim_config(int c);
+enum { TEST_OPTIM_CONFIGS = 7 };
+
 /* Memory for the array calls of one side: bytes of the device (the backend's
  * device_alloc, asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives
  * it back. test_side_copy copies bytes from host to side when up, else back, on the device
