@@ -53,21 +53,12 @@ static size_t bytes_of(const mixed *m, int a)
 static mixed mixed_new(blob_dtype half, bool gpu, int n, const int64_t *counts, bool gap)
 {
     mixed m = {.half = half, .gpu = gpu, .n = n};
-    m.counts = malloc(sizeof(int64_t) * (size_t)n + 8);
-    m.offset = malloc(sizeof(int64_t) * (size_t)n + 8);
-    for (int i = 0; i < n; i++) {
-        m.counts[i] = counts[i];
-        m.total += gap && i % 2 ? 1 : (8 - m.total % 8) % 8;
-        m.offset[i] = m.total;
-        m.total += counts[i];
-    }
+    m.total = test_pack_tensors(n, counts, 8, gap, &m.counts, &m.offset);
     for (int a = 0; a < ARRAYS; a++) {
         const size_t bytes = bytes_of(&m, a), es = blob_dtype_size(dtype_of(&m, a));
         m.host[a] = calloc(1, bytes);
         m.side[a] = test_side_alloc(gpu, bytes);
-        m.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
-        for (int i = 0; i < n; i++)
-            m.ptr[a][i] = (char *)m.side[a] + (size_t)m.offset[i] * es;
+        m.ptr[a] = test_tensor_pointers(m.side[a], n, m.offset, es);
     }
     test_fill(BLOB_FLOAT32, m.host[W], m.total, -1, 1);
     m.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));

@@ -65,21 +65,12 @@ typedef struct {
 static tensors tensors_new(blob_dtype dt, bool gpu, int n, const int64_t *counts, bool gap)
 {
     tensors t = {.dt = dt, .gpu = gpu, .n = n};
-    t.counts = malloc(sizeof(int64_t) * (size_t)n + 8);
-    t.offset = malloc(sizeof(int64_t) * (size_t)n + 8);
-    for (int i = 0; i < n; i++) {
-        t.counts[i] = counts[i];
-        t.total += gap && i % 2 ? 1 : (4 - t.total % 4) % 4; /* aligned unless a gap */
-        t.offset[i] = t.total;
-        t.total += counts[i];
-    }
+    t.total = test_pack_tensors(n, counts, 4, gap, &t.counts, &t.offset);
     const size_t es = blob_dtype_size(dt), bytes = (size_t)(t.total + 4) * es;
     for (int a = 0; a < 4; a++) {
         t.host[a] = calloc(1, bytes);
         t.side[a] = test_side_alloc(gpu, bytes);
-        t.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
-        for (int i = 0; i < n; i++)
-            t.ptr[a][i] = (char *)t.side[a] + (size_t)t.offset[i] * es;
+        t.ptr[a] = test_tensor_pointers(t.side[a], n, t.offset, es);
     }
     test_fill(dt, t.host[0], t.total, -1, 1);
     t.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));

@@ -314,6 +314,29 @@ blob_optim test_optim_config(int c)
     }
 }
 
+int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
+                          int64_t **counts_copy, int64_t **offset)
+{
+    int64_t total = 0;
+    *counts_copy = malloc(sizeof(int64_t) * (size_t)n + 8);
+    *offset = malloc(sizeof(int64_t) * (size_t)n + 8);
+    for (int i = 0; i < n; i++) {
+        (*counts_copy)[i] = counts[i];
+        total += gap && i % 2 ? 1 : (align - total % align) % align;
+        (*offset)[i] = total;
+        total += counts[i];
+    }
+    return total;
+}
+
+void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
+{
+    void **ptr = malloc(sizeof(void *) * (size_t)n + 8);
+    for (int i = 0; i < n; i++)
+        ptr[i] = (char *)base + (size_t)offset[i] * es;
+    return ptr;
+}
+
 void *test_side_alloc(bool gpu, size_t bytes)
 {
     void *p;
