@@ -223,7 +223,7 @@ launcher: $(LAUNCH_BIN)
 
 LAUNCH_SRC := tools/launch.c tools/launch_options.c src/core/number.c src/core/clock.c
 $(LAUNCH_BIN): $(LAUNCH_SRC) tools/launch_options.h src/core/number.h src/core/clock.h \
-               src/comm/record.h
+               src/core/file_kind.h src/comm/record.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ \

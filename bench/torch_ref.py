@@ -96,18 +96,31 @@ def main():
         say("error torch.cuda.is_available() is False")
         return 1
     dev = torch.device("cuda")
-    sync = torch.cuda.synchronize
     say(f"info {torch.__version__} on {torch.cuda.get_device_name(dev)}")
-    u8 = torch.uint8
+    measure_allocs(torch, dev, args.alloc, args.pinned)
+    measure_copies(torch, dev, args.copy)
+    measure_axpys(torch, dev, args.axpy)
+    measure_convs(torch, dev, args.conv)
+    measure_optimizers(torch, dev, args.optim)
+    measure_linears(torch, dev, args.linear)
+    return 0
 
-    for n in args.alloc:
+
+def measure_allocs(torch, dev, device_sizes, pinned_sizes):
+    """Allocations of device and pinned blocks of the given sizes, bytes."""
+    u8, sync = torch.uint8, torch.cuda.synchronize
+    for n in device_sizes:
         measure("alloc_dev", n, lambda: wall_ns(
             lambda: torch.empty(n, dtype=u8, device=dev), 20 if n >= 16 * MIB else 200, 15, sync))
-    for n in args.pinned:
+    for n in pinned_sizes:
         measure("alloc_pinned", n, lambda: wall_ns(
             lambda: torch.empty(n, dtype=u8, pin_memory=True), 20, 15, sync))
 
-    for n in args.copy:
+
+def measure_copies(torch, dev, sizes):
+    """Copies of n bytes both ways, from pinned and from pageable host memory, in GB/s."""
+    u8, sync = torch.uint8, torch.cuda.synchronize
+    for n in sizes:
         try:
             pinned = torch.empty(n, dtype=u8, pin_memory=True).fill_(60)
             pageable = torch.empty(n, dtype=u8).fill_(60)
@@ -128,7 +141,10 @@ def main():
         del pinned, pageable, d
         torch.cuda.empty_cache()
 
-    for n in args.axpy:
+
+def measure_axpys(torch, dev, sizes):
+    """y.add_(x, alpha) on n float32 elements."""
+    for n in sizes:
         try:
             x = torch.full((n,), 1.6e-10, device=dev)
             y = torch.full((n,), 0.747, device=dev)
@@ -141,7 +157,10 @@ def main():
         del x, y
         torch.cuda.empty_cache()
 
-    for index, case in enumerate(args.conv):
+
+def measure_convs(torch, dev, cases):
+    """Each --conv case (OP:N,C,SIZE,KERNEL,PAD,STRIDE), keyed by OP and its index."""
+    for index, case in enumerate(cases):
         try:
             op, dims = case.split(":")
             fn, nbytes = conv_op(torch, dev, op, *map(int, dims.split(",")))
@@ -153,7 +172,10 @@ def main():
         del fn
         torch.cuda.empty_cache()
 
-    for n in args.optim:
+
+def measure_optimizers(torch, dev, sizes):
+    """A fused SGD and AdamW step over n float parameters (split as blob_bench splits them)."""
+    for n in sizes:
         big = n > 16 << 20
         batch, reps = (3, 7) if big else (10, 9)
         try:
@@ -179,8 +201,11 @@ def main():
         del params
         torch.cuda.empty_cache()
 
+
+def measure_linears(torch, dev, shapes):
+    """relu(linear) of each BxIxO shape at float32, TF32 and bfloat16 matmul precision."""
     func = torch.nn.functional
-    for index, (b, i, o) in enumerate(args.linear):
+    for index, (b, i, o) in enumerate(shapes):
         x = torch.rand(b, i, device=dev)
         w = torch.rand(o, i, device=dev) - 0.5
         bias = torch.rand(o, device=dev) - 0.5
@@ -191,7 +216,6 @@ def main():
                     lambda: event_ns(torch, lambda: torch.relu(func.linear(x, w, bias)), batch, 11))
         torch.set_float32_matmul_precision("highest")
         del x, w, bias
-    return 0
 
 
 def conv_op(torch, dev, op, num, channels, size, kernel, pad, stride):

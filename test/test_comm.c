@@ -218,35 +218,28 @@ static blob_status fake_all_gather(void *handle, const void *send, void *recv, s
                         stream);
 }
 
-static blob_status fake_group(void) { return BLOB_OK; }
+static blob_status fake_group_begin(void) { return BLOB_OK; }
+static blob_status fake_group_end(void) { return BLOB_OK; }
 static blob_status fake_finalize(void *handle)
 {
     (void)handle;
     return BLOB_OK;
 }
 
-static void fake_release(void *handle)
+static void fake_destroy(void *handle)
 {
     pthread_mutex_lock(&fake_ccl_mu);
     ((fake_handle *)handle)->gone = true; /* freed with the worlds, at the test's end */
     pthread_mutex_unlock(&fake_ccl_mu);
 }
 
+/* Nothing runs on its own in the fake: an abort only lets go, as destroy does. */
+static void fake_abort(void *handle) { fake_destroy(handle); }
+
 static const blob__ccl fake_ccl = {
     .name = "fake",
     .multi_rank = true,
-    .new_id = fake_new_id,
-    .init = fake_init,
-    .init_local = fake_init_local,
-    .state = fake_state,
-    .all_reduce = fake_all_reduce,
-    .broadcast = fake_broadcast,
-    .all_gather = fake_all_gather,
-    .group_begin = fake_group,
-    .group_end = fake_group,
-    .finalize = fake_finalize,
-    .destroy = fake_release,
-    .abort = fake_release,
+    BLOB__CCL_ENTRIES(fake),
 };
 
 /* Caching stays on: with it off, a block given back makes the allocator synchronise the

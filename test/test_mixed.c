@@ -14,25 +14,12 @@
 
 static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
 
-/* The optimizers under test: every kind, with the options that change the arithmetic. */
+/* The optimizers under test: every kind, with the options that change the arithmetic
+ * (test_optim_config's 1, 3, 5 and 6). */
 static blob_optim config(int c)
 {
-    blob_optim o;
-    switch (c) {
-    case 0:
-        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
-        o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
-        return o;
-    case 1:
-        o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
-        o.momentum = 0.9, o.weight_decay = 5e-4;
-        return o;
-    case 2:
-        o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
-        o.weight_decay = 1e-2;
-        return o;
-    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
-    }
+    static const int picked[] = {1, 3, 5, 6};
+    return test_optim_config(picked[c]);
 }
 enum { CONFIGS = 4 };
 
@@ -66,46 +53,22 @@ static size_t bytes_of(const mixed *m, int a)
 static mixed mixed_new(blob_dtype half, bool gpu, int n, const int64_t *counts, bool gap)
 {
     mixed m = {.half = half, .gpu = gpu, .n = n};
-    m.counts = malloc(sizeof(int64_t) * (size_t)n + 8);
-    m.offset = malloc(sizeof(int64_t) * (size_t)n + 8);
-    for (int i = 0; i < n; i++) {
-        m.counts[i] = counts[i];
-        m.total += gap && i % 2 ? 1 : (8 - m.total % 8) % 8;
-        m.offset[i] = m.total;
-        m.total += counts[i];
-    }
+    m.total = test_pack_tensors(n, counts, 8, gap, &m.counts, &m.offset);
     for (int a = 0; a < ARRAYS; a++) {
         const size_t bytes = bytes_of(&m, a), es = blob_dtype_size(dtype_of(&m, a));
         m.host[a] = calloc(1, bytes);
-        if (gpu)
-            ck_ok(blob__be->device_alloc(bytes, &m.side[a]));
-        else
-            m.side[a] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        m.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
-        for (int i = 0; i < n; i++)
-            m.ptr[a][i] = (char *)m.side[a] + (size_t)m.offset[i] * es;
+        m.side[a] = test_side_alloc(gpu, bytes);
+        m.ptr[a] = test_tensor_pointers(m.side[a], n, m.offset, es);
     }
     test_fill(BLOB_FLOAT32, m.host[W], m.total, -1, 1);
-    const size_t sb = BLOB_OPTIM_STEP_WORDS * sizeof(int64_t);
-    if (gpu)
-        ck_ok(blob__be->device_alloc(sb, (void **)&m.step));
-    else
-        m.step = malloc(sb);
+    m.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
     return m;
 }
 
 /* Copy array a between the host copy and the side. */
 static void mixed_sync(mixed *m, int a, bool up)
 {
-    const size_t bytes = bytes_of(m, a);
-    if (!m->gpu) {
-        up ? memcpy(m->side[a], m->host[a], bytes) : memcpy(m->host[a], m->side[a], bytes);
-        return;
-    }
-    void *s = blob_stream_get();
-    ck_ok(up ? blob__be->copy_async(m->side[a], m->host[a], bytes, BLOB__H2D, s)
-             : blob__be->copy_async(m->host[a], m->side[a], bytes, BLOB__D2H, s));
-    ck_ok(blob__be->stream_synchronize(s));
+    test_side_copy(m->gpu, m->side[a], m->host[a], bytes_of(m, a), up);
 }
 
 static void mixed_init(mixed *m)
@@ -113,22 +76,17 @@ static void mixed_init(mixed *m)
     for (int a = 0; a < ARRAYS; a++)
         mixed_sync(m, a, true);
     int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
-    if (m->gpu) {
-        ck_ok(blob__be->copy_async(m->step, zero, sizeof zero, BLOB__H2D, blob_stream_get()));
-        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
-    } else {
-        memcpy(m->step, zero, sizeof zero);
-    }
+    test_side_copy(m->gpu, m->step, zero, sizeof zero, true);
 }
 
 static void mixed_free(mixed *m)
 {
     for (int a = 0; a < ARRAYS; a++) {
         free(m->host[a]);
-        m->gpu ? blob__be->device_free(m->side[a]) : free(m->side[a]);
+        test_side_free(m->gpu, m->side[a]);
         free(m->ptr[a]);
     }
-    m->gpu ? blob__be->device_free(m->step) : free(m->step);
+    test_side_free(m->gpu, m->step);
     free(m->counts);
     free(m->offset);
 }

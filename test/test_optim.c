@@ -12,34 +12,6 @@
 #include "fake_backend.h"
 #include "testutil.h"
 
-/* The optimizers under test: every kind, with and without the options. */
-static blob_optim config(int c)
-{
-    blob_optim o;
-    switch (c) {
-    case 0: return blob_optim_default(BLOB_OPTIM_SGD, 0.1);
-    case 1:
-        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
-        o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
-        return o;
-    case 2:
-        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
-        o.momentum = 0.9, o.nesterov = true, o.weight_decay = 5e-4;
-        return o;
-    case 3:
-        o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
-        o.momentum = 0.9, o.weight_decay = 5e-4;
-        return o;
-    case 4: return blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
-    case 5:
-        o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
-        o.weight_decay = 1e-2;
-        return o;
-    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
-    }
-}
-enum { CONFIGS = 7 };
-
 /* One element by the rules of blob/optim.h, in double; t is the step number (from 1). */
 static void ref_update(const blob_optim *o, int64_t t, double *w, double g, double *h, double *v)
 {
@@ -93,30 +65,15 @@ typedef struct {
 static tensors tensors_new(blob_dtype dt, bool gpu, int n, const int64_t *counts, bool gap)
 {
     tensors t = {.dt = dt, .gpu = gpu, .n = n};
-    t.counts = malloc(sizeof(int64_t) * (size_t)n + 8);
-    t.offset = malloc(sizeof(int64_t) * (size_t)n + 8);
-    for (int i = 0; i < n; i++) {
-        t.counts[i] = counts[i];
-        t.total += gap && i % 2 ? 1 : (4 - t.total % 4) % 4; /* aligned unless a gap */
-        t.offset[i] = t.total;
-        t.total += counts[i];
-    }
+    t.total = test_pack_tensors(n, counts, 4, gap, &t.counts, &t.offset);
     const size_t es = blob_dtype_size(dt), bytes = (size_t)(t.total + 4) * es;
     for (int a = 0; a < 4; a++) {
         t.host[a] = calloc(1, bytes);
-        if (gpu)
-            ck_ok(blob__be->device_alloc(bytes, &t.side[a]));
-        else
-            t.side[a] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        t.ptr[a] = malloc(sizeof(void *) * (size_t)n + 8);
-        for (int i = 0; i < n; i++)
-            t.ptr[a][i] = (char *)t.side[a] + (size_t)t.offset[i] * es;
+        t.side[a] = test_side_alloc(gpu, bytes);
+        t.ptr[a] = test_tensor_pointers(t.side[a], n, t.offset, es);
     }
     test_fill(dt, t.host[0], t.total, -1, 1);
-    if (gpu)
-        ck_ok(blob__be->device_alloc(BLOB_OPTIM_STEP_WORDS * sizeof(int64_t), (void **)&t.step));
-    else
-        t.step = malloc(BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
+    t.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
     return t;
 }
 
@@ -124,14 +81,7 @@ static tensors tensors_new(blob_dtype dt, bool gpu, int n, const int64_t *counts
 static void tensors_sync(tensors *t, int a, bool up)
 {
     const size_t bytes = (size_t)(t->total + 4) * blob_dtype_size(t->dt);
-    if (!t->gpu) {
-        up ? memcpy(t->side[a], t->host[a], bytes) : memcpy(t->host[a], t->side[a], bytes);
-        return;
-    }
-    void *s = blob_stream_get();
-    ck_ok(up ? blob__be->copy_async(t->side[a], t->host[a], bytes, BLOB__H2D, s)
-             : blob__be->copy_async(t->host[a], t->side[a], bytes, BLOB__D2H, s));
-    ck_ok(blob__be->stream_synchronize(s));
+    test_side_copy(t->gpu, t->side[a], t->host[a], bytes, up);
 }
 
 static void tensors_init(tensors *t)
@@ -139,35 +89,24 @@ static void tensors_init(tensors *t)
     for (int a = 0; a < 4; a++)
         tensors_sync(t, a, true);
     int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
-    if (t->gpu) {
-        ck_ok(blob__be->copy_async(t->step, zero, sizeof zero, BLOB__H2D, blob_stream_get()));
-        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
-    } else {
-        memcpy(t->step, zero, sizeof zero);
-    }
+    test_side_copy(t->gpu, t->step, zero, sizeof zero, true);
 }
 
 static void tensors_free(tensors *t)
 {
     for (int a = 0; a < 4; a++) {
         free(t->host[a]);
-        t->gpu ? blob__be->device_free(t->side[a]) : free(t->side[a]);
+        test_side_free(t->gpu, t->side[a]);
         free(t->ptr[a]);
     }
-    t->gpu ? blob__be->device_free(t->step) : free(t->step);
+    test_side_free(t->gpu, t->step);
     free(t->counts);
     free(t->offset);
 }
 
 static void read_step(const tensors *t, int64_t out[BLOB_OPTIM_STEP_WORDS])
 {
-    const size_t bytes = BLOB_OPTIM_STEP_WORDS * sizeof(int64_t);
-    if (!t->gpu) {
-        memcpy(out, t->step, bytes);
-        return;
-    }
-    ck_ok(blob__be->copy_async(out, t->step, bytes, BLOB__D2H, blob_stream_get()));
-    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+    test_side_copy(t->gpu, t->step, out, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t), false);
 }
 
 static blob_status step_on(tensors *t, const blob_optim *o)
@@ -198,7 +137,7 @@ static void expect_close(tensors *t, int a, const double *ref, double tol, const
  * double after the last with tolerance tol. */
 static void run_and_check(tensors *t, int c, int steps, double tol, const char *label)
 {
-    const blob_optim o = config(c);
+    const blob_optim o = test_optim_config(c);
     const int hist = blob_optim_history_count(&o);
     double *ref[4];
     for (int a = 0; a < 4; a++) {
@@ -242,7 +181,7 @@ START_TEST(test_cpu_optim_rules)
 {
     const blob_dtype dt = (blob_dtype)_i;
     test_seed(31 + (uint64_t)dt);
-    for (int c = 0; c < CONFIGS; c++) {
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, false, N_ODD, odd_counts, true);
         run_and_check(&t, c, 5, step_tol(dt, 5), "cpu");
         tensors_free(&t);
@@ -381,8 +320,8 @@ static void check_blob_steps(int device, bool gpu, blob_dtype dt)
     const void *cp;
     if (gpu)
         ck_ok(blob_gpu_data(ps[0], &cp));
-    for (int c = 0; c < CONFIGS; c++) {
-        const blob_optim o = config(c);
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
+        const blob_optim o = test_optim_config(c);
         blob_optim_state *st;
         ck_ok(blob_optim_state_create(&st));
         double *w[3], *h[3], *v[3];
@@ -532,7 +471,7 @@ START_TEST(test_gpu_optim_rules)
     int64_t many[600];
     for (int i = 0; i < 600; i++)
         many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300; /* some empty */
-    for (int c = 0; c < CONFIGS; c++) {
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, true, N_ODD, odd_counts, c % 2 == 1);
         run_and_check(&t, c, 5, step_tol(dt, 5), "gpu");
         tensors_free(&t);
@@ -550,7 +489,7 @@ START_TEST(test_gpu_optim_large)
     const blob_dtype dt = (blob_dtype)_i;
     test_seed(41 + (uint64_t)dt);
     const int64_t counts[] = {4000003, 5, 2051};
-    for (int c = 0; c < CONFIGS; c++) {
+    for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, true, 3, counts, c % 2 == 1);
         run_and_check(&t, c, 2, step_tol(dt, 2), "gpu (large)");
         tensors_free(&t);
@@ -565,7 +504,7 @@ END_TEST
 START_TEST(test_gpu_optim_graph)
 {
     const int c = _i ? 6 : 1; /* AdamW, or SGD with momentum (its first step is special) */
-    const blob_optim o = config(c);
+    const blob_optim o = test_optim_config(c);
     void *s;
     ck_ok(blob_stream_create(&s));
     blob_stream_set(s);
@@ -639,7 +578,7 @@ START_TEST(test_gpu_blob_optim_graph)
         ck_ok(blob_gpu_data(cap[i], &p));
         ck_ok(blob_gpu_diff(cap[i], &p));
     }
-    const blob_optim o = config(6);
+    const blob_optim o = test_optim_config(6);
     blob_optim_state *se, *sc;
     ck_ok(blob_optim_state_create(&se));
     ck_ok(blob_optim_state_create(&sc));

@@ -288,6 +288,79 @@ void test_hide_gpus(void)
 
 void test_show_gpus(void) { blob__backend_install(NULL); }
 
+blob_optim test_optim_config(int c)
+{
+    blob_optim o;
+    switch (c) {
+    case 0: return blob_optim_default(BLOB_OPTIM_SGD, 0.1);
+    case 1:
+        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
+        o.momentum = 0.9, o.dampening = 0.1, o.weight_decay = 1e-2;
+        return o;
+    case 2:
+        o = blob_optim_default(BLOB_OPTIM_SGD, 0.05);
+        o.momentum = 0.9, o.nesterov = true, o.weight_decay = 5e-4;
+        return o;
+    case 3:
+        o = blob_optim_default(BLOB_OPTIM_SGD_CAFFE, 0.01);
+        o.momentum = 0.9, o.weight_decay = 5e-4;
+        return o;
+    case 4: return blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
+    case 5:
+        o = blob_optim_default(BLOB_OPTIM_ADAM, 1e-2);
+        o.weight_decay = 1e-2;
+        return o;
+    default: return blob_optim_default(BLOB_OPTIM_ADAMW, 1e-2);
+    }
+}
+
+int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
+                          int64_t **counts_copy, int64_t **offset)
+{
+    int64_t total = 0;
+    *counts_copy = malloc(sizeof(int64_t) * (size_t)n + 8);
+    *offset = malloc(sizeof(int64_t) * (size_t)n + 8);
+    for (int i = 0; i < n; i++) {
+        (*counts_copy)[i] = counts[i];
+        total += gap && i % 2 ? 1 : (align - total % align) % align;
+        (*offset)[i] = total;
+        total += counts[i];
+    }
+    return total;
+}
+
+void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
+{
+    void **ptr = malloc(sizeof(void *) * (size_t)n + 8);
+    for (int i = 0; i < n; i++)
+        ptr[i] = (char *)base + (size_t)offset[i] * es;
+    return ptr;
+}
+
+void *test_side_alloc(bool gpu, size_t bytes)
+{
+    void *p;
+    if (gpu)
+        ck_ok(blob__be->device_alloc(bytes, &p));
+    else
+        p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return p;
+}
+
+void test_side_free(bool gpu, void *p) { gpu ? blob__be->device_free(p) : free(p); }
+
+void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up)
+{
+    if (!gpu) {
+        up ? memcpy(side, host, bytes) : memcpy(host, side, bytes);
+        return;
+    }
+    void *s = blob_stream_get();
+    ck_ok(up ? blob__be->copy_async(side, host, bytes, BLOB__H2D, s)
+             : blob__be->copy_async(host, side, bytes, BLOB__D2H, s));
+    ck_ok(blob__be->stream_synchronize(s));
+}
+
 void test_streams_create(void **a, void **b)
 {
     ck_ok(blob_stream_create(a));

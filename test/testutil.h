@@ -86,6 +86,29 @@ void test_show_gpus(void);
 void test_streams_create(void **a, void **b);
 void test_streams_destroy(void *a, void *b);
 
+/* The optimizers the optimizer suites test, c in [0, TEST_OPTIM_CONFIGS): every kind, with
+ * and without the options (0 plain SGD; 1 SGD with momentum, dampening and decay; 2
+ * Nesterov; 3 Caffe's SGD; 4 Adam; 5 Adam with decay; 6 AdamW). */
+blob_optim test_optim_config(int c);
+enum { TEST_OPTIM_CONFIGS = 7 };
+
+/* n tensors of the given counts laid out in one buffer: *counts_copy and *offset (malloc'ed)
+ * get a copy of counts and each one's offset in elements, a multiple of align, or with gap,
+ * for odd tensors, one element past the previous end (misaligned); returns the elements in
+ * all. test_tensor_pointers gives (malloc'ed) the tensors' addresses in a buffer at base
+ * whose elements are es bytes. */
+int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
+                          int64_t **counts_copy, int64_t **offset);
+void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es);
+
+/* Memory for the array calls of one side: bytes of the device (the backend's
+ * device_alloc, asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives
+ * it back. test_side_copy copies bytes from host to side when up, else back, on the device
+ * on the current stream, waited for (asserted). */
+void *test_side_alloc(bool gpu, size_t bytes);
+void test_side_free(bool gpu, void *p);
+void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up);
+
 /* path written with the n bytes (asserted), and the number of entries of the directory dir
  * but "." and "..". */
 void test_write_file(const char *path, const void *bytes, size_t n);

@@ -51,6 +51,7 @@
 
 #include "../src/comm/record.h"
 #include "../src/core/clock.h"
+#include "../src/core/file_kind.h"
 #include "launch_options.h"
 
 typedef struct {
@@ -99,17 +100,6 @@ static const char *signal_name(int sig)
     return s ? s : "?";
 }
 
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    return S_ISDIR(mode)    ? "a directory"
-           : S_ISFIFO(mode) ? "a FIFO"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISSOCK(mode) ? "a socket"
-                            : "not a regular file";
-}
-
 /* Remove the rendezvous file at the end of path's symbolic links if it is an empty
  * regular file or a rendezvous record of this user: 0 (also when there is none), or -1
  * with a message saying what is there instead, which stays. */
@@ -125,7 +115,7 @@ static int remove_record(const char *path)
     if (lstat(target, &sb) != 0)
         return 0;
     if (!S_ISREG(sb.st_mode))
-        why = file_kind(sb.st_mode);
+        why = blob__file_kind(sb.st_mode);
     else if (sb.st_uid != geteuid())
         why = "another user's file";
     else if (sb.st_size > 0 &&
@@ -169,6 +159,52 @@ _Noreturn static void end_as(int status)
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
+/* The rank's process, forked by its keeper (keeper_pid): dies with the keeper, reads
+ * /dev/null, and runs the program under the launcher's signal mask, old. */
+_Noreturn static void run_rank(char **cmd, long rank, pid_t keeper_pid, const sigset_t *old)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != keeper_pid)
+        _exit(1);
+    int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0 || dup2(in, STDIN_FILENO) < 0) {
+        fprintf(stderr, "%s: rank %ld: cannot open /dev/null as its input: %s\n", prog, rank,
+                strerror(errno));
+        _exit(127);
+    }
+    sigprocmask(SIG_SETMASK, old, NULL);
+    execvp(cmd[0], cmd);
+    fprintf(stderr, "%s: cannot run %s: %s\n", prog, cmd[0], strerror(errno));
+    _exit(127);
+}
+
+/* The keeper's watch over the rank's process pid, woken by the signals of set: kill the
+ * group if the launcher dies, kill the rank if it is stopped for using the terminal, and
+ * end as the rank ends. */
+_Noreturn static void watch_rank(pid_t pid, long rank, pid_t launcher, const sigset_t *set)
+{
+    for (;;) {
+        siginfo_t info;
+        sigwaitinfo(set, &info);
+        if (getppid() != launcher)
+            kill(0, SIGKILL); /* the launcher died: the group goes, this keeper with it */
+        int ws;
+        pid_t got;
+        while ((got = waitpid(pid, &ws, WNOHANG | WUNTRACED)) == pid) {
+            if (!WIFSTOPPED(ws))
+                end_as(ws);
+            int sig = WSTOPSIG(ws);
+            if (sig == SIGTTIN || sig == SIGTTOU) {
+                fprintf(stderr,
+                        "%s: rank %ld (pid %d) was stopped by %s: it used the terminal, "
+                        "which ranks do not own (their input is /dev/null); killing it\n",
+                        prog, rank, (int)pid, signal_name(sig));
+                kill(pid, SIGKILL);
+            }
+        }
+    }
+}
+
 /* The keeper of rank r (its process group's leader; the launcher's signals blocked, in
  * `set`): start the program, kill the group if the launcher dies, kill a rank stopped for
  * using the terminal, and end as the rank ends. */
@@ -194,45 +230,13 @@ _Noreturn static void keeper(const launch_options *o, char **cmd, int r, pid_t l
     if (getppid() != launcher)
         kill(0, SIGKILL);
     pid_t keeper_pid = getpid(), pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != keeper_pid)
-            _exit(1);
-        int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (in < 0 || dup2(in, STDIN_FILENO) < 0) {
-            fprintf(stderr, "%s: rank %ld: cannot open /dev/null as its input: %s\n", prog, rank,
-                    strerror(errno));
-            _exit(127);
-        }
-        sigprocmask(SIG_SETMASK, old, NULL);
-        execvp(cmd[0], cmd);
-        fprintf(stderr, "%s: cannot run %s: %s\n", prog, cmd[0], strerror(errno));
-        _exit(127);
-    }
+    if (pid == 0)
+        run_rank(cmd, rank, keeper_pid, old);
     if (pid < 0) {
         fprintf(stderr, "%s: rank %ld: fork failed: %s\n", prog, rank, strerror(errno));
         _exit(1);
     }
-    for (;;) {
-        siginfo_t info;
-        sigwaitinfo(set, &info);
-        if (getppid() != launcher)
-            kill(0, SIGKILL); /* the launcher died: the group goes, this keeper with it */
-        int ws;
-        pid_t got;
-        while ((got = waitpid(pid, &ws, WNOHANG | WUNTRACED)) == pid) {
-            if (!WIFSTOPPED(ws))
-                end_as(ws);
-            int sig = WSTOPSIG(ws);
-            if (sig == SIGTTIN || sig == SIGTTOU) {
-                fprintf(stderr,
-                        "%s: rank %ld (pid %d) was stopped by %s: it used the terminal, "
-                        "which ranks do not own (their input is /dev/null); killing it\n",
-                        prog, rank, (int)pid, signal_name(sig));
-                kill(pid, SIGKILL);
-            }
-        }
-    }
+    watch_rank(pid, rank, launcher, set);
 }
 
 /* The launcher's run: its ranks, the signals it takes, and how the run is ending. */

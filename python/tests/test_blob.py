@@ -4,11 +4,9 @@ import tempfile
 import unittest
 
 import blob
+from optional import optional
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
+np = optional("numpy", ImportError)
 
 NEEDS_NUMPY = "NumPy is not importable"
 

@@ -8,11 +8,9 @@ import unittest
 
 import blob
 from blob import _lib
+from optional import optional
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
+np = optional("numpy", ImportError)
 
 NUMPY_READS_FLAGS = np is not None and tuple(map(int, np.__version__.split(".")[:2])) >= (2, 1)
 

@@ -7,16 +7,10 @@ import tempfile
 import unittest
 
 import blob
+from optional import optional
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
-
-try:
-    import torch
-except Exception:  # noqa: BLE001 - any failure to import means no torch here
-    torch = None
+np = optional("numpy", ImportError)
+torch = optional("torch")
 
 NUMPY_DTYPES = ["float16", "int32", "int64", "uint8"]
 

@@ -12,11 +12,9 @@ import unittest
 from pathlib import Path
 
 import blob
+from optional import optional
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
+np = optional("numpy", ImportError)
 
 PACKAGE_DIR = str(Path(blob.__file__).resolve().parents[1])
 

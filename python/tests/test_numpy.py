@@ -6,11 +6,9 @@ import sys
 import unittest
 
 import blob
+from optional import optional
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
+np = optional("numpy", ImportError)
 
 _get_name = ctypes.pythonapi.PyCapsule_GetName
 _get_name.restype = ctypes.c_char_p

@@ -6,21 +6,11 @@ import gc
 import unittest
 
 import blob
+from optional import optional
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
-
-try:
-    import torch
-except Exception:  # noqa: BLE001 - any failure to import means no torch here
-    torch = None
-
-try:
-    import cupy
-except Exception:  # noqa: BLE001
-    cupy = None
+np = optional("numpy", ImportError)
+torch = optional("torch")
+cupy = optional("cupy")
 
 BIG = 1 << 24  # elements: a kernel over this takes long enough to expose a missing wait
 

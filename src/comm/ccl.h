@@ -52,6 +52,14 @@ typedef struct blob__ccl {
     void (*abort)(void *handle);
 } blob__ccl;
 
+/* The entries of a table whose functions are named P_<entry>: P_new_id, P_init, ...,
+ * P_abort; the table gives its name and flags. */
+#define BLOB__CCL_ENTRIES(P)                                                                  \
+    .new_id = P##_new_id, .init = P##_init, .init_local = P##_init_local, .state = P##_state, \
+    .all_reduce = P##_all_reduce, .broadcast = P##_broadcast, .all_gather = P##_all_gather,   \
+    .group_begin = P##_group_begin, .group_end = P##_group_end, .finalize = P##_finalize,     \
+    .destroy = P##_destroy, .abort = P##_abort
+
 /* The element type of collectives on bfloat16 (not a blob dtype). */
 #define BLOB__CCL_BFLOAT16 ((blob_dtype)0x100)
 

@@ -160,18 +160,7 @@ static const blob__ccl nccl_table = {
     .name = "nccl",
     .multi_rank = true,
     .graphs = true,
-    .new_id = nccl_new_id,
-    .init = nccl_init,
-    .init_local = nccl_init_local,
-    .state = nccl_state,
-    .all_reduce = nccl_all_reduce,
-    .broadcast = nccl_broadcast,
-    .all_gather = nccl_all_gather,
-    .group_begin = nccl_group_begin,
-    .group_end = nccl_group_end,
-    .finalize = nccl_finalize,
-    .destroy = nccl_destroy,
-    .abort = nccl_abort,
+    BLOB__CCL_ENTRIES(nccl),
 };
 
 const blob__ccl *blob__ccl_default(void) { return &nccl_table; }

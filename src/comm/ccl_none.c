@@ -56,29 +56,20 @@ static blob_status none_all_gather(void *handle, const void *send, void *recv, s
     return no_nccl("all_gather");
 }
 
-static blob_status none_group(void) { return BLOB_OK; }
+static blob_status none_group_begin(void) { return BLOB_OK; }
+static blob_status none_group_end(void) { return BLOB_OK; }
 static blob_status none_finalize(void *handle)
 {
     (void)handle;
     return BLOB_OK;
 }
-static void none_release(void *handle) { (void)handle; }
+static void none_destroy(void *handle) { (void)handle; }
+static void none_abort(void *handle) { (void)handle; }
 
 static const blob__ccl none_table = {
     .name = "none",
     .multi_rank = false,
-    .new_id = none_new_id,
-    .init = none_init,
-    .init_local = none_init_local,
-    .state = none_state,
-    .all_reduce = none_all_reduce,
-    .broadcast = none_broadcast,
-    .all_gather = none_all_gather,
-    .group_begin = none_group,
-    .group_end = none_group,
-    .finalize = none_finalize,
-    .destroy = none_release,
-    .abort = none_release,
+    BLOB__CCL_ENTRIES(none),
 };
 
 const blob__ccl *blob__ccl_default(void) { return &none_table; }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "file_kind.h"
 
 #define TEMP_MARK    ".blob-tmp-" /* a temporary name: "." NAME TEMP_MARK and 6 letters */
 #define TEMP_LETTERS 6
@@ -42,20 +43,9 @@ static blob_status errno_fail(const char *func, const char *path, const char *wh
     return BLOB_EIO;
 }
 
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    return S_ISDIR(mode)    ? "a directory"
-           : S_ISFIFO(mode) ? "a FIFO"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISSOCK(mode) ? "a socket"
-                            : "not a regular file";
-}
-
 static blob_status not_regular(blob_status st, const char *func, const char *path, mode_t mode)
 {
-    return blob__fail(st, func, "%s: not a regular file (%s)", path, file_kind(mode));
+    return blob__fail(st, func, "%s: not a regular file (%s)", path, blob__file_kind(mode));
 }
 
 /* Follow symbolic links at the end of c->target. Resolution stops at the first name that

@@ -116,12 +116,10 @@ static __device__ void finish_step(const Args<T, G, CAP> &a)
     }
 }
 
-/* Update chunk c (of chunk_elems<T, VECS>() elements, fewer at a tensor's end). */
-template <typename T, typename G, int KIND, int CAP, int VECS>
-static __device__ void update_chunk(const Args<T, G, CAP> &a, const Scalars<T> &s, int64_t c)
+/* The tensor holding chunk c: the last one starting at or before it. */
+template <typename T, typename G, int CAP>
+static __device__ int tensor_of_chunk(const Args<T, G, CAP> &a, int64_t c)
 {
-    constexpr bool MIXED = Args<T, G, CAP>::MIXED;
-    /* the tensor holding chunk c: the last one starting at or before it */
     int lo = 0, hi = a.count - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -130,67 +128,93 @@ static __device__ void update_chunk(const Args<T, G, CAP> &a, const Scalars<T> &
         else
             hi = mid - 1;
     }
-    constexpr int64_t CHUNK = chunk_elems<T, VECS>();
-    const int64_t off = (c - a.chunk_start[lo]) * CHUNK, rest = a.n[lo] - off;
-    const int64_t len = rest < CHUNK ? rest : CHUNK;
-    T *__restrict__ w = a.data[lo] + off;
-    const G *__restrict__ g = a.diff[lo] + off;
-    T *__restrict__ h = a.h1[lo] ? a.h1[lo] + off : nullptr;
-    T *__restrict__ v = a.h2[lo] ? a.h2[lo] + off : nullptr;
-    G *__restrict__ wk = MIXED ? a.work[MIXED ? lo : 0] + off : nullptr;
+    return lo;
+}
+
+/* A whole chunk at 16-byte aligned w, h and v (and g, wk aligned to their vectors): each
+ * thread loads VECS vectors of each, updates their elements, and stores them. */
+template <typename T, typename G, int KIND, int CAP, int VECS>
+static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T> &s, T *w,
+                                      const G *g, T *h, T *v, G *wk)
+{
+    constexpr bool MIXED = Args<T, G, CAP>::MIXED;
+    constexpr int E = 16 / sizeof(T);
     typedef typename Vec<T>::type V;
     typedef GVec<T, G> GV;
-    if (len == CHUNK && (((uintptr_t)w | (uintptr_t)h | (uintptr_t)v) & 15) == 0 &&
-        (((uintptr_t)g | (uintptr_t)wk) & (sizeof(GV) - 1)) == 0) {
-        constexpr int E = 16 / sizeof(T);
-        V wv[VECS], hv[VECS], vv[VECS];
-        GV gv[VECS];
+    V wv[VECS], hv[VECS], vv[VECS];
+    GV gv[VECS];
 #pragma unroll
-        for (int k = 0; k < VECS; k++) {
-            const int i = threadIdx.x + k * THREADS;
-            wv[k] = ((const V *)w)[i];
-            gv[k] = ((const GV *)g)[i];
-            if (h)
-                hv[k] = ((const V *)h)[i];
-            if (v)
-                vv[k] = ((const V *)v)[i];
-        }
+    for (int k = 0; k < VECS; k++) {
+        const int i = threadIdx.x + k * THREADS;
+        wv[k] = ((const V *)w)[i];
+        gv[k] = ((const GV *)g)[i];
+        if (h)
+            hv[k] = ((const V *)h)[i];
+        if (v)
+            vv[k] = ((const V *)v)[i];
+    }
 #pragma unroll
-        for (int k = 0; k < VECS; k++) {
-            T *pw = (T *)&wv[k], *ph = (T *)&hv[k], *pv = (T *)&vv[k];
-            G *pg = (G *)&gv[k];
+    for (int k = 0; k < VECS; k++) {
+        T *pw = (T *)&wv[k], *ph = (T *)&hv[k], *pv = (T *)&vv[k];
+        G *pg = (G *)&gv[k];
 #pragma unroll
-            for (int e = 0; e < E; e++) {
-                BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, pw[e], (grad_value<T, G>(pg[e], a.inv_scale)),
-                                    ph[e], pv[e]);
-                if (MIXED)
-                    pg[e] = narrow<G>(pw[e]); /* the gradient's slot takes the working copy */
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < VECS; k++) {
-            const int i = threadIdx.x + k * THREADS;
-            ((V *)w)[i] = wv[k];
+        for (int e = 0; e < E; e++) {
+            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, pw[e], (grad_value<T, G>(pg[e], a.inv_scale)),
+                                ph[e], pv[e]);
             if (MIXED)
-                ((GV *)wk)[i] = gv[k];
-            if (h)
-                ((V *)h)[i] = hv[k];
-            if (v)
-                ((V *)v)[i] = vv[k];
-        }
-    } else {
-        for (int64_t i = threadIdx.x; i < len; i += THREADS) {
-            T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
-            BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], (grad_value<T, G>(g[i], a.inv_scale)), hi_,
-                                vi_);
-            if (MIXED)
-                wk[i] = narrow<G>(w[i]);
-            if (h)
-                h[i] = hi_;
-            if (v)
-                v[i] = vi_;
+                pg[e] = narrow<G>(pw[e]); /* the gradient's slot takes the working copy */
         }
     }
+#pragma unroll
+    for (int k = 0; k < VECS; k++) {
+        const int i = threadIdx.x + k * THREADS;
+        ((V *)w)[i] = wv[k];
+        if (MIXED)
+            ((GV *)wk)[i] = gv[k];
+        if (h)
+            ((V *)h)[i] = hv[k];
+        if (v)
+            ((V *)v)[i] = vv[k];
+    }
+}
+
+/* The len elements of a chunk one at a time (a tensor's short end, or unaligned). */
+template <typename T, typename G, int KIND, int CAP>
+static __device__ void update_elements(const Args<T, G, CAP> &a, const Scalars<T> &s, T *w,
+                                       const G *g, T *h, T *v, G *wk, int64_t len)
+{
+    for (int64_t i = threadIdx.x; i < len; i += THREADS) {
+        T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
+        BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], (grad_value<T, G>(g[i], a.inv_scale)), hi_,
+                            vi_);
+        if (Args<T, G, CAP>::MIXED)
+            wk[i] = narrow<G>(w[i]);
+        if (h)
+            h[i] = hi_;
+        if (v)
+            v[i] = vi_;
+    }
+}
+
+/* Update chunk c (of chunk_elems<T, VECS>() elements, fewer at a tensor's end). */
+template <typename T, typename G, int KIND, int CAP, int VECS>
+static __device__ void update_chunk(const Args<T, G, CAP> &a, const Scalars<T> &s, int64_t c)
+{
+    constexpr bool MIXED = Args<T, G, CAP>::MIXED;
+    const int t = tensor_of_chunk(a, c);
+    constexpr int64_t CHUNK = chunk_elems<T, VECS>();
+    const int64_t off = (c - a.chunk_start[t]) * CHUNK, rest = a.n[t] - off;
+    const int64_t len = rest < CHUNK ? rest : CHUNK;
+    T *__restrict__ w = a.data[t] + off;
+    const G *__restrict__ g = a.diff[t] + off;
+    T *__restrict__ h = a.h1[t] ? a.h1[t] + off : nullptr;
+    T *__restrict__ v = a.h2[t] ? a.h2[t] + off : nullptr;
+    G *__restrict__ wk = MIXED ? a.work[MIXED ? t : 0] + off : nullptr;
+    if (len == CHUNK && (((uintptr_t)w | (uintptr_t)h | (uintptr_t)v) & 15) == 0 &&
+        (((uintptr_t)g | (uintptr_t)wk) & (sizeof(GVec<T, G>) - 1)) == 0)
+        update_vectors<T, G, KIND, CAP, VECS>(a, s, w, g, h, v, wk);
+    else
+        update_elements<T, G, KIND, CAP>(a, s, w, g, h, v, wk, len);
 }
 
 /* Blocks loop over the chunks of all tensors of the launch. */

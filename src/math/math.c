@@ -316,8 +316,11 @@ static blob_status check_labels(const char *fn, blob_dtype dtype, int64_t rows, 
     return BLOB_OK;
 }
 
-/* The dtypes of the softmax_loss_*_mixed calls: float32 or a 16-bit float, int labels. */
-static blob_status check_mixed_softmax(const char *fn, blob_dtype dtype, blob_dtype label_dtype)
+/* The arguments of the softmax_loss_*_mixed calls: float32 or a 16-bit float, int labels,
+ * then check_softmax's checks of the shape and of the arrays a..d named by names. */
+static blob_status check_mixed_softmax(const char *fn, blob_dtype dtype, blob_dtype label_dtype,
+                                       int64_t rows, int64_t classes, const char *names,
+                                       const void *a, const void *b, const void *c, const void *d)
 {
     BLOB_TRY(check_dtype_taken(fn, TAKES_HALF, dtype));
     if (dtype == BLOB_FLOAT64)
@@ -331,7 +334,7 @@ static blob_status check_mixed_softmax(const char *fn, blob_dtype dtype, blob_dt
                           "labels of %s are not supported (int32 and int64 "
                           "only)",
                           blob_dtype_name(label_dtype));
-    return BLOB_OK;
+    return check_softmax(fn, TAKES_HALF, dtype, rows, classes, names, a, b, c, d, NULL);
 }
 
 /* ---- GPU side, and the degenerate products of both sides ---- */
@@ -785,6 +788,25 @@ static void softmax_backward_mixed_range(void *args, int64_t lo, int64_t hi)
     }
 }
 
+/* Runs range over the rows of a softmax with loss on the host threads: in (logits or
+ * prob) and labels of label_dtype read, y, z and w written as the range says. */
+static void softmax_rows_on_host(void (*range)(void *, int64_t, int64_t), blob_dtype dtype,
+                                 blob_dtype label_dtype, int64_t rows, int64_t classes,
+                                 double scale, const void *in, const void *labels, void *y, void *z,
+                                 void *w)
+{
+    loop_args l = {.dtype = dtype,
+                   .label_dtype = label_dtype,
+                   .classes = classes,
+                   .scale = scale,
+                   .a = in,
+                   .labels = labels,
+                   .y = y,
+                   .z = z,
+                   .w = w};
+    blob__host_for(blob__host_threads(rows * classes), rows, range, &l);
+}
+
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
@@ -825,9 +847,8 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
     BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
                            "logits, labels, prob, loss", logits, labels, prob, loss, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    loop_args l = {
-        .dtype = dtype, .classes = classes, .a = logits, .labels = labels, .y = prob, .z = loss};
-    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
+    softmax_rows_on_host(softmax_loss_forward_range, dtype, dtype, rows, classes, 0, logits, labels,
+                         prob, loss, NULL);
     return BLOB_OK;
 }
 
@@ -849,13 +870,8 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
     BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes, "prob, labels, dlogits",
                            prob, labels, dlogits, NULL, NULL));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype,
-                   .classes = classes,
-                   .scale = scale,
-                   .a = prob,
-                   .labels = labels,
-                   .y = dlogits};
-    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_backward_range, &l);
+    softmax_rows_on_host(softmax_loss_backward_range, dtype, dtype, rows, classes, scale, prob,
+                         labels, dlogits, NULL, NULL);
     return BLOB_OK;
 }
 
@@ -879,15 +895,8 @@ blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                            "logits, labels, prob, loss, dlogits", logits, labels, prob, loss,
                            dlogits));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype,
-                   .classes = classes,
-                   .scale = scale,
-                   .a = logits,
-                   .labels = labels,
-                   .y = prob,
-                   .z = loss,
-                   .w = dlogits};
-    blob__host_for(blob__host_threads(rows * classes), rows, softmax_loss_forward_range, &l);
+    softmax_rows_on_host(softmax_loss_forward_range, dtype, dtype, rows, classes, scale, logits,
+                         labels, prob, loss, dlogits);
     return BLOB_OK;
 }
 
@@ -908,20 +917,11 @@ blob_status blob_cpu_softmax_loss_mixed(blob_dtype dtype, blob_dtype label_dtype
                                         int64_t classes, const void *logits, const void *labels,
                                         double scale, void *prob, float *loss, void *dlogits)
 {
-    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
-    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "logits, labels, prob, loss",
-                           logits, labels, prob, loss, NULL));
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype, rows, classes,
+                                 "logits, labels, prob, loss", logits, labels, prob, loss));
     BLOB_TRY(check_labels(__func__, label_dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype,
-                   .label_dtype = label_dtype,
-                   .classes = classes,
-                   .scale = scale,
-                   .a = logits,
-                   .labels = labels,
-                   .y = prob,
-                   .z = loss,
-                   .w = dlogits};
-    blob__host_for(blob__host_threads(rows * classes), rows, softmax_mixed_range, &l);
+    softmax_rows_on_host(softmax_mixed_range, dtype, label_dtype, rows, classes, scale, logits,
+                         labels, prob, loss, dlogits);
     return BLOB_OK;
 }
 
@@ -929,9 +929,8 @@ blob_status blob_gpu_softmax_loss_mixed(blob_dtype dtype, blob_dtype label_dtype
                                         int64_t classes, const void *logits, const void *labels,
                                         double scale, void *prob, float *loss, void *dlogits)
 {
-    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
-    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "logits, labels, prob, loss",
-                           logits, labels, prob, loss, NULL));
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype, rows, classes,
+                                 "logits, labels, prob, loss", logits, labels, prob, loss));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_mixed(blob_stream_get(), dtype, label_dtype, rows, classes, logits,
                                       labels, scale, prob, loss, dlogits);
@@ -941,18 +940,11 @@ blob_status blob_cpu_softmax_loss_backward_mixed(blob_dtype dtype, blob_dtype la
                                                  int64_t rows, int64_t classes, const void *prob,
                                                  const void *labels, double scale, void *dlogits)
 {
-    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
-    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "prob, labels, dlogits",
-                           prob, labels, dlogits, NULL, NULL));
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype, rows, classes,
+                                 "prob, labels, dlogits", prob, labels, dlogits, NULL));
     BLOB_TRY(check_labels(__func__, label_dtype, rows, classes, labels));
-    loop_args l = {.dtype = dtype,
-                   .label_dtype = label_dtype,
-                   .classes = classes,
-                   .scale = scale,
-                   .a = prob,
-                   .labels = labels,
-                   .y = dlogits};
-    blob__host_for(blob__host_threads(rows * classes), rows, softmax_backward_mixed_range, &l);
+    softmax_rows_on_host(softmax_backward_mixed_range, dtype, label_dtype, rows, classes, scale,
+                         prob, labels, dlogits, NULL, NULL);
     return BLOB_OK;
 }
 
@@ -960,9 +952,8 @@ blob_status blob_gpu_softmax_loss_backward_mixed(blob_dtype dtype, blob_dtype la
                                                  int64_t rows, int64_t classes, const void *prob,
                                                  const void *labels, double scale, void *dlogits)
 {
-    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype));
-    BLOB_TRY(check_softmax(__func__, TAKES_HALF, dtype, rows, classes, "prob, labels, dlogits",
-                           prob, labels, dlogits, NULL, NULL));
+    BLOB_TRY(check_mixed_softmax(__func__, dtype, label_dtype, rows, classes,
+                                 "prob, labels, dlogits", prob, labels, dlogits, NULL));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward_mixed(blob_stream_get(), dtype, label_dtype, rows, classes,
                                                prob, labels, scale, dlogits);
