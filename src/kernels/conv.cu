@@ -117,8 +117,8 @@ static bool fits32(const blob__conv_call *c)
      : (dtype) == BLOB_BFLOAT16 ? BY_INDEX(__nv_bfloat16, fits, launch, __VA_ARGS__) \
                                 : BY_INDEX(__half, fits, launch, __VA_ARGS__))
 
-/* A value computed in wide_t<T> stored as T: rounded once for the 16-bit floats (narrow),
- * as it is for float32 and float64. */
+/* A value computed in wide_t<T> stored as T: as it is for float32 and float64, rounded
+ * once to nearest even (narrow) for the 16-bit floats. */
 template <typename T>
 static __device__ T store(wide_t<T> v)
 {
