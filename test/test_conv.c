@@ -1,9 +1,10 @@
 /* Convolution and pooling math: output sizes; im2col against a direct gather, convolution
  * through im2col + GEMM against a direct 7-loop convolution (batched and per image, with
  * groups), col2im as the adjoint of im2col; max and average pooling forward and backward
- * against direct loops (padding, strides, ceil mode, ties, NaN); the GPU against the host
- * on random data, past 2^31 elements too; exact error codes for bad geometry, NULL
- * arrays and overflowing sizes on both sides. */
+ * against direct loops (padding, strides, ceil mode, ties, NaN); every op on bfloat16 and
+ * float16 against float32 on the host; the GPU against the host on random data in every
+ * float dtype, past 2^31 elements too; exact error codes for bad and integer dtypes, bad
+ * geometry, NULL arrays and overflowing sizes on both sides. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,11 +64,14 @@ static const char *describe(const blob_conv_geometry *g, char buf[160])
         c, h, w, kh, kw, ph, pw, sh, sw, dh, dw, BLOB_ROUND_##r \
     }
 
-/* Geometries for im2col and convolution, each with a batch size. */
-static const struct {
+/* A geometry with a batch size. */
+typedef struct {
     blob_conv_geometry g;
     int64_t num;
-} conv_cases[] = {
+} geo_case;
+
+/* Geometries for im2col and convolution. */
+static const geo_case conv_cases[] = {
     {GEO(3, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, FLOOR), 2},
     {GEO(2, 9, 8, 3, 2, 0, 1, 2, 3, 1, 1, FLOOR), 3},
     {GEO(2, 10, 9, 3, 3, 2, 1, 1, 2, 2, 3, FLOOR), 2},
@@ -81,11 +85,8 @@ static const struct {
 };
 #define N_CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
-/* Pooling windows (pad below the kernel, no dilation), each with a batch size. */
-static const struct {
-    blob_conv_geometry g;
-    int64_t num;
-} pool_cases[] = {
+/* Pooling windows (pad below the kernel, no dilation). */
+static const geo_case pool_cases[] = {
     {GEO(3, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, FLOOR), 2},
     {GEO(2, 9, 8, 3, 2, 0, 1, 2, 3, 1, 1, FLOOR), 3},
     {GEO(4, 6, 7, 2, 2, 0, 0, 2, 2, 1, 1, CEIL), 2},
@@ -603,6 +604,96 @@ START_TEST(test_cpu_pool_by_hand)
 }
 END_TEST
 
+/* ---- The 16-bit floats on the host, against float32 on the same values ---- */
+
+static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
+
+/* n random non-zero values of dt (magnitudes in [1/8, 1), either sign), and their
+ * float32 values (exact) in *wide. */
+static void *half_values(blob_dtype dt, int64_t n, float **wide)
+{
+    double *v;
+    void *h = random_dt(dt, n, 0.125, 1, &v);
+    for (int64_t i = 0; i < n; i++)
+        if (test_uniform(0, 1) < 0.5)
+            test_put(dt, h, i, -v[i]);
+    free(v);
+    *wide = alloc_dt(BLOB_FLOAT32, n);
+    ck_ok(blob_cpu_convert(dt, BLOB_FLOAT32, n, h, *wide));
+    return h;
+}
+
+/* a, of 16-bit dtype dt, is the float32 ref rounded once: within half a unit of dt in
+ * the last place, relative (absolute below 1e-3, float16's subnormals). */
+static void expect_rounded(blob_dtype dt, const void *a, const float *ref, int64_t n,
+                           const char *what, const blob_conv_geometry *g, int64_t num)
+{
+    const double half_unit = dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    char buf[160];
+    for (int64_t i = 0; i < n; i++) {
+        const double x = test_get(dt, a, i), r = ref[i];
+        ck_assert_msg(fabs(x - r) <= half_unit * fmax(fabs(r), 1e-3),
+                      "%s %s %s num %lld: [%lld] = %.9g, float32 %.9g", test_dtype_name(dt), what,
+                      describe(g, buf), (long long)num, (long long)i, x, r);
+    }
+}
+
+/* im2col and col2im of dt against float32. */
+static void check_half_conv(blob_dtype dt, const blob_conv_geometry *g, int64_t num)
+{
+    const call_sizes z = sizes_of(g, num, false);
+    float *xf, *yf, *colf = alloc_dt(BLOB_FLOAT32, z.n_other),
+                    *imf = alloc_dt(BLOB_FLOAT32, z.n_image);
+    void *x = half_values(dt, z.n_image, &xf), *y = half_values(dt, z.n_other, &yf);
+    void *col = alloc_dt(dt, z.n_other), *im = alloc_dt(dt, z.n_image);
+    ck_ok(blob_cpu_im2col(dt, g, num, x, col));
+    ck_ok(blob_cpu_im2col(BLOB_FLOAT32, g, num, xf, colf));
+    expect_rounded(dt, col, colf, z.n_other, "im2col", g, num);
+    ck_ok(blob_cpu_col2im(dt, g, num, y, im));
+    ck_ok(blob_cpu_col2im(BLOB_FLOAT32, g, num, yf, imf));
+    expect_rounded(dt, im, imf, z.n_image, "col2im", g, num);
+    free(xf), free(yf), free(colf), free(imf), free(x), free(y), free(col), free(im);
+}
+
+/* Max and average pooling of dt, forward and backward, against float32: the same argmax,
+ * and each output its float32 value rounded once. */
+static void check_half_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t num)
+{
+    const call_sizes z = sizes_of(g, num, true);
+    const int64_t n_x = z.n_image, n_y = z.n_other;
+    float *xf, *dyf, *yf = alloc_dt(BLOB_FLOAT32, n_y), *dxf = alloc_dt(BLOB_FLOAT32, n_x);
+    void *x = half_values(dt, n_x, &xf), *dy = half_values(dt, n_y, &dyf);
+    void *y = alloc_dt(dt, n_y), *dx = alloc_dt(dt, n_x);
+    int32_t *am = alloc_dt(BLOB_INT32, n_y), *amf = alloc_dt(BLOB_INT32, n_y);
+    ck_ok(blob_cpu_max_pool_forward(dt, g, num, x, y, am));
+    ck_ok(blob_cpu_max_pool_forward(BLOB_FLOAT32, g, num, xf, yf, amf));
+    expect_rounded(dt, y, yf, n_y, "max_pool_forward", g, num);
+    ck_assert(memcmp(am, amf, sizeof(int32_t) * (size_t)n_y) == 0);
+    ck_ok(blob_cpu_max_pool_backward(dt, g, num, dy, am, dx));
+    ck_ok(blob_cpu_max_pool_backward(BLOB_FLOAT32, g, num, dyf, amf, dxf));
+    expect_rounded(dt, dx, dxf, n_x, "max_pool_backward", g, num);
+    ck_ok(blob_cpu_avg_pool_forward(dt, g, num, x, y));
+    ck_ok(blob_cpu_avg_pool_forward(BLOB_FLOAT32, g, num, xf, yf));
+    expect_rounded(dt, y, yf, n_y, "avg_pool_forward", g, num);
+    ck_ok(blob_cpu_avg_pool_backward(dt, g, num, dy, dx));
+    ck_ok(blob_cpu_avg_pool_backward(BLOB_FLOAT32, g, num, dyf, dxf));
+    expect_rounded(dt, dx, dxf, n_x, "avg_pool_backward", g, num);
+    free(xf), free(dyf), free(yf), free(dxf), free(x), free(dy), free(y), free(dx), free(am),
+        free(amf);
+}
+
+/* Every op on bfloat16 (i = 0) or float16 over every conv and pool case. */
+START_TEST(test_cpu_half)
+{
+    const blob_dtype dt = halves[_i];
+    test_seed(606 + (uint64_t)_i);
+    for (int c = 0; c < N_CONV_CASES; c++)
+        check_half_conv(dt, &conv_cases[c].g, conv_cases[c].num);
+    for (int c = 0; c < N_POOL_CASES; c++)
+        check_half_pool(dt, &pool_cases[c].g, pool_cases[c].num);
+}
+END_TEST
+
 /* ---- Errors of the array functions, both sides ---- */
 
 typedef struct {
@@ -665,6 +756,9 @@ START_TEST(test_bad_arguments)
         ck_status(call_op(s, op, (blob_dtype)7, &ok, 2, -1, err_buf), BLOB_EINVAL);
         ck_assert_msg(strstr(blob_last_error(), name), "\"%s\" lacks %s", blob_last_error(), name);
         ck_assert(strstr(blob_last_error(), "bad dtype"));
+        ck_status(call_op(s, op, BLOB_INT32, &ok, 2, -1, err_buf), BLOB_ENOTSUP);
+        ck_assert_msg(strstr(blob_last_error(), name) && strstr(blob_last_error(), "int32"), "%s",
+                      blob_last_error());
         ck_status(call_op(s, op, BLOB_FLOAT32, &ok, -1, -1, err_buf), BLOB_EINVAL);
         ck_assert(strstr(blob_last_error(), "negative num"));
         ck_status(call_op(s, op, BLOB_FLOAT32, NULL, 2, -1, err_buf), BLOB_EINVAL);
@@ -744,7 +838,7 @@ START_TEST(test_empty)
     blob_status expected = s->gpu && blob_device_count() <= 0 ? BLOB_ENODEV : BLOB_OK;
     blob_conv_geometry g = GEO(3, 5, 5, 2, 2, 0, 0, 1, 1, 1, 1, FLOOR);
     for (int op = 0; op < N_OPS; op++)
-        for (int dt = 0; dt < 2; dt++) {
+        for (int dt = BLOB_FLOAT32; dt <= BLOB_FLOAT16; dt++) {
             ck_status(call_op(s, op, (blob_dtype)dt, &g, 0, -1, NULL), expected);
             g.channels = 0;
             ck_status(call_op(s, op, (blob_dtype)dt, &g, 4, -1, NULL), expected);
@@ -1082,6 +1176,7 @@ Suite *conv_suite(void)
     add_tests(tc, test_output_sizes, test_bad_geometry);
     add_loop_tests(tc, 0, 2, test_cpu_im2col, test_cpu_conv_gemm, test_cpu_col2im, test_cpu_pool);
     add_tests(tc, test_cpu_pool_by_hand);
+    add_loop_tests(tc, 0, 2, test_cpu_half);
     add_loop_tests(tc, 0, 2, test_bad_arguments, test_big_sizes, test_empty);
     add_tests(tc, test_gpu_without_gpu);
 
@@ -1090,7 +1185,7 @@ Suite *conv_suite(void)
                   test_launchers_without_cuda);
 
     tc = suite_case(s, "gpu", "gpu", NULL, NULL);
-    add_loop_tests(tc, 0, 2, test_gpu_ops, test_gpu_ops_on_stream);
+    add_loop_tests(tc, BLOB_FLOAT32, BLOB_FLOAT16 + 1, test_gpu_ops, test_gpu_ops_on_stream);
     add_tests(tc, test_gpu_beyond_int_max);
     return s;
 }

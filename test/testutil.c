@@ -420,25 +420,32 @@ double test_uniform(double lo, double hi)
 
 double test_get(blob_dtype dtype, const void *p, int64_t i)
 {
-    return dtype == BLOB_FLOAT32 ? ((const float *)p)[i] : ((const double *)p)[i];
+    double v;
+    switch (dtype) {
+    case BLOB_FLOAT32: return ((const float *)p)[i];
+    case BLOB_FLOAT64: return ((const double *)p)[i];
+    default: ck_ok(blob_cpu_convert(dtype, BLOB_FLOAT64, 1, (const char *)p + i * 2, &v)); return v;
+    }
 }
 
 void test_put(blob_dtype dtype, void *p, int64_t i, double v)
 {
-    if (dtype == BLOB_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
+    switch (dtype) {
+    case BLOB_FLOAT32: ((float *)p)[i] = (float)v; break;
+    case BLOB_FLOAT64: ((double *)p)[i] = v; break;
+    default: ck_ok(blob_cpu_convert(BLOB_FLOAT64, dtype, 1, &v, (char *)p + i * 2)); break;
+    }
 }
 
-const char *test_dtype_name(blob_dtype dtype)
-{
-    return dtype == BLOB_FLOAT32 ? "float32" : "float64";
-}
+const char *test_dtype_name(blob_dtype dtype) { return blob_dtype_name(dtype); }
 
 double test_tol(blob_dtype dtype, int64_t k)
 {
-    return 4 * (dtype == BLOB_FLOAT32 ? FLT_EPSILON : DBL_EPSILON) * (double)(k + 1);
+    const double eps = dtype == BLOB_FLOAT32    ? FLT_EPSILON
+                       : dtype == BLOB_FLOAT64  ? DBL_EPSILON
+                       : dtype == BLOB_BFLOAT16 ? 0x1p-7
+                                                : 0x1p-10;
+    return 4 * eps * (double)(k + 1);
 }
 
 void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi)

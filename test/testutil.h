@@ -123,11 +123,12 @@ void test_seed(uint64_t seed);
 double test_uniform(double lo, double hi);
 void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi);
 
-/* Element i of a float32 or float64 array, read as a double; written from one. */
+/* Element i of an array of a float dtype, read as a double; written from one (rounded to
+ * nearest even for the 16-bit floats). */
 double test_get(blob_dtype dtype, const void *p, int64_t i);
 void test_put(blob_dtype dtype, void *p, int64_t i, double v);
 
-/* "float32" or "float64", for messages. */
+/* "float32", "bfloat16", ..., for messages. */
 const char *test_dtype_name(blob_dtype dtype);
 
 /* Relative tolerance for results that sum k rounded terms of dtype. */

@@ -7,7 +7,7 @@
 typedef struct {
     nn_layer base;
     nn_conv_param p;      /* with the defaults filled in */
-    blob_conv_geometry g; /* one input image's windows */
+    blob_conv_geometry g; /* one input image's windows (its plane from the last reshape) */
     /* The output plane as a 1x1-kernel geometry of num_output channels: im2col over it
      * turns NCHW into the channel-major layout of the GEMM's product (num_output x
      * (images x out_h x out_w)), and col2im turns it back. */
@@ -26,30 +26,17 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
     conv_layer *cv = conv_of(l);
     const nn_conv_param *p = &cv->p;
-    blob *x = bottom[0];
-    if (blob_get_dtype(x) != l->dtype || blob_num_axes(x) != 4 || blob_shape(x)[1] != p->channels)
+    blob_conv_geometry g = cv->g;
+    NN_TRY(nn__window_over(l, bottom[0], &g));
+    if (g.channels != p->channels)
         return BLOB_ESHAPE;
-    const int64_t *s = blob_shape(x);
-    blob_conv_geometry g = {
-        .channels = p->channels,
-        .height = s[2],
-        .width = s[3],
-        .kernel_h = p->kernel_h,
-        .kernel_w = p->kernel_w,
-        .pad_h = p->pad_h,
-        .pad_w = p->pad_w,
-        .stride_h = p->stride_h,
-        .stride_w = p->stride_w,
-        .dilation_h = p->dilation_h,
-        .dilation_w = p->dilation_w,
-    };
     int64_t oh, ow;
     NN_TRY(blob_conv_output_size(&g, &oh, &ow)); /* BLOB_ESHAPE: kernel beyond the input */
     const int64_t rows = p->channels * p->kernel_h * p->kernel_w, plane = oh * ow;
     const int64_t elem = (int64_t)blob_dtype_size(l->dtype);
     if (plane > INT64_MAX / rows / elem)
         return BLOB_EOVERFLOW;
-    const int64_t image_bytes = rows * plane * elem, num = s[0];
+    const int64_t image_bytes = rows * plane * elem, num = blob_shape(bottom[0])[0];
     int64_t chunk = (int64_t)(p->max_col_bytes / (size_t)image_bytes);
     chunk = chunk < 1 ? 1 : chunk > num ? num : chunk;
     int64_t top_shape[4] = {num, p->num_output, oh, ow};
@@ -61,15 +48,10 @@ static blob_status conv_reshape(nn_layer *l, blob *const *bottom, blob *top)
     NN_TRY(blob_reshape(cv->product, 2, product_shape));
     NN_TRY(nn__reshape_ones(l, cv->ones, chunk * plane));
     cv->g = g;
-    cv->plane = (blob_conv_geometry){.channels = p->num_output,
-                                     .height = oh,
-                                     .width = ow,
-                                     .kernel_h = 1,
-                                     .kernel_w = 1,
-                                     .stride_h = 1,
-                                     .stride_w = 1,
-                                     .dilation_h = 1,
-                                     .dilation_w = 1};
+    cv->plane = nn__window(1, 1, 0, 0, 1, 1);
+    cv->plane.channels = p->num_output;
+    cv->plane.height = oh;
+    cv->plane.width = ow;
     cv->num = num;
     cv->chunk = chunk;
     cv->col_fresh = false;
@@ -148,8 +130,12 @@ static blob_status conv_param_grads(nn_layer *l, const void *dout, const void *x
     const blob_dtype dt = l->dtype;
     const conv_sizes z = sizes_of(cv);
     const int64_t cols = images * z.plane;
-    const double beta = n0 ? 1.0 : 0.0; /* later chunks add to the param diffs */
-    NN_TRY(m->gemv(dt, BLOB_NO_TRANS, cv->p.num_output, cols, 1.0, dout, ones, beta, db));
+    const double beta = n0 ? 1.0 : 0.0;            /* later chunks add to the param diffs */
+    if (dt == BLOB_BFLOAT16 || dt == BLOB_FLOAT16) /* which gemv does not take */
+        NN_TRY(m->gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, cv->p.num_output, 1, cols, 1.0, dout, ones,
+                       beta, db));
+    else
+        NN_TRY(m->gemv(dt, BLOB_NO_TRANS, cv->p.num_output, cols, 1.0, dout, ones, beta, db));
     if (!cv->col_fresh)
         NN_TRY(m->im2col(dt, &cv->g, images, at(x, n0 * z.in_image, z.elem), col));
     for (int64_t g = 0; g < cv->p.groups; g++) {
@@ -264,6 +250,9 @@ blob_status nn_conv_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
     NN_TRY(nn__layer_alloc(&l, sizeof(conv_layer), &conv_ops, mode, dtype));
     conv_layer *cv = conv_of(l);
     cv->p = p;
+    cv->g = nn__window(p.kernel_h, p.kernel_w, p.pad_h, p.pad_w, p.stride_h, p.stride_w);
+    cv->g.dilation_h = p.dilation_h;
+    cv->g.dilation_w = p.dilation_w;
     l->num_params = 2;
     const int64_t fan_in = p.channels / p.groups * p.kernel_h * p.kernel_w;
     int64_t wshape[4] = {p.num_output, p.channels / p.groups, p.kernel_h, p.kernel_w};

@@ -151,6 +151,31 @@ blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n)
     return nn__reshape_filled(l, ones, n, 1.0);
 }
 
+blob_conv_geometry nn__window(int64_t kernel_h, int64_t kernel_w, int64_t pad_h, int64_t pad_w,
+                              int64_t stride_h, int64_t stride_w)
+{
+    return (blob_conv_geometry){.kernel_h = kernel_h,
+                                .kernel_w = kernel_w,
+                                .pad_h = pad_h,
+                                .pad_w = pad_w,
+                                .stride_h = stride_h,
+                                .stride_w = stride_w,
+                                .dilation_h = 1,
+                                .dilation_w = 1,
+                                .rounding = BLOB_ROUND_FLOOR};
+}
+
+blob_status nn__window_over(const nn_layer *l, const blob *x, blob_conv_geometry *g)
+{
+    if (blob_get_dtype(x) != l->dtype || blob_num_axes(x) != 4)
+        return BLOB_ESHAPE;
+    const int64_t *s = blob_shape(x);
+    g->channels = s[1];
+    g->height = s[2];
+    g->width = s[3];
+    return BLOB_OK;
+}
+
 blob_status nn_layer_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
     return l->ops->reshape(l, bottom, top);

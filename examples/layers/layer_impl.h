@@ -62,4 +62,13 @@ void nn__side_end(void *caller);
 blob_status nn__reshape_filled(const nn_layer *l, blob *b, int64_t n, double value);
 blob_status nn__reshape_ones(const nn_layer *l, blob *ones, int64_t n);
 
+/* Windows of the given kernel, pad and stride: dilation 1, floor rounding, and no plane
+ * until nn__window_over gives it one. */
+blob_conv_geometry nn__window(int64_t kernel_h, int64_t kernel_w, int64_t pad_h, int64_t pad_w,
+                              int64_t stride_h, int64_t stride_w);
+
+/* g's windows over the images of bottom x: g takes x's channels, height and width. x must
+ * be a 4-D (NCHW) blob of l's dtype; BLOB_ESHAPE, g unchanged, for another. */
+blob_status nn__window_over(const nn_layer *l, const blob *x, blob_conv_geometry *g);
+
 #endif

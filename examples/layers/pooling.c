@@ -4,7 +4,7 @@
 typedef struct {
     nn_layer base;
     nn_pool_param p;      /* with the defaults filled in */
-    blob_conv_geometry g; /* one input image's windows */
+    blob_conv_geometry g; /* one input image's windows (its plane from the last reshape) */
     int64_t num;
     /* Max: the cell each output took its value from, as int32 (blob/math.h's argmax),
      * held in a float32 blob of the top's shape (same size), so that it reshapes and
@@ -17,33 +17,16 @@ static pool_layer *pool_of(nn_layer *l) { return (pool_layer *)l; }
 static blob_status pool_reshape(nn_layer *l, blob *const *bottom, blob *top)
 {
     pool_layer *pl = pool_of(l);
-    const nn_pool_param *p = &pl->p;
-    blob *x = bottom[0];
-    if (blob_get_dtype(x) != l->dtype || blob_num_axes(x) != 4)
-        return BLOB_ESHAPE;
-    const int64_t *s = blob_shape(x);
-    blob_conv_geometry g = {
-        .channels = s[1],
-        .height = s[2],
-        .width = s[3],
-        .kernel_h = p->kernel_h,
-        .kernel_w = p->kernel_w,
-        .pad_h = p->pad_h,
-        .pad_w = p->pad_w,
-        .stride_h = p->stride_h,
-        .stride_w = p->stride_w,
-        .dilation_h = 1,
-        .dilation_w = 1,
-        .rounding = p->rounding,
-    };
+    blob_conv_geometry g = pl->g;
+    NN_TRY(nn__window_over(l, bottom[0], &g));
     int64_t oh, ow;
     NN_TRY(blob_pool_output_size(&g, &oh, &ow)); /* BLOB_ESHAPE: window beyond the plane */
-    int64_t top_shape[4] = {s[0], s[1], oh, ow};
+    const int64_t num = blob_shape(bottom[0])[0], top_shape[4] = {num, g.channels, oh, ow};
     NN_TRY(blob_reshape(top, 4, top_shape));
-    if (p->method == NN_POOL_MAX)
+    if (pl->p.method == NN_POOL_MAX)
         NN_TRY(blob_reshape(pl->argmax, 4, top_shape));
     pl->g = g;
-    pl->num = s[0];
+    pl->num = num;
     return BLOB_OK;
 }
 
@@ -100,6 +83,8 @@ blob_status nn_pool_create(nn_layer **out, nn_mode mode, blob_dtype dtype,
     NN_TRY(nn__layer_alloc(&l, sizeof(pool_layer), &pool_ops, mode, dtype));
     pool_layer *pl = pool_of(l);
     pl->p = p;
+    pl->g = nn__window(p.kernel_h, p.kernel_w, p.pad_h, p.pad_w, p.stride_h, p.stride_w);
+    pl->g.rounding = p.rounding;
     int64_t zero = 0;
     blob_status st;
     if (p.method == NN_POOL_MAX &&

@@ -24,9 +24,14 @@
  *
  * The window geometry is a blob_conv_geometry (blob/types.h). As in blob/blas.h,
  * blob_cpu_* run on the calling thread and blob_gpu_* are queued on the current stream.
+ * Every float dtype is taken: bfloat16 and float16 are compared and summed in float32
+ * (col2im's sums, the averages and the gradients) and rounded once to nearest even on
+ * store, in the same order on both sides, so the host and the GPU give the same bits; the
+ * host works on float32 copies of the input and output.
  * Input and output arrays must not overlap. The GPU side uses 32-bit index arithmetic
  * when every array has fewer than 2^31 elements and 64-bit beyond. Errors, all checked
  * before anything is written (the GPU side then BLOB_ENODEV without a GPU, BLOB_ECUDA):
+ *   BLOB_ENOTSUP    an integer dtype;
  *   BLOB_EINVAL     bad dtype, NULL geometry, negative channels/height/width/pad/num,
  *                   kernel, stride or dilation below 1, a bad rounding, pooling with a
  *                   dilation other than 1 or a pad not below its kernel, a NULL array
@@ -34,7 +39,8 @@
  *   BLOB_ESHAPE     a (dilated) kernel larger than the padded input, or pooling over an
  *                   empty plane;
  *   BLOB_EOVERFLOW  a size that overflows int64 or the address space, or (max pooling)
- *                   a plane of more than INT32_MAX elements, which argmax cannot index.
+ *                   a plane of more than INT32_MAX elements, which argmax cannot index;
+ *   BLOB_ENOMEM     (host, 16-bit) no memory for the float32 copies.
  * Every function details its failure for blob_last_error().
  */
 #ifndef BLOB_CONV_H

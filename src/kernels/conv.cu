@@ -1,12 +1,15 @@
 /* Convolution and pooling over NCHW batches: im2col, col2im (gathered per image cell),
  * max and average pooling forward and backward (the backward passes gathered per input
  * cell over the windows that hold it: deterministic, no atomics). Every kernel comes in
- * a 32-bit index instance, used when all its indices fit, and a 64-bit one. */
+ * a 32-bit index instance, used when all its indices fit, and a 64-bit one, for each
+ * float dtype; the 16-bit floats are compared and summed in float32 (half.cuh) and
+ * rounded once on store, in the host's order, so both sides give the same bits. */
 #include <stdint.h>
 
 #include <type_traits>
 
 #include "common.cuh"
+#include "half.cuh"
 
 /* n / d for 0 <= n and 1 <= d in the index type I: the hardware division for 64-bit
  * indices; for 32-bit ones (n < 2^31) a multiply-high, an add and a shift with a magic
@@ -106,26 +109,30 @@ static bool fits32(const blob__conv_call *c)
 }
 
 /* Call launch<T, I>(args...) with T by dtype and I by fits. */
-#define DISPATCH(dtype, fits, launch, ...)                                                      \
-    ((dtype) == BLOB_FLOAT32                                                                    \
-         ? ((fits) ? launch<float, int32_t>(__VA_ARGS__) : launch<float, int64_t>(__VA_ARGS__)) \
-         : ((fits) ? launch<double, int32_t>(__VA_ARGS__) : launch<double, int64_t>(__VA_ARGS__)))
+#define BY_INDEX(T, fits, launch, ...) \
+    ((fits) ? launch<T, int32_t>(__VA_ARGS__) : launch<T, int64_t>(__VA_ARGS__))
+#define DISPATCH(dtype, fits, launch, ...)                                           \
+    ((dtype) == BLOB_FLOAT32    ? BY_INDEX(float, fits, launch, __VA_ARGS__)         \
+     : (dtype) == BLOB_FLOAT64  ? BY_INDEX(double, fits, launch, __VA_ARGS__)        \
+     : (dtype) == BLOB_BFLOAT16 ? BY_INDEX(__nv_bfloat16, fits, launch, __VA_ARGS__) \
+                                : BY_INDEX(__half, fits, launch, __VA_ARGS__))
+
+/* A value computed in wide_t<T> stored as T: as it is for float32 and float64, rounded
+ * once to nearest even (narrow) for the 16-bit floats. */
+template <typename T>
+static __device__ T store(wide_t<T> v)
+{
+    if constexpr (std::is_same<T, wide_t<T>>::value)
+        return v;
+    else
+        return narrow<T>(v);
+}
 
 /* ---- im2col and col2im ---- */
 
-/* V elements of T stored at once: float4, double2, or T itself. */
+/* V elements of T stored at once: 16 bytes as a uint4, or (V = 1) T itself. */
 template <typename T, int V>
-struct VecOf {
-    using type = T;
-};
-template <>
-struct VecOf<float, 4> {
-    using type = float4;
-};
-template <>
-struct VecOf<double, 2> {
-    using type = double2;
-};
+using VecOf = typename std::conditional<V * sizeof(T) == 16, uint4, T>::type;
 
 /* One thread per V consecutive columns and a channel c writes the kernel_h * kernel_w
  * rows of c at those columns, one V-wide store per row: consecutive threads write
@@ -135,7 +142,7 @@ template <typename T, typename I, int V>
 static __global__ void im2col_kernel(Geo<I> g, I cols, const T *__restrict__ im,
                                      T *__restrict__ col)
 {
-    using Vec = typename VecOf<T, V>::type;
+    using Vec = VecOf<T, V>;
     const I plane = g.height * g.width, taps = g.kh * g.kw, plane_out = g.oh * g.ow;
     for (I c = blockIdx.y; c < g.channels; c += gridDim.y)
         GRID_LOOP(v64, cols / V)
@@ -166,7 +173,7 @@ static __global__ void im2col_kernel(Geo<I> g, I cols, const T *__restrict__ im,
                     for (int e = 0; e < V; e++) {
                         const I h = h0[e] + i * g.dh, w = w0[e] + j * g.dw;
                         o[e] = inside(h, g.height) && inside(w, g.width) ? src[e][h * g.width + w]
-                                                                         : T(0);
+                                                                         : T(0.0f);
                     }
                     *reinterpret_cast<Vec *>(dst) = out;
                 }
@@ -221,7 +228,7 @@ static __device__ void gather(I r0, I r1, I c0, I c1, Load load, Use use)
             keep[e] = e < left;
             rs[e] = r;
             cs[e] = c;
-            v[e] = keep[e] ? load(r, c, &keep[e]) : T(0);
+            v[e] = keep[e] ? load(r, c, &keep[e]) : T(0.0f);
             if (++c == c1) {
                 c = c0;
                 r++;
@@ -254,9 +261,9 @@ static __device__ void split_cell(const Geo<I> &g, I t, I *plane, I *h, I *w)
     *h = r - *plane * g.height;
 }
 
-/* One thread per image cell sums the column entries copied from it, 9 loads at a time
- * (a 3x3 kernel's). Windows come in ascending order, so taps in descending order, the
- * host's order. */
+/* One thread per image cell sums the column entries copied from it (in wide_t<T>), 9 loads
+ * at a time (a 3x3 kernel's). Windows come in ascending order, so taps in descending
+ * order, the host's order. */
 template <typename T, typename I, bool Dilated>
 static __global__ void col2im_kernel(Geo<I> g, I cols, I count, const T *__restrict__ col,
                                      T *__restrict__ im)
@@ -272,7 +279,7 @@ static __global__ void col2im_kernel(Geo<I> g, I cols, I count, const T *__restr
         covering(hp, ext_h, g.by_sh, g.oh, &y0, &y1);
         covering(wp, ext_w, g.by_sw, g.ow, &x0, &x1);
         const T *src = col + c * g.kh * g.kw * cols + n * plane_out;
-        T sum = 0;
+        wide_t<T> sum = 0;
         gather<9, T>(
             y0, y1, x0, x1,
             [&](I y, I x, bool *keep) {
@@ -285,8 +292,8 @@ static __global__ void col2im_kernel(Geo<I> g, I cols, I count, const T *__restr
                 }
                 return src[(i * g.kw + j) * cols + y * g.ow + x];
             },
-            [&](T v, I, I) { sum += v; });
-        im[t] = sum;
+            [&](T v, I, I) { sum += wide(v); });
+        im[t] = store<T>(sum);
     }
 }
 
@@ -349,7 +356,7 @@ static __device__ bool max_beats(T v, T m)
 
 /* Forward: one thread per output t meets its window's cells in row-major order, 4 at a
  * time: the maximum and its cell (the first maximum, or the first NaN), or (!Max) the
- * average. */
+ * average, both in wide_t<T>. */
 template <typename T, typename I, bool Max>
 static __global__ void pool_forward_kernel(Geo<I> g, I count, const T *__restrict__ x,
                                            T *__restrict__ y, int32_t *__restrict__ argmax)
@@ -361,12 +368,14 @@ static __global__ void pool_forward_kernel(Geo<I> g, I count, const T *__restric
         split_out(g, t, &p, &py, &px);
         const Window<I> w = pool_window(g, py, px);
         const T *src = x + p * g.height * g.width;
-        T m = 0, sum = 0;
+        using W = wide_t<T>;
+        W m = 0, sum = 0;
         I best = 0;
         bool first = true;
         gather<4, T>(
             w.h0, w.h1, w.w0, w.w1, [&](I h, I v, bool *) { return src[h * g.width + v]; },
-            [&](T e, I h, I v) {
+            [&](T value, I h, I v) {
+                const W e = wide(value);
                 if (!Max) {
                     sum += e;
                 } else if (first || max_beats(e, m)) {
@@ -376,16 +385,16 @@ static __global__ void pool_forward_kernel(Geo<I> g, I count, const T *__restric
                 }
             });
         if (Max) {
-            y[t] = m;
+            y[t] = store<T>(m);
             argmax[t] = (int32_t)best;
         } else {
-            y[t] = sum / T(w.divisor);
+            y[t] = store<T>(sum / W(w.divisor));
         }
     }
 }
 
-/* Backward: one thread per input cell t sums over the windows that hold it, in order;
- * for max pooling those whose argmax names it. */
+/* Backward: one thread per input cell t sums (in wide_t<T>) over the windows that hold
+ * it, in order; for max pooling those whose argmax names it. */
 template <typename T, typename I, bool Max>
 static __global__ void pool_backward_kernel(Geo<I> g, I count, const T *__restrict__ dy,
                                             const int32_t *__restrict__ argmax, T *__restrict__ dx)
@@ -399,19 +408,20 @@ static __global__ void pool_backward_kernel(Geo<I> g, I count, const T *__restri
         I y0, y1, x0, x1;
         covering(h + g.ph, g.kh, g.by_sh, g.oh, &y0, &y1);
         covering(w + g.pw, g.kw, g.by_sw, g.ow, &x0, &x1);
-        T sum = 0;
-        gather<4, T>(
+        using W = wide_t<T>;
+        W sum = 0;
+        gather<4, W>(
             y0, y1, x0, x1,
             [&](I py, I px, bool *keep) {
                 const I o = off + py * g.ow + px;
                 if (Max) {
                     *keep = argmax[o] == cell;
-                    return dy[o];
+                    return wide(dy[o]);
                 }
-                return dy[o] / T(pool_window(g, py, px).divisor);
+                return wide(dy[o]) / W(pool_window(g, py, px).divisor);
             },
-            [&](T v, I, I) { sum += v; });
-        dx[t] = sum;
+            [&](W v, I, I) { sum += v; });
+        dx[t] = store<T>(sum);
     }
 }
 
@@ -423,6 +433,7 @@ static __global__ void pool_backward_disjoint_kernel(Geo<I> g, I count, const T 
                                                      const int32_t *__restrict__ argmax,
                                                      T *__restrict__ dx)
 {
+    using W = wide_t<T>;
     const int64_t span = (int64_t)blockDim.x * U;
     for (int64_t base = blockIdx.x * span + threadIdx.x; base < count; base += gridDim.x * span) {
         T out[U];
@@ -436,11 +447,11 @@ static __global__ void pool_backward_disjoint_kernel(Geo<I> g, I count, const T 
             const I o = plane * g.oh * g.ow + py * g.ow + px;
             const bool held = t64 < count && py < g.oh && px < g.ow && hp - py * g.sh < g.kh &&
                               wp - px * g.sw < g.kw;
-            const T d = held ? dy[o] : T(0); /* loaded beside argmax, not after it */
+            const W d = held ? wide(dy[o]) : W(0); /* loaded beside argmax, not after it */
             if (Max)
-                out[u] = held && argmax[o] == h * g.width + w ? d : T(0);
+                out[u] = store<T>(held && argmax[o] == h * g.width + w ? d : W(0));
             else
-                out[u] = held ? d / T(pool_window(g, py, px).divisor) : T(0);
+                out[u] = store<T>(held ? d / W(pool_window(g, py, px).divisor) : W(0));
         }
 #pragma unroll
         for (int u = 0; u < U; u++)

@@ -1,12 +1,15 @@
 /* blob/conv.h, convolution and pooling: the geometry checks shared by both sides, the host
- * loops (conv_loops.h, once per element type), and the GPU side handing validated
- * arguments to the launchers of src/kernels/. */
+ * loops (conv_loops.h, once for float32 and once for float64; the 16-bit floats run the
+ * float32 loops on widened copies), and the GPU side handing validated arguments to the
+ * launchers of src/kernels/. Every public function is one call of run, with its op. */
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "blob/blas.h"
 #include "blob/device.h"
 #include "blob/conv.h"
 #include "../core/core.h"
@@ -109,6 +112,34 @@ blob_status blob_pool_output_size(const blob_conv_geometry *g, int64_t *out_h, i
 
 typedef enum { OP_CONV, OP_POOL, OP_MAX_POOL } op_kind;
 
+/* The six array functions, and what each is: its kind, and the names of what it reads
+ * and writes; image_out for those that write the image side (x, im, dx), the others
+ * writing the other side (y, col, dy). */
+typedef enum { IM2COL, COL2IM, MAX_FORWARD, MAX_BACKWARD, AVG_FORWARD, AVG_BACKWARD } conv_op;
+
+static const struct {
+    op_kind kind;
+    const char *in, *out;
+    bool image_out;
+} ops[] = {
+    [IM2COL] = {OP_CONV, "im", "col", false},
+    [COL2IM] = {OP_CONV, "col", "im", true},
+    [MAX_FORWARD] = {OP_MAX_POOL, "x", "y", false},
+    [MAX_BACKWARD] = {OP_MAX_POOL, "dy", "dx", true},
+    [AVG_FORWARD] = {OP_POOL, "x", "y", false},
+    [AVG_BACKWARD] = {OP_POOL, "dy", "dx", true},
+};
+
+/* The arrays of a call: in and out as ops[] names them, and for max pooling argmax, as
+ * large as the other side (argmax_out the same array, for max_pool_forward, which
+ * writes it). */
+typedef struct {
+    const void *in;
+    void *out;
+    const int32_t *argmax;
+    int32_t *argmax_out;
+} conv_args;
+
 /* a * b * c * d elements of elem bytes each are addressable. */
 static bool product(int64_t a, int64_t b, int64_t c, int64_t d, size_t elem, int64_t *out)
 {
@@ -128,46 +159,39 @@ static blob_status check_array(const char *fn, const char *name, const void *p, 
     return BLOB_OK;
 }
 
-/* The arrays of a call: those of the image side (x, im, dx) and the other side (y, col,
- * dy), named for messages, and for max pooling argmax, as large as the other side. */
-typedef struct {
-    const char *image_name;
-    const void *image;
-    const char *other_name;
-    const void *other;
-    const int32_t *argmax;
-} call_arrays;
-
-/* A valid call of fn on the host or (gpu) the GPU: its dtype, geometry and sizes (into *c),
- * its arrays a, and on the GPU side a GPU. */
-static blob_status check_call(const char *fn, bool gpu, blob_dtype dtype,
-                              const blob_conv_geometry *g, op_kind op, int64_t num, call_arrays a,
+/* A valid call of op as fn on the host or (gpu) the GPU: its dtype (a float dtype),
+ * geometry and sizes (into *c), its arrays a (the image side's first), and on the GPU
+ * side a GPU. */
+static blob_status check_call(const char *fn, bool gpu, conv_op op, blob_dtype dtype,
+                              const blob_conv_geometry *g, int64_t num, conv_args a,
                               blob__conv_call *c)
 {
-    BLOB_TRY(blob__check_dtype(fn, dtype));
+    BLOB_TRY(blob__check_float_dtype(fn, dtype));
     const size_t elem = blob_dtype_size(dtype);
+    const op_kind kind = ops[op].kind;
     if (num < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative num = %lld", (long long)num);
     c->g = g;
     c->num = num;
-    BLOB_TRY(check_geometry(fn, g, op != OP_CONV, &c->oh, &c->ow));
+    BLOB_TRY(check_geometry(fn, g, kind != OP_CONV, &c->oh, &c->ow));
     int64_t taps = 1;
     if (!product(num, g->channels, g->height, g->width, elem, &c->n_image) ||
-        (op == OP_CONV && !product(g->channels, g->kernel_h, g->kernel_w, 1, elem, &taps)) ||
-        !product(num, op == OP_CONV ? taps : g->channels, c->oh, c->ow, elem, &c->n_other))
+        (kind == OP_CONV && !product(g->channels, g->kernel_h, g->kernel_w, 1, elem, &taps)) ||
+        !product(num, kind == OP_CONV ? taps : g->channels, c->oh, c->ow, elem, &c->n_other))
         return blob__fail(BLOB_EOVERFLOW, fn,
                           "%lld images of %lld x %lld x %lld (out %lld x %lld, kernel %lld x "
                           "%lld) overflow",
                           (long long)num, (long long)g->channels, (long long)g->height,
                           (long long)g->width, (long long)c->oh, (long long)c->ow,
                           (long long)g->kernel_h, (long long)g->kernel_w);
-    if (op == OP_MAX_POOL && g->height > INT32_MAX / g->width)
+    if (kind == OP_MAX_POOL && g->height > INT32_MAX / g->width)
         return blob__fail(BLOB_EOVERFLOW, fn,
                           "a %lld x %lld plane has more cells than argmax's int32 can index",
                           (long long)g->height, (long long)g->width);
-    BLOB_TRY(check_array(fn, a.image_name, a.image, c->n_image));
-    BLOB_TRY(check_array(fn, a.other_name, a.other, c->n_other));
-    if (op == OP_MAX_POOL)
+    const bool io = ops[op].image_out;
+    BLOB_TRY(check_array(fn, io ? ops[op].out : ops[op].in, io ? a.out : a.in, c->n_image));
+    BLOB_TRY(check_array(fn, io ? ops[op].in : ops[op].out, io ? a.in : a.out, c->n_other));
+    if (kind == OP_MAX_POOL)
         BLOB_TRY(check_array(fn, "argmax", a.argmax, c->n_other));
     return gpu ? blob__require_gpu(fn) : BLOB_OK;
 }
@@ -220,131 +244,114 @@ static inline window pool_window(const blob_conv_geometry *g, int64_t py, int64_
 #undef U
 #undef NAME
 
-/* Call the float or double instance of a host loop, by dtype. */
-#define HOST(dtype, f, ...) ((dtype) == BLOB_FLOAT32 ? f##_f32(__VA_ARGS__) : f##_f64(__VA_ARGS__))
+/* Call the float (f32) or double instance of a host loop. */
+#define HOST(f32, f, ...) ((f32) ? f##_f32(__VA_ARGS__) : f##_f64(__VA_ARGS__))
+
+/* op on the host in float32 (f32) or float64, for a checked call c. */
+static void host_loop(conv_op op, bool f32, const blob__conv_call *c, conv_args a)
+{
+    const blob_conv_geometry *g = c->g;
+    switch (op) {
+    case IM2COL: HOST(f32, im2col, g, c->oh, c->ow, c->num, a.in, a.out); break;
+    case COL2IM: HOST(f32, col2im, g, c->oh, c->ow, c->num, a.in, a.out); break;
+    case MAX_FORWARD:
+        HOST(f32, max_pool_forward, g, c->oh, c->ow, c->num, a.in, a.out, a.argmax_out);
+        break;
+    case MAX_BACKWARD:
+        HOST(f32, pool_backward, g, c->oh, c->ow, c->num, a.in, a.argmax, a.out);
+        break;
+    case AVG_FORWARD: HOST(f32, avg_pool_forward, g, c->oh, c->ow, c->num, a.in, a.out); break;
+    case AVG_BACKWARD: HOST(f32, pool_backward, g, c->oh, c->ow, c->num, a.in, NULL, a.out); break;
+    }
+}
+
+/* op on the host in bfloat16 or float16: its input widened to float32, the float32 loop
+ * (its sums in float32), its output rounded once to nearest even. Errors: BLOB_ENOMEM
+ * (the float32 copies), before anything is written. */
+static blob_status host_half(const char *fn, conv_op op, blob_dtype dtype, const blob__conv_call *c,
+                             conv_args a)
+{
+    const int64_t n_in = ops[op].image_out ? c->n_other : c->n_image;
+    const int64_t n_out = ops[op].image_out ? c->n_image : c->n_other;
+    float *in = malloc((size_t)(n_in ? n_in : 1) * sizeof(float));
+    float *out = malloc((size_t)n_out * sizeof(float));
+    blob_status st = BLOB_OK;
+    if (!in || !out)
+        st = blob__fail(BLOB_ENOMEM, fn, "no host memory for %lld float32 elements",
+                        (long long)(n_in + n_out));
+    if (st == BLOB_OK)
+        st = blob_cpu_convert(dtype, BLOB_FLOAT32, n_in, a.in, in);
+    if (st == BLOB_OK) {
+        host_loop(op, true, c, (conv_args){in, out, a.argmax, a.argmax_out});
+        st = blob_cpu_convert(BLOB_FLOAT32, dtype, n_out, out, a.out);
+    }
+    free(in);
+    free(out);
+    return st;
+}
+
+/* op on the GPU, for a checked call c. */
+static blob_status gpu_launch(conv_op op, blob_dtype dtype, const blob__conv_call *c, conv_args a)
+{
+    void *s = blob_stream_get();
+    switch (op) {
+    case IM2COL: return blob__k_im2col(s, dtype, c, a.in, a.out);
+    case COL2IM: return blob__k_col2im(s, dtype, c, a.in, a.out);
+    case MAX_FORWARD: return blob__k_max_pool_forward(s, dtype, c, a.in, a.out, a.argmax_out);
+    case MAX_BACKWARD: return blob__k_max_pool_backward(s, dtype, c, a.in, a.argmax, a.out);
+    case AVG_FORWARD: return blob__k_avg_pool_forward(s, dtype, c, a.in, a.out);
+    case AVG_BACKWARD: break;
+    }
+    return blob__k_avg_pool_backward(s, dtype, c, a.in, a.out);
+}
+
+/* The public function fn: op checked, then run on its side unless its output is empty. */
+static blob_status run(const char *fn, bool gpu, conv_op op, blob_dtype dtype,
+                       const blob_conv_geometry *g, int64_t num, conv_args a)
+{
+    blob__conv_call c;
+    BLOB_TRY(check_call(fn, gpu, op, dtype, g, num, a, &c));
+    if (!(ops[op].image_out ? c.n_image : c.n_other))
+        return BLOB_OK;
+    if (gpu)
+        return gpu_launch(op, dtype, &c, a);
+    if (dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16)
+        return host_half(fn, op, dtype, &c, a);
+    host_loop(op, dtype == BLOB_FLOAT32, &c, a);
+    return BLOB_OK;
+}
 
 /* ---- The public functions, host and GPU side by side ---- */
 
-blob_status blob_cpu_im2col(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                            const void *im, void *col)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, false, dtype, g, OP_CONV, num,
-                        (call_arrays){"im", im, "col", col, NULL}, &c));
-    if (c.n_other)
-        HOST(dtype, im2col, g, c.oh, c.ow, num, im, col);
-    return BLOB_OK;
-}
+/* blob_cpu_<name> and blob_gpu_<name>, taking params: run of op on the arrays that follow
+ * (conv_args). */
+#define CONV_PAIR(name, op, params, ...)                                          \
+    blob_status blob_cpu_##name params                                            \
+    {                                                                             \
+        return run(__func__, false, op, dtype, g, num, (conv_args){__VA_ARGS__}); \
+    }                                                                             \
+    blob_status blob_gpu_##name params                                            \
+    {                                                                             \
+        return run(__func__, true, op, dtype, g, num, (conv_args){__VA_ARGS__});  \
+    }
 
-blob_status blob_gpu_im2col(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                            const void *im, void *col)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_CONV, num,
-                        (call_arrays){"im", im, "col", col, NULL}, &c));
-    return c.n_other ? blob__k_im2col(blob_stream_get(), dtype, &c, im, col) : BLOB_OK;
-}
-
-blob_status blob_cpu_col2im(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                            const void *col, void *im)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, false, dtype, g, OP_CONV, num,
-                        (call_arrays){"im", im, "col", col, NULL}, &c));
-    if (c.n_image)
-        HOST(dtype, col2im, g, c.oh, c.ow, num, col, im);
-    return BLOB_OK;
-}
-
-blob_status blob_gpu_col2im(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                            const void *col, void *im)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_CONV, num,
-                        (call_arrays){"im", im, "col", col, NULL}, &c));
-    return c.n_image ? blob__k_col2im(blob_stream_get(), dtype, &c, col, im) : BLOB_OK;
-}
-
-blob_status blob_cpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                      const void *x, void *y, int32_t *argmax)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, false, dtype, g, OP_MAX_POOL, num,
-                        (call_arrays){"x", x, "y", y, argmax}, &c));
-    if (c.n_other)
-        HOST(dtype, max_pool_forward, g, c.oh, c.ow, num, x, y, argmax);
-    return BLOB_OK;
-}
-
-blob_status blob_gpu_max_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                      const void *x, void *y, int32_t *argmax)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_MAX_POOL, num,
-                        (call_arrays){"x", x, "y", y, argmax}, &c));
-    if (!c.n_other)
-        return BLOB_OK;
-    return blob__k_max_pool_forward(blob_stream_get(), dtype, &c, x, y, argmax);
-}
-
-blob_status blob_cpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                       const void *dy, const int32_t *argmax, void *dx)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, false, dtype, g, OP_MAX_POOL, num,
-                        (call_arrays){"dx", dx, "dy", dy, argmax}, &c));
-    if (c.n_image)
-        HOST(dtype, pool_backward, g, c.oh, c.ow, num, dy, argmax, dx);
-    return BLOB_OK;
-}
-
-blob_status blob_gpu_max_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                       const void *dy, const int32_t *argmax, void *dx)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_MAX_POOL, num,
-                        (call_arrays){"dx", dx, "dy", dy, argmax}, &c));
-    if (!c.n_image)
-        return BLOB_OK;
-    return blob__k_max_pool_backward(blob_stream_get(), dtype, &c, dy, argmax, dx);
-}
-
-blob_status blob_cpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                      const void *x, void *y)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, false, dtype, g, OP_POOL, num,
-                        (call_arrays){"x", x, "y", y, NULL}, &c));
-    if (c.n_other)
-        HOST(dtype, avg_pool_forward, g, c.oh, c.ow, num, x, y);
-    return BLOB_OK;
-}
-
-blob_status blob_gpu_avg_pool_forward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                      const void *x, void *y)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_POOL, num, (call_arrays){"x", x, "y", y, NULL},
-                        &c));
-    return c.n_other ? blob__k_avg_pool_forward(blob_stream_get(), dtype, &c, x, y) : BLOB_OK;
-}
-
-blob_status blob_cpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                       const void *dy, void *dx)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, false, dtype, g, OP_POOL, num,
-                        (call_arrays){"dx", dx, "dy", dy, NULL}, &c));
-    if (c.n_image)
-        HOST(dtype, pool_backward, g, c.oh, c.ow, num, dy, NULL, dx);
-    return BLOB_OK;
-}
-
-blob_status blob_gpu_avg_pool_backward(blob_dtype dtype, const blob_conv_geometry *g, int64_t num,
-                                       const void *dy, void *dx)
-{
-    blob__conv_call c;
-    BLOB_TRY(check_call(__func__, true, dtype, g, OP_POOL, num,
-                        (call_arrays){"dx", dx, "dy", dy, NULL}, &c));
-    return c.n_image ? blob__k_avg_pool_backward(blob_stream_get(), dtype, &c, dy, dx) : BLOB_OK;
-}
+CONV_PAIR(im2col, IM2COL,
+          (blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *im, void *col),
+          im, col, NULL, NULL)
+CONV_PAIR(col2im, COL2IM,
+          (blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *col, void *im),
+          col, im, NULL, NULL)
+CONV_PAIR(max_pool_forward, MAX_FORWARD,
+          (blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *x, void *y,
+           int32_t *argmax),
+          x, y, argmax, argmax)
+CONV_PAIR(max_pool_backward, MAX_BACKWARD,
+          (blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *dy,
+           const int32_t *argmax, void *dx),
+          dy, dx, argmax, NULL)
+CONV_PAIR(avg_pool_forward, AVG_FORWARD,
+          (blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *x, void *y), x,
+          y, NULL, NULL)
+CONV_PAIR(avg_pool_backward, AVG_BACKWARD,
+          (blob_dtype dtype, const blob_conv_geometry *g, int64_t num, const void *dy, void *dx),
+          dy, dx, NULL, NULL)

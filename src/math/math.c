@@ -1025,6 +1025,11 @@ blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_
 
 blob_status blob__check_dtype(const char *fn, blob_dtype dtype) { return check_dtype(fn, dtype); }
 
+blob_status blob__check_float_dtype(const char *fn, blob_dtype dtype)
+{
+    return check_dtype_taken(fn, TAKES_HALF, dtype);
+}
+
 blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
                               const void *p)
 {

@@ -22,6 +22,8 @@ blob_status blob__check_gemm(const char *fn, blob_dtype dtype, blob_trans trans_
                              const void *B, const void *C);
 /* A dtype the float math takes: float32 or float64 (BLOB_ENOTSUP for the others). */
 blob_status blob__check_dtype(const char *fn, blob_dtype dtype);
+/* A float dtype: float32, float64, bfloat16 or float16 (BLOB_ENOTSUP for the others). */
+blob_status blob__check_float_dtype(const char *fn, blob_dtype dtype);
 /* An array `name` of n >= 0 elements of dtype that is addressable and not NULL if n > 0. */
 blob_status blob__check_array(const char *fn, blob_dtype dtype, int64_t n, const char *name,
                               const void *p);
