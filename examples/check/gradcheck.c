@@ -12,7 +12,7 @@
  *     weights agree, also the fused with the plain on the CPU; the results read one step
  *     late (net_output_ago) are those read at once. On the GPU the eager steps with the
  *     net's side stream (the default) agree to SAME_TOL with those on one stream. The
- *     MLP's bf16-mixed steps (bfloat16 activations and weights, float32 master weights)
+ *     bf16-mixed steps of both (bfloat16 activations and weights, float32 master weights)
  *     agree between the CPU and the GPU, eager and with graphs, to MIXED_TOL.
  *
  * GPU parts are skipped, saying so, when no GPU is present. Exits 1 on any failure.
@@ -742,6 +742,7 @@ int main(void)
     check_training("mlp", gpu);
     check_training("lenet", gpu);
     check_mixed("mlp", gpu);
+    check_mixed("lenet", gpu);
     blob_thread_release();
     printf("gradcheck: %d passed, %d failed, %d skipped", passed, failed, skipped);
     printf(skipped ? " (they need a GPU; 0 found)\n" : "\n");
