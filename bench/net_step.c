@@ -41,6 +41,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,33 +69,26 @@ typedef struct {
     const char *name, *title;
     blob_math_mode math;
     blob_dtype dtype;
-    double loss_scale; /* the grad scaler's first scale (0: none) */
-    const char *torch[TORCH_WAYS];
-    const char *torch_note; /* what the headers mean, where they are not fp32's */
+    double loss_scale;        /* the grad scaler's first scale (0: none) */
+    const char *const *torch; /* TORCH_WAYS of them */
+    const char *torch_note;   /* what the headers mean, where they are not fp32's */
 } precision;
 
-#define TORCH_FP32                               \
-    {                                            \
-        "eager", "fused SGD", "graph", "compile" \
-    }
+static const char *const float32_ways[TORCH_WAYS] = {"eager", "fused SGD", "graph", "compile"};
+static const char *const bf16_ways[TORCH_WAYS] = {"autocast", "ac graph", "bf16 eager",
+                                                  "bf16 graph"};
+static const char *const fp16_ways[TORCH_WAYS] = {"ac+scaler", "", "", ""};
 static const precision precisions[MAX_PRECISIONS] = {
-    {"fp32", "fp32 GEMMs", BLOB_MATH_FP32, BLOB_FLOAT32, 0, TORCH_FP32, NULL},
-    {"tf32", "tf32 GEMMs", BLOB_MATH_TF32, BLOB_FLOAT32, 0, TORCH_FP32, NULL},
-    {"bf16", "bf16 GEMMs", BLOB_MATH_BF16, BLOB_FLOAT32, 0, TORCH_FP32, NULL},
-    {"bf16-mixed",
-     "bf16-mixed (bfloat16 activations and weight copies, float32 master weights)",
-     BLOB_MATH_FP32,
-     BLOB_BFLOAT16,
-     0,
-     {"autocast", "ac graph", "bf16 eager", "bf16 graph"},
+    {"fp32", "fp32 GEMMs", BLOB_MATH_FP32, BLOB_FLOAT32, 0, float32_ways, NULL},
+    {"tf32", "tf32 GEMMs", BLOB_MATH_TF32, BLOB_FLOAT32, 0, float32_ways, NULL},
+    {"bf16", "bf16 GEMMs", BLOB_MATH_BF16, BLOB_FLOAT32, 0, float32_ways, NULL},
+    {"bf16-mixed", "bf16-mixed (bfloat16 activations and weight copies, float32 master weights)",
+     BLOB_MATH_FP32, BLOB_BFLOAT16, 0, bf16_ways,
      "autocast: torch.autocast(bfloat16) on float32 parameters, eager; ac graph: the same as a "
      "whole-step CUDA graph; bf16: model.to(bfloat16), every tensor in bfloat16"},
     {"fp16-mixed",
      "fp16-mixed (float16 activations and weight copies, float32 master weights, loss scaler)",
-     BLOB_MATH_FP32,
-     BLOB_FLOAT16,
-     65536,
-     {"ac+scaler", "", "", ""},
+     BLOB_MATH_FP32, BLOB_FLOAT16, 65536, fp16_ways,
      "ac+scaler: torch.autocast(float16) on float32 parameters with torch.amp.GradScaler, "
      "eager"},
 };
@@ -277,8 +271,8 @@ static blob_status bench(const net_def *def, nn_mode mode, const precision *p, b
     }
     blob_alloc_stats left; /* what outlives the net: the threads' workspaces */
     if (st == BLOB_OK && (st = blob_alloc_get_stats(steps_place(mode), &left)) == BLOB_OK &&
-        peak > left.in_use && (double)(peak - left.in_use) / (double)MIB > k->peak)
-        k->peak = (double)(peak - left.in_use) / (double)MIB;
+        peak > left.in_use)
+        k->peak = fmax(k->peak, (double)(peak - left.in_use) / (double)MIB);
     return st;
 }
 
