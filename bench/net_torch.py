@@ -41,16 +41,20 @@ warm-up.
 --math sets the float32 matmul precision as libblob's math modes do: fp32 "highest"
 (exact), tf32 "high" (TF32 tensor cores), bf16 "medium" (bfloat16 products with float32
 storage and accumulation, as libblob's BF16 mode: torch.set_float32_matmul_precision, not
-autocast, which would also store activations in bfloat16). --threads sets torch's host
-threads (torch.set_num_threads).
+autocast, which would also store activations in bfloat16); "highest" in the mixed
+precisions. --threads sets torch's host threads (torch.set_num_threads).
+
+The peak: torch.cuda.max_memory_allocated over the timed steps (its peak reset after the
+warm-up) less what stays allocated once the net, its optimizer and batches are dropped
+(cuBLAS's workspaces), as net_step measures libblob's.
 
 Prints "device NAME (torch VERSION, ...)", "net NAME params P" (the learnable values,
-which net_step compares with libblob's net), then per batch
-"batch B eager_us E fused_us F graph_us G compile_us C" ("-" for a figure not
-measured: the graph on the CPU or with --no-graph, fused SGD where torch has none, the
-compiled step where compiling failed or --no-compile), "batch B compile_error WHY" when
-it failed, and with --kernels the CUDA kernels one eager step launches:
-"batch B kernels K"."""
+which net_step compares with libblob's net), then per batch "batch B us W1 W2 W3 W4"
+and "batch B peak_mib W1 W2 W3 W4", the four ways in the order above ("-" for a figure
+not measured: a way the precision lacks, the graphs on the CPU or with --no-graph, the
+compiled step with --no-compile, every peak on the CPU, a way that failed),
+"batch B error WAY: WHY" for each way that failed, and with --kernels the CUDA kernels
+one eager step of the first way launches: "batch B kernels K"."""
 import argparse
 import contextlib
 import gc
