@@ -280,16 +280,20 @@ bench-dp: $(DP_STEP) $(LAUNCH_BIN)
 
 # make bench: blob_bench, the training step (net_step: a line per row on stderr as it
 # goes, the tables at the end) and bench/dlpack.py. On a GPU net_step runs mlp and lenet
-# at batch 64 and 256, and mlp4096 at 512 in each math mode; on the host (no GPU), where
-# every mode computes float32, each configuration once, with fewer steps: mlp at 64 and
-# 256 and lenet at 64 (under a minute on a 2-core CPU, 2 the first time torch.compile
-# runs), and with BENCH_FULL=1 lenet at 256 and mlp4096 at 512 too (about 5 in all).
+# at batch 64 and 256, mlp4096 at 512 in each precision (fp32, tf32, bf16, bf16-mixed,
+# fp16-mixed) and mlp1024 at 512 in fp32 and the mixed ones (without torch.compile); on
+# the host (no GPU), where every mode computes float32, each configuration once, with
+# fewer steps: mlp at 64 and 256 and lenet at 64 (under a minute on a 2-core CPU, 2 the
+# first time torch.compile runs), and with BENCH_FULL=1 lenet at 256 and mlp4096 at 512
+# too (about 5 in all).
 NET_STEP := $(BUILD)/bench/net_step
 bench: $(BENCH_BIN) $(NET_STEP)
 	$(Q)$(BENCH_BIN) $(BENCH_ARGS)
 	$(Q)$(NET_STEP) --if gpu --net mlp --net lenet --batch 64 --batch 256 --tune 1
-	$(Q)$(NET_STEP) --if gpu --net mlp4096 --batch 512 --math fp32 --math tf32 --math bf16 \
-	    --steps 50 --tune 1
+	$(Q)$(NET_STEP) --if gpu --net mlp4096 --batch 512 --precision fp32 --precision tf32 \
+	    --precision bf16 --precision bf16-mixed --precision fp16-mixed --steps 50 --tune 1
+	$(Q)$(NET_STEP) --if gpu --net mlp1024 --batch 512 --precision fp32 --precision bf16-mixed \
+	    --precision fp16-mixed --steps 50 --tune 1 --compile 0
 	$(Q)$(NET_STEP) --if cpu --net mlp --batch 64 --batch 256 --steps 50
 	$(Q)$(NET_STEP) --if cpu --net lenet --batch 64 $(if $(BENCH_FULL),--batch 256) --steps 20
 	$(if $(BENCH_FULL),$(Q)$(NET_STEP) --if cpu --net mlp4096 --batch 512 --steps 10 --repeats 3)

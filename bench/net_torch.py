@@ -2,7 +2,8 @@
 """Time one training step of a net of examples/nets in PyTorch, the way
 bench/net_step.c times libblob: warm up, synchronize, wall clock over N steps
 alternating between two resident batches, synchronize; the median of R repeats (for an
-even R the mean of the two middle ones, as net_step.c computes it too). Four ways:
+even R the mean of the two middle ones, as net_step.c computes it too), and the net's
+peak GPU memory in them. Four ways in the float32 precisions (--math fp32, tf32, bf16):
 
   eager     torch.optim.SGD as it comes (its foreach implementation on CUDA);
   fused     the same with torch.optim.SGD(fused=True);
@@ -16,7 +17,16 @@ even R the mean of the two middle ones, as net_step.c computes it too). Four way
             the static tensors, replays the graph and reads the loss;
   compile   torch.compile (inductor, --compile-mode, default "default") of the model and
             of the optimizer's step, eager SGD as above; the compilation happens in the
-            warm-up and is not timed. A failure to compile is reported, not fatal.
+            warm-up and is not timed.
+
+In the mixed precisions, as libblob's nets with 16-bit activations and weight copies:
+  --math bf16-mixed  autocast (torch.autocast(bfloat16) around forward and loss, float32
+                     parameters, gradients and momentum; its cast cache off, as a graph
+                     capture needs, which costs these nets nothing: they use each weight
+                     once), eager and as a whole-step graph; then model.to(bfloat16), every
+                     parameter, gradient and momentum in bfloat16, eager and as a graph;
+  --math fp16-mixed  autocast(float16) with torch.amp.GradScaler (its default scale 65536,
+                     as libblob's), eager.
 
 The nets (--net) are those of examples/nets, with the same widths:
   mlp, mlp1024, mlp4096  inner products with ReLU between them, on flattened images;
@@ -31,17 +41,23 @@ warm-up.
 --math sets the float32 matmul precision as libblob's math modes do: fp32 "highest"
 (exact), tf32 "high" (TF32 tensor cores), bf16 "medium" (bfloat16 products with float32
 storage and accumulation, as libblob's BF16 mode: torch.set_float32_matmul_precision, not
-autocast, which would also store activations in bfloat16). --threads sets torch's host
-threads (torch.set_num_threads).
+autocast, which would also store activations in bfloat16); "highest" in the mixed
+precisions. --threads sets torch's host threads (torch.set_num_threads).
+
+The peak: torch.cuda.max_memory_allocated over the timed steps (its peak reset after the
+warm-up) less what stays allocated once the net, its optimizer and batches are dropped
+(cuBLAS's workspaces), as net_step measures libblob's.
 
 Prints "device NAME (torch VERSION, ...)", "net NAME params P" (the learnable values,
-which net_step compares with libblob's net), then per batch
-"batch B eager_us E fused_us F graph_us G compile_us C" ("-" for a figure not
-measured: the graph on the CPU or with --no-graph, fused SGD where torch has none, the
-compiled step where compiling failed or --no-compile), "batch B compile_error WHY" when
-it failed, and with --kernels the CUDA kernels one eager step launches:
-"batch B kernels K"."""
+which net_step compares with libblob's net), then per batch "batch B us W1 W2 W3 W4"
+and "batch B peak_mib W1 W2 W3 W4", the four ways in the order above ("-" for a figure
+not measured: a way the precision lacks, the graphs on the CPU or with --no-graph, the
+compiled step with --no-compile, every peak on the CPU, a way that failed),
+"batch B error WAY: WHY" for each way that failed, and with --kernels the CUDA kernels
+one eager step of the first way launches: "batch B kernels K"."""
 import argparse
+import contextlib
+import gc
 import statistics
 import time
 import warnings
@@ -81,19 +97,26 @@ NETS = {
 
 
 class Bench:
-    """A fresh net, its optimizer and two resident batches; fused: SGD(fused=True)."""
+    """A fresh net, its optimizer and two resident batches; fused: SGD(fused=True);
+    autocast: the dtype of torch.autocast around forward and loss (None: none); dtype: of
+    the parameters and inputs; scaler: a torch.amp.GradScaler."""
 
-    def __init__(self, net, batch, device, fused=False):
+    def __init__(self, net, batch, device, fused=False, autocast=None, dtype=torch.float32,
+                 scaler=False):
         torch.manual_seed(1)
         self.device = device
         model, shape = NETS[net]()
-        self.model = model.to(device)
+        self.model = model.to(device, dtype)
         extra = {"fused": True} if fused else {}
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9,
                                    weight_decay=5e-4, **extra)
         self.opt_step = self.opt.step
+        self.autocast = contextlib.nullcontext
+        if autocast:
+            self.autocast = lambda: torch.autocast(device.type, autocast, cache_enabled=False)
+        self.scaler = torch.amp.GradScaler(device.type) if scaler else None
         self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.xs = [torch.rand(batch, *shape, device=device) for _ in range(2)]
+        self.xs = [torch.rand(batch, *shape, device=device, dtype=dtype) for _ in range(2)]
         self.ys = [torch.randint(0, 10, (batch,), device=device) for _ in range(2)]
 
     def sync(self):
@@ -106,9 +129,15 @@ class Bench:
         self.opt_step = torch.compile(self.opt.step, mode=mode)
 
     def forward_backward(self, x, y):
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        self.opt_step()
+        with self.autocast():
+            loss = self.loss_fn(self.model(x), y)
+        if self.scaler:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.opt_step()
         return loss
 
     def eager_step(self, i):
@@ -138,9 +167,14 @@ class Bench:
         return self.static_loss.item()
 
     def time(self, step, steps, repeats, warmup):
-        """Median microseconds per step over `repeats` runs of `steps` steps."""
+        """Median microseconds per step over `repeats` runs of `steps` steps, and the most
+        bytes allocated on the GPU in them (None on the CPU)."""
+        cuda = self.device.type == "cuda"
         for i in range(warmup):
             step(i)
+        self.sync()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
         samples = []
         for _ in range(repeats):
             self.sync()
@@ -149,7 +183,8 @@ class Bench:
                 step(i)
             self.sync()
             samples.append((time.perf_counter() - t0) / steps)
-        return 1e6 * statistics.median(samples)
+        peak = torch.cuda.max_memory_allocated(self.device) if cuda else None
+        return 1e6 * statistics.median(samples), peak
 
     def count_kernels(self):
         """CUDA kernels launched by one eager step after a few, by the profiler."""
@@ -172,11 +207,64 @@ def one_line(e):
     return text[:150]
 
 
-def figure(us):
-    return "-" if us is None else f"{us:.1f}"
+def figure(value):
+    return "-" if value is None else f"{value:.1f}"
 
 
-PRECISION = {"fp32": "highest", "tf32": "high", "bf16": "medium"}
+# The ways of each --math, in their printed order: a name, Bench's options and how a step
+# runs (eager, graph, compile).
+FLOAT32_WAYS = [("eager", {}, "eager"), ("fused SGD", {"fused": True}, "eager"),
+                ("graph", {}, "graph"), ("compile", {}, "compile")]
+BF16 = {"autocast": torch.bfloat16}
+BF16_ALL = {"dtype": torch.bfloat16}
+# --math: the float32 matmul precision and the ways.
+MATHS = {
+    "fp32": ("highest", FLOAT32_WAYS),
+    "tf32": ("high", FLOAT32_WAYS),
+    "bf16": ("medium", FLOAT32_WAYS),
+    "bf16-mixed": ("highest", [("autocast", BF16, "eager"), ("autocast graph", BF16, "graph"),
+                               ("bf16 eager", BF16_ALL, "eager"),
+                               ("bf16 graph", BF16_ALL, "graph")]),
+    "fp16-mixed": ("highest", [("autocast+scaler",
+                                {"autocast": torch.float16, "scaler": True}, "eager")]),
+}
+WAYS = 4  # the figures printed per batch
+
+
+def measure(a, device, batch, options, run):
+    """Microseconds per step of one way, and its net's peak MiB (None on the CPU)."""
+    b = Bench(a.net, batch, device, **options)
+    if run == "graph":
+        b.capture(a.warmup)
+    elif run == "compile":
+        b.compile(a.compile_mode)
+    us, peak = b.time(b.graph_step if run == "graph" else b.eager_step, a.steps, a.repeats,
+                      a.warmup)
+    if peak is None:
+        return us, None
+    del b
+    gc.collect()
+    torch.cuda.synchronize(device)
+    return us, (peak - torch.cuda.memory_allocated(device)) / 2**20
+
+
+def run_batch(a, device, batch):
+    """Print one batch's figures of every way of --math."""
+    us, peaks = [None] * WAYS, [None] * WAYS
+    ways = MATHS[a.math][1]
+    for i, (name, options, run) in enumerate(ways):
+        if (run == "graph" and (device.type != "cuda" or a.no_graph)) or \
+                (run == "compile" and a.no_compile):
+            continue
+        try:
+            us[i], peaks[i] = measure(a, device, batch, options, run)
+        except Exception as e:  # noqa: BLE001 - a way that fails is reported, not fatal
+            print(f"batch {batch} error {name}: {one_line(e)}", flush=True)
+    print(f"batch {batch} us {' '.join(map(figure, us))}", flush=True)
+    print(f"batch {batch} peak_mib {' '.join(map(figure, peaks))}", flush=True)
+    if a.kernels and device.type == "cuda":
+        kernels = Bench(a.net, batch, device, **ways[0][1]).count_kernels()
+        print(f"batch {batch} kernels {kernels}", flush=True)
 
 
 def main():
@@ -187,8 +275,8 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--math", default="fp32", choices=sorted(PRECISION),
-                   help="float32 matmul precision, as libblob's math modes")
+    p.add_argument("--math", default="fp32", choices=sorted(MATHS),
+                   help="float32 matmul precision, as libblob's math modes, or mixed precision")
     p.add_argument("--threads", type=int, help="host threads (torch.set_num_threads)")
     p.add_argument("--no-graph", action="store_true", help="no whole-step CUDA graph")
     p.add_argument("--no-compile", action="store_true", help="no torch.compile")
@@ -204,42 +292,18 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.backends.cudnn.benchmark = True
-    torch.set_float32_matmul_precision(PRECISION[a.math])
+    precision = MATHS[a.math][0]
+    torch.set_float32_matmul_precision(precision)
     if a.no_tf32:
         torch.backends.cudnn.allow_tf32 = False
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device {name} (torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"cuDNN TF32 {'on' if torch.backends.cudnn.allow_tf32 else 'off'}, "
-          f"matmul {PRECISION[a.math]}, {torch.get_num_threads()} host threads)", flush=True)
+          f"matmul {precision}, {torch.get_num_threads()} host threads)", flush=True)
     params = sum(t.numel() for t in NETS[a.net]()[0].parameters())
     print(f"net {a.net} params {params}", flush=True)
     for batch in a.batch or [64, 256]:
-        b = Bench(a.net, batch, device)
-        eager = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
-        try:
-            b = Bench(a.net, batch, device, fused=True)
-            fused = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
-        except (RuntimeError, TypeError, ValueError) as e:  # no fused SGD on this device
-            print(f"batch {batch} fused_error {one_line(e)}", flush=True)
-            fused = None
-        graph = None
-        if device.type == "cuda" and not a.no_graph:
-            b = Bench(a.net, batch, device)
-            b.capture(a.warmup)
-            graph = b.time(b.graph_step, a.steps, a.repeats, a.warmup)
-        compiled = None
-        if not a.no_compile:
-            try:
-                b = Bench(a.net, batch, device)
-                b.compile(a.compile_mode)
-                compiled = b.time(b.eager_step, a.steps, a.repeats, a.warmup)
-            except Exception as e:  # noqa: BLE001 - any failure to compile is reported
-                print(f"batch {batch} compile_error {one_line(e)}", flush=True)
-        print(f"batch {batch} eager_us {eager:.1f} fused_us {figure(fused)} "
-              f"graph_us {figure(graph)} compile_us {figure(compiled)}", flush=True)
-        if a.kernels and device.type == "cuda":
-            print(f"batch {batch} kernels {Bench(a.net, batch, device).count_kernels()}",
-                  flush=True)
+        run_batch(a, device, batch)
 
 
 if __name__ == "__main__":
