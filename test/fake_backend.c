@@ -230,23 +230,23 @@ static void free_block(void *p, block_kind kind, uint64_t *count)
     }
 }
 
-static blob_status fake_host_alloc(size_t bytes, void **out)
+static blob_status host_alloc(size_t bytes, void **out)
 {
     return alloc_block(bytes, out, BLK_HOST, &stats.host_allocs, BLOB_ENOMEM);
 }
-static void fake_host_free(void *p) { free_block(p, BLK_HOST, &stats.host_frees); }
-static blob_status fake_pinned_alloc(size_t bytes, void **out)
+static void host_free(void *p) { free_block(p, BLK_HOST, &stats.host_frees); }
+static blob_status pinned_alloc(size_t bytes, void **out)
 {
     return alloc_block(bytes, out, BLK_PINNED, &stats.pinned_allocs, BLOB_ENOMEM);
 }
-static void fake_pinned_free(void *p) { free_block(p, BLK_PINNED, &stats.pinned_frees); }
-static blob_status fake_device_alloc(size_t bytes, void **out)
+static void pinned_free(void *p) { free_block(p, BLK_PINNED, &stats.pinned_frees); }
+static blob_status device_alloc(size_t bytes, void **out)
 {
     return alloc_block(bytes, out, BLK_DEVICE, &stats.device_allocs, BLOB_EDEVMEM);
 }
-static void fake_device_free(void *p) { free_block(p, BLK_DEVICE, &stats.device_frees); }
+static void device_free(void *p) { free_block(p, BLK_DEVICE, &stats.device_frees); }
 
-static blob_status fake_pointer_device(const void *p, int *device)
+static blob_status pointer_device(const void *p, int *device)
 {
     const unsigned char *c = p;
     *device = BLOB__HOST_MEMORY;
@@ -256,13 +256,13 @@ static blob_status fake_pointer_device(const void *p, int *device)
     return BLOB_OK;
 }
 
-static blob_status fake_copy_async(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
-                                   void *s)
+static blob_status copy_async(void *dst, const void *src, size_t bytes, blob__copy_kind kind,
+                              void *s)
 {
     return enqueue(s, (op){.kind = kind, .dst = dst, .src = src, .bytes = bytes});
 }
 
-static blob_status fake_memset_async(void *dst, int value, size_t bytes, void *s)
+static blob_status memset_async(void *dst, int value, size_t bytes, void *s)
 {
     return enqueue(s, (op){.is_memset = true, .dst = dst, .bytes = bytes, .value = value});
 }
@@ -294,14 +294,14 @@ int fake_queued(void)
     return (int)n;
 }
 
-static blob_status fake_device_synchronize(void)
+static blob_status device_synchronize(void)
 {
     stats.device_syncs++;
     fake_drain();
     return BLOB_OK;
 }
 
-static blob_status fake_stream_create(void **out, int priority)
+static blob_status stream_create(void **out, int priority)
 {
     if (n_streams == sizeof streams / sizeof streams[0])
         return BLOB_FAIL(BLOB_ECUDA, "fake: too many streams");
@@ -316,7 +316,7 @@ static blob_status fake_stream_create(void **out, int priority)
     return BLOB_OK;
 }
 
-static void fake_stream_destroy(void *s)
+static void stream_destroy(void *s)
 {
     if (!s)
         return;
@@ -330,7 +330,7 @@ static void fake_stream_destroy(void *s)
     free_block(st, BLK_STREAM, &ignored);
 }
 
-static blob_status fake_stream_synchronize(void *s)
+static blob_status stream_synchronize(void *s)
 {
     stats.stream_syncs++;
     stream *st = as_stream(s);
@@ -338,7 +338,7 @@ static blob_status fake_stream_synchronize(void *s)
     return BLOB_OK;
 }
 
-static blob_status fake_event_create(void **out)
+static blob_status event_create(void **out)
 {
     void *p;
     BLOB_TRY(alloc_block(sizeof(event), &p, BLK_EVENT, &stats.events_created, BLOB_ECUDA));
@@ -347,7 +347,7 @@ static blob_status fake_event_create(void **out)
     return BLOB_OK;
 }
 
-static void fake_event_destroy(void *e)
+static void event_destroy(void *e)
 {
     uint64_t ignored = 0;
     free_block(e, BLK_EVENT, &ignored);
@@ -366,7 +366,7 @@ static stream *event_stream(const event *ev)
     return NULL;
 }
 
-static blob_status fake_event_record(void *e, void *s)
+static blob_status event_record(void *e, void *s)
 {
     event *ev = e;
     stream *st = as_stream(s);
@@ -376,7 +376,7 @@ static blob_status fake_event_record(void *e, void *s)
     return BLOB_OK;
 }
 
-static blob_status fake_event_query(void *e, bool *done)
+static blob_status event_query(void *e, bool *done)
 {
     event *ev = e;
     stream *st = event_stream(ev);
@@ -384,7 +384,7 @@ static blob_status fake_event_query(void *e, bool *done)
     return BLOB_OK;
 }
 
-static blob_status fake_event_synchronize(void *e)
+static blob_status event_synchronize(void *e)
 {
     event *ev = e;
     stats.event_syncs++;
@@ -395,11 +395,11 @@ static blob_status fake_event_synchronize(void *e)
 }
 
 /* The fake keeps no clock: every interval is 0 ms, once both events have completed. */
-static blob_status fake_event_elapsed(void *from, void *to, double *ms)
+static blob_status event_elapsed(void *from, void *to, double *ms)
 {
     bool a, b;
-    BLOB_TRY(fake_event_query(from, &a));
-    BLOB_TRY(fake_event_query(to, &b));
+    BLOB_TRY(event_query(from, &a));
+    BLOB_TRY(event_query(to, &b));
     if (!a || !b)
         return BLOB_FAIL(BLOB_ECUDA, "fake: an event has not completed");
     *ms = 0;
@@ -407,7 +407,7 @@ static blob_status fake_event_elapsed(void *from, void *to, double *ms)
 }
 
 /* Work on `s` after this point waits for the event: run everything up to it now. */
-static blob_status fake_stream_wait_event(void *s, void *e)
+static blob_status stream_wait_event(void *s, void *e)
 {
     (void)s;
     event *ev = e;
@@ -417,9 +417,10 @@ static blob_status fake_stream_wait_event(void *s, void *e)
     return BLOB_OK;
 }
 
-/* The table's entries run under fake_mu (the device queries touch no shared state). */
+/* The table's entries: fake_<name> runs <name> under fake_mu (the device queries and the
+ * graph calls touch no shared state). */
 #define LOCKED(ret, name, params, args) \
-    static ret locked_##name params     \
+    static ret fake_##name params       \
     {                                   \
         pthread_mutex_lock(&fake_mu);   \
         ret r_ = name args;             \
@@ -427,35 +428,35 @@ static blob_status fake_stream_wait_event(void *s, void *e)
         return r_;                      \
     }
 #define LOCKED_VOID(name, params, args) \
-    static void locked_##name params    \
+    static void fake_##name params      \
     {                                   \
         pthread_mutex_lock(&fake_mu);   \
         name args;                      \
         pthread_mutex_unlock(&fake_mu); \
     }
-LOCKED(blob_status, fake_host_alloc, (size_t bytes, void **out), (bytes, out))
-LOCKED_VOID(fake_host_free, (void *p), (p))
-LOCKED(blob_status, fake_pinned_alloc, (size_t bytes, void **out), (bytes, out))
-LOCKED_VOID(fake_pinned_free, (void *p), (p))
-LOCKED(blob_status, fake_device_alloc, (size_t bytes, void **out), (bytes, out))
-LOCKED_VOID(fake_device_free, (void *p), (p))
-LOCKED(blob_status, fake_pointer_device, (const void *p, int *device), (p, device))
-LOCKED(blob_status, fake_copy_async,
+LOCKED(blob_status, host_alloc, (size_t bytes, void **out), (bytes, out))
+LOCKED_VOID(host_free, (void *p), (p))
+LOCKED(blob_status, pinned_alloc, (size_t bytes, void **out), (bytes, out))
+LOCKED_VOID(pinned_free, (void *p), (p))
+LOCKED(blob_status, device_alloc, (size_t bytes, void **out), (bytes, out))
+LOCKED_VOID(device_free, (void *p), (p))
+LOCKED(blob_status, pointer_device, (const void *p, int *device), (p, device))
+LOCKED(blob_status, copy_async,
        (void *dst, const void *src, size_t bytes, blob__copy_kind kind, void *s),
        (dst, src, bytes, kind, s))
-LOCKED(blob_status, fake_memset_async, (void *dst, int value, size_t bytes, void *s),
+LOCKED(blob_status, memset_async, (void *dst, int value, size_t bytes, void *s),
        (dst, value, bytes, s))
-LOCKED(blob_status, fake_device_synchronize, (void), ())
-LOCKED(blob_status, fake_stream_create, (void **out, int priority), (out, priority))
-LOCKED_VOID(fake_stream_destroy, (void *s), (s))
-LOCKED(blob_status, fake_stream_synchronize, (void *s), (s))
-LOCKED(blob_status, fake_stream_wait_event, (void *s, void *e), (s, e))
-LOCKED(blob_status, fake_event_create, (void **out), (out))
-LOCKED_VOID(fake_event_destroy, (void *e), (e))
-LOCKED(blob_status, fake_event_record, (void *e, void *s), (e, s))
-LOCKED(blob_status, fake_event_query, (void *e, bool *done), (e, done))
-LOCKED(blob_status, fake_event_synchronize, (void *e), (e))
-LOCKED(blob_status, fake_event_elapsed, (void *from, void *to, double *ms), (from, to, ms))
+LOCKED(blob_status, device_synchronize, (void), ())
+LOCKED(blob_status, stream_create, (void **out, int priority), (out, priority))
+LOCKED_VOID(stream_destroy, (void *s), (s))
+LOCKED(blob_status, stream_synchronize, (void *s), (s))
+LOCKED(blob_status, stream_wait_event, (void *s, void *e), (s, e))
+LOCKED(blob_status, event_create, (void **out), (out))
+LOCKED_VOID(event_destroy, (void *e), (e))
+LOCKED(blob_status, event_record, (void *e, void *s), (e, s))
+LOCKED(blob_status, event_query, (void *e, bool *done), (e, done))
+LOCKED(blob_status, event_synchronize, (void *e), (e))
+LOCKED(blob_status, event_elapsed, (void *from, void *to, double *ms), (from, to, ms))
 
 static blob_status fake_graph_begin(void *s)
 {
@@ -484,39 +485,11 @@ static blob_status fake_graph_count_nodes(void *graph, int64_t *kernels, int64_t
     return BLOB_FAIL(BLOB_ECUDA, "fake: no graph capture");
 }
 
-static const blob__backend fake_backend = {
-    .name = "fake",
-    .device_count = fake_device_count,
-    .get_device = fake_get_device,
-    .set_device = fake_set_device,
-    .host_alloc = locked_fake_host_alloc,
-    .host_free = locked_fake_host_free,
-    .pinned_alloc = locked_fake_pinned_alloc,
-    .pinned_free = locked_fake_pinned_free,
-    .device_alloc = locked_fake_device_alloc,
-    .device_free = locked_fake_device_free,
-    .pointer_device = locked_fake_pointer_device,
-    .copy_async = locked_fake_copy_async,
-    .memset_async = locked_fake_memset_async,
-    .device_synchronize = locked_fake_device_synchronize,
-    .stream_create = locked_fake_stream_create,
-    .stream_destroy = locked_fake_stream_destroy,
-    .stream_synchronize = locked_fake_stream_synchronize,
-    .stream_wait_event = locked_fake_stream_wait_event,
-    .event_create = locked_fake_event_create,
-    .event_destroy = locked_fake_event_destroy,
-    .event_record = locked_fake_event_record,
-    .event_record_external = locked_fake_event_record, /* the fake captures nothing */
-    .event_query = locked_fake_event_query,
-    .event_synchronize = locked_fake_event_synchronize,
-    .event_create_timed = locked_fake_event_create,
-    .event_elapsed = locked_fake_event_elapsed,
-    .graph_begin = fake_graph_begin,
-    .graph_end = fake_graph_end,
-    .graph_launch = fake_graph_launch,
-    .graph_destroy = fake_graph_destroy,
-    .graph_count_nodes = fake_graph_count_nodes,
-};
+/* The fake captures nothing, and every event keeps its time. */
+#define fake_event_record_external fake_event_record
+#define fake_event_create_timed    fake_event_create
+
+static const blob__backend fake_backend = {.name = "fake", BLOB__BACKEND_ENTRIES(fake)};
 
 static void empty_all_caches(void)
 {

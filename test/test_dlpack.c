@@ -698,41 +698,6 @@ static void with_strides(producer *p, int64_t s0, int64_t s1)
     p->t.dl_tensor.strides = p->strides;
 }
 
-static void m_int16(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype = (DLDataType){kDLInt, 16, 1};
-}
-static void m_f8(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype = (DLDataType){kDLFloat, 8, 1};
-}
-static void m_lanes(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype.lanes = 2;
-}
-static void m_lanes0(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype.lanes = 0;
-}
-static void m_bf32(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype = (DLDataType){kDLBfloat, 32, 1};
-}
-static void m_complex(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype = (DLDataType){kDLComplex, 64, 1};
-}
-static void m_uint16(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.dtype = (DLDataType){kDLUInt, 16, 1};
-}
 static void m_ndim33(producer *p, float *b)
 {
     (void)b;
@@ -786,41 +751,6 @@ static void m_data_null(producer *p, float *b)
     (void)b;
     p->t.dl_tensor.data = NULL;
 }
-static void m_opencl(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device = (DLDevice){kDLOpenCL, 0};
-}
-static void m_managed(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device = (DLDevice){kDLCUDAManaged, 0};
-}
-static void m_rocm(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device = (DLDevice){kDLROCM, 0};
-}
-static void m_bogus_type(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device.device_type = (DLDeviceType)999;
-}
-static void m_cpu_id(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device.device_id = 1;
-}
-static void m_cuda_missing(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device = (DLDevice){kDLCUDA, FAKE_DEVICES};
-}
-static void m_cuda_neg(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device = (DLDevice){kDLCUDA, -1};
-}
 /* accepted */
 static void m_compact(producer *p, float *b)
 {
@@ -854,20 +784,8 @@ static void m_offset_ok(producer *p, float *b)
     p->shape[0] = 1;
     p->t.dl_tensor.byte_offset = 3 * sizeof(float);
 }
-static void m_pinned(producer *p, float *b)
-{
-    (void)b;
-    p->t.dl_tensor.device = (DLDevice){kDLCUDAHost, 0};
-}
 
 static const bad_case bad_cases[] = {
-    {"int16", BLOB_EINVAL, m_int16},
-    {"float8", BLOB_EINVAL, m_f8},
-    {"2 lanes", BLOB_EINVAL, m_lanes},
-    {"0 lanes", BLOB_EINVAL, m_lanes0},
-    {"32-bit bfloat", BLOB_EINVAL, m_bf32},
-    {"complex64", BLOB_EINVAL, m_complex},
-    {"uint16", BLOB_EINVAL, m_uint16},
     {"ndim 33", BLOB_EINVAL, m_ndim33},
     {"ndim -1", BLOB_EINVAL, m_ndim_neg},
     {"NULL shape", BLOB_EINVAL, m_shape_null},
@@ -879,38 +797,70 @@ static const bad_case bad_cases[] = {
     {"byte_offset wraps the address", BLOB_EINVAL, m_offset_wraps},
     {"misaligned data", BLOB_EINVAL, m_misaligned},
     {"NULL data", BLOB_EINVAL, m_data_null},
-    {"OpenCL", BLOB_EINVAL, m_opencl},
-    {"CUDA managed", BLOB_EINVAL, m_managed},
-    {"ROCm", BLOB_EINVAL, m_rocm},
-    {"device type 999", BLOB_EINVAL, m_bogus_type},
-    {"CPU device_id 1", BLOB_EINVAL, m_cpu_id},
-    {"CUDA device not present", BLOB_ERANGE, m_cuda_missing},
-    {"CUDA device -1", BLOB_ERANGE, m_cuda_neg},
     {"compact strides", BLOB_OK, m_compact},
     {"size-1 dims with any stride", BLOB_OK, m_unit_dims},
     {"count 0, any strides, NULL data", BLOB_OK, m_empty},
     {"0 axes", BLOB_OK, m_scalar},
     {"aligned byte_offset", BLOB_OK, m_offset_ok},
-    {"kDLCUDAHost", BLOB_OK, m_pinned},
 };
 #define N_BAD_CASES ((int)(sizeof bad_cases / sizeof bad_cases[0]))
 
-START_TEST(test_import_bad_input)
+/* DLPack dtypes that are no blob dtype. */
+static const struct {
+    const char *name;
+    DLDataType dtype;
+} bad_dtypes[] = {
+    {"int16", {kDLInt, 16, 1}},
+    {"float8", {kDLFloat, 8, 1}},
+    {"2 lanes", {kDLFloat, 32, 2}},
+    {"0 lanes", {kDLFloat, 32, 0}},
+    {"32-bit bfloat", {kDLBfloat, 32, 1}},
+    {"complex64", {kDLComplex, 64, 1}},
+    {"uint16", {kDLUInt, 16, 1}},
+};
+#define N_BAD_DTYPES ((int)(sizeof bad_dtypes / sizeof bad_dtypes[0]))
+
+/* Devices of the tensor (host memory), and what the import says of each. */
+static const struct {
+    const char *name;
+    blob_status expect;
+    DLDevice device;
+} device_cases[] = {
+    {"OpenCL", BLOB_EINVAL, {kDLOpenCL, 0}},
+    {"CUDA managed", BLOB_EINVAL, {kDLCUDAManaged, 0}},
+    {"ROCm", BLOB_EINVAL, {kDLROCM, 0}},
+    {"device type 999", BLOB_EINVAL, {(DLDeviceType)999, 0}},
+    {"CPU device_id 1", BLOB_EINVAL, {kDLCPU, 1}},
+    {"CUDA device not present", BLOB_ERANGE, {kDLCUDA, FAKE_DEVICES}},
+    {"CUDA device -1", BLOB_ERANGE, {kDLCUDA, -1}},
+    {"kDLCUDAHost", BLOB_OK, {kDLCUDAHost, 0}},
+};
+#define N_DEVICE_CASES ((int)(sizeof device_cases / sizeof device_cases[0]))
+
+/* Import a 2x3 float32 tensor of host memory changed by mutate, or given dtype or device
+ * instead of its own (each where not NULL): expect, a clear error (no blob, the deleter not
+ * called) or the blob of the tensor's elements. */
+static void import_case(const char *name, blob_status expect, void (*mutate)(producer *, float *),
+                        const DLDataType *dtype, const DLDevice *device)
 {
-    const bad_case *c = &bad_cases[_i];
     float buf[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     int64_t shape[] = {2, 3};
     producer p;
     producer_init(&p, buf, cpu_dev, BLOB_FLOAT32, 2, shape);
-    c->mutate(&p, buf);
+    if (mutate)
+        mutate(&p, buf);
+    if (dtype)
+        p.t.dl_tensor.dtype = *dtype;
+    if (device)
+        p.t.dl_tensor.device = *device;
     blob *b = (blob *)&b;
     blob_status st = blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY);
-    ck_assert_msg(st == c->expect, "%s: %s (%s), expected %s", c->name, blob_status_name(st),
-                  blob_last_error(), blob_status_name(c->expect));
+    ck_assert_msg(st == expect, "%s: %s (%s), expected %s", name, blob_status_name(st),
+                  blob_last_error(), blob_status_name(expect));
     if (st != BLOB_OK) {
         ck_assert_ptr_null(b);
         ck_assert_int_eq(p.deleted, 0);
-        ck_assert_msg(strlen(blob_last_error()) > 0, "%s: no detail", c->name);
+        ck_assert_msg(strlen(blob_last_error()) > 0, "%s: no detail", name);
         return; /* the fixture checks that nothing was left allocated */
     }
     int64_t count = 1;
@@ -924,6 +874,24 @@ START_TEST(test_import_bad_input)
     }
     blob_free(b);
     ck_assert_int_eq(p.deleted, 1);
+}
+
+START_TEST(test_import_bad_input)
+{
+    import_case(bad_cases[_i].name, bad_cases[_i].expect, bad_cases[_i].mutate, NULL, NULL);
+}
+END_TEST
+
+START_TEST(test_import_bad_dtype)
+{
+    import_case(bad_dtypes[_i].name, BLOB_EINVAL, NULL, &bad_dtypes[_i].dtype, NULL);
+}
+END_TEST
+
+START_TEST(test_import_device_kind)
+{
+    import_case(device_cases[_i].name, device_cases[_i].expect, NULL, NULL,
+                &device_cases[_i].device);
 }
 END_TEST
 
@@ -1393,6 +1361,8 @@ Suite *dlpack_suite(void)
               test_import_device_no_wait);
     add_loop_tests(tc, 0, 4, test_round_trip);
     add_loop_tests(tc, 0, N_BAD_CASES, test_import_bad_input);
+    add_loop_tests(tc, 0, N_BAD_DTYPES, test_import_bad_dtype);
+    add_loop_tests(tc, 0, N_DEVICE_CASES, test_import_device_kind);
     add_tests(tc, test_import_bad_arguments);
     add_loop_tests(tc, 0, 3, test_import_alloc_failure);
     add_tests(tc, test_syncedmem_release);

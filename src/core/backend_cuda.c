@@ -292,39 +292,11 @@ static blob_status cuda_graph_count_nodes(void *graph, int64_t *kernels, int64_t
     return st;
 }
 
-static const blob__backend cuda_backend = {
-    .name = "cuda",
-    .device_count = cuda_device_count,
-    .pointer_device = cuda_pointer_device,
-    .get_device = cuda_get_device,
-    .set_device = cuda_set_device,
-    .host_alloc = blob__system_host_alloc,
-    .host_free = blob__system_host_free,
-    .pinned_alloc = cuda_pinned_alloc,
-    .pinned_free = cuda_pinned_free,
-    .device_alloc = cuda_device_alloc,
-    .device_free = cuda_device_free,
-    .copy_async = cuda_copy_async,
-    .memset_async = cuda_memset_async,
-    .device_synchronize = cuda_device_synchronize,
-    .stream_create = cuda_stream_create,
-    .stream_destroy = cuda_stream_destroy,
-    .stream_synchronize = cuda_stream_synchronize,
-    .stream_wait_event = cuda_stream_wait_event,
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .event_record_external = cuda_event_record_external,
-    .event_query = cuda_event_query,
-    .event_synchronize = cuda_event_synchronize,
-    .event_create_timed = cuda_event_create_timed,
-    .event_elapsed = cuda_event_elapsed,
-    .graph_begin = cuda_graph_begin,
-    .graph_end = cuda_graph_end,
-    .graph_launch = cuda_graph_launch,
-    .graph_destroy = cuda_graph_destroy,
-    .graph_count_nodes = cuda_graph_count_nodes,
-};
+/* Pageable host memory is malloc's, as in the "no GPU" table. */
+#define cuda_host_alloc blob__system_host_alloc
+#define cuda_host_free  blob__system_host_free
+
+static const blob__backend cuda_backend = {.name = "cuda", BLOB__BACKEND_ENTRIES(cuda)};
 
 const blob__backend *blob__backend_default(void) { return &cuda_backend; }
 

@@ -37,13 +37,13 @@ static blob_status none_copy_async(void *dst, const void *src, size_t bytes, blo
     (void)dst, (void)src, (void)bytes, (void)kind, (void)stream;
     return no_gpu("copy_async");
 }
-static blob_status none_memset(void *dst, int value, size_t bytes, void *stream)
+static blob_status none_memset_async(void *dst, int value, size_t bytes, void *stream)
 {
     (void)dst, (void)value, (void)bytes, (void)stream;
     return no_gpu("memset");
 }
-static blob_status none_sync(void) { return no_gpu("synchronize"); }
-static blob_status none_create(void **out)
+static blob_status none_device_synchronize(void) { return no_gpu("synchronize"); }
+static blob_status none_event_create(void **out)
 {
     (void)out;
     return no_gpu("create");
@@ -58,22 +58,22 @@ static blob_status none_on(void *obj)
     (void)obj;
     return no_gpu("synchronize");
 }
-static blob_status none_elapsed(void *from, void *to, double *ms)
+static blob_status none_event_elapsed(void *from, void *to, double *ms)
 {
     (void)from, (void)to, (void)ms;
     return no_gpu("event_elapsed");
 }
-static blob_status none_wait(void *stream, void *event)
+static blob_status none_stream_wait_event(void *stream, void *event)
 {
     (void)stream, (void)event;
     return no_gpu("stream_wait_event");
 }
-static blob_status none_record(void *event, void *stream)
+static blob_status none_event_record(void *event, void *stream)
 {
     (void)event, (void)stream;
     return no_gpu("event_record");
 }
-static blob_status none_query(void *event, bool *done)
+static blob_status none_event_query(void *event, bool *done)
 {
     (void)event, (void)done;
     return no_gpu("event_query");
@@ -97,39 +97,22 @@ static blob_status none_graph_count_nodes(void *graph, int64_t *kernels, int64_t
     return no_gpu("graph_count_nodes");
 }
 
-static const blob__backend none_backend = {
-    .name = "none",
-    .device_count = none_device_count,
-    .pointer_device = none_pointer_device,
-    .get_device = none_get_device,
-    .set_device = none_set_device,
-    .host_alloc = blob__system_host_alloc,
-    .host_free = blob__system_host_free,
-    .pinned_alloc = none_alloc,
-    .pinned_free = none_free,
-    .device_alloc = none_alloc,
-    .device_free = none_free,
-    .copy_async = none_copy_async,
-    .memset_async = none_memset,
-    .device_synchronize = none_sync,
-    .stream_create = none_stream_create,
-    .stream_destroy = none_free,
-    .stream_synchronize = none_on,
-    .stream_wait_event = none_wait,
-    .event_create = none_create,
-    .event_destroy = none_free,
-    .event_record = none_record,
-    .event_record_external = none_record,
-    .event_query = none_query,
-    .event_synchronize = none_on,
-    .event_create_timed = none_create,
-    .event_elapsed = none_elapsed,
-    .graph_begin = none_on,
-    .graph_end = none_graph_end,
-    .graph_launch = none_graph_launch,
-    .graph_destroy = none_graph_destroy,
-    .graph_count_nodes = none_graph_count_nodes,
-};
+/* The entries that share a body, by the table's names. */
+#define none_host_alloc            blob__system_host_alloc
+#define none_host_free             blob__system_host_free
+#define none_pinned_alloc          none_alloc
+#define none_pinned_free           none_free
+#define none_device_alloc          none_alloc
+#define none_device_free           none_free
+#define none_stream_destroy        none_free
+#define none_stream_synchronize    none_on
+#define none_event_destroy         none_free
+#define none_event_record_external none_event_record
+#define none_event_synchronize     none_on
+#define none_event_create_timed    none_event_create
+#define none_graph_begin           none_on
+
+static const blob__backend none_backend = {.name = "none", BLOB__BACKEND_ENTRIES(none)};
 
 const blob__backend *blob__backend_default(void) { return &none_backend; }
 

@@ -71,6 +71,24 @@ typedef struct blob__backend {
     blob_status (*graph_count_nodes)(void *graph, int64_t *kernels, int64_t *host, int64_t *total);
 } blob__backend;
 
+/* The entries of a table whose functions are named P_<entry>: P_device_count,
+ * P_get_device, ..., P_graph_count_nodes; the table gives its name. */
+#define BLOB__BACKEND_ENTRIES(P)                                                                  \
+    .device_count = P##_device_count, .get_device = P##_get_device, .set_device = P##_set_device, \
+    .host_alloc = P##_host_alloc, .host_free = P##_host_free, .pinned_alloc = P##_pinned_alloc,   \
+    .pinned_free = P##_pinned_free, .device_alloc = P##_device_alloc,                             \
+    .device_free = P##_device_free, .pointer_device = P##_pointer_device,                         \
+    .copy_async = P##_copy_async, .memset_async = P##_memset_async,                               \
+    .device_synchronize = P##_device_synchronize, .stream_create = P##_stream_create,             \
+    .stream_destroy = P##_stream_destroy, .stream_synchronize = P##_stream_synchronize,           \
+    .stream_wait_event = P##_stream_wait_event, .event_create = P##_event_create,                 \
+    .event_destroy = P##_event_destroy, .event_record = P##_event_record,                         \
+    .event_record_external = P##_event_record_external, .event_query = P##_event_query,           \
+    .event_synchronize = P##_event_synchronize, .event_create_timed = P##_event_create_timed,     \
+    .event_elapsed = P##_event_elapsed, .graph_begin = P##_graph_begin,                           \
+    .graph_end = P##_graph_end, .graph_launch = P##_graph_launch,                                 \
+    .graph_destroy = P##_graph_destroy, .graph_count_nodes = P##_graph_count_nodes
+
 /* The table in use. Read on every device operation; changed only by install. */
 extern const blob__backend *blob__be;
 
