@@ -82,37 +82,37 @@ static void report_head(char *host, size_t size)
                 blob_math_mode_name(blob_math_mode_get()));
 }
 
+/* The sections in the order they run: gpu_only ones only with a GPU; the rest take
+ * whether there is one (run_with) or not (run). Section 6 has a GPU and a host part. */
+static const struct section {
+    const char *id;
+    bool gpu_only;
+    void (*run)(void);
+    void (*run_with)(bool gpu);
+} sections[] = {
+    {"1", true, bench_gpu_alloc, NULL},  {"2", true, bench_gpu_pinned, NULL},
+    {"3", true, bench_gpu_sync, NULL},   {"4", false, NULL, bench_access},
+    {"5", false, bench_reshape, NULL},   {"6", true, bench_gpu_update, NULL},
+    {"8", true, bench_gpu_optim, NULL},  {"9", true, bench_gpu_fused_gemm, NULL},
+    {"H", true, bench_gpu_gemm16, NULL}, {"6", false, bench_update_host, NULL},
+    {"7", false, NULL, bench_loop},      {"D", false, NULL, bench_dlpack},
+    {"C", true, bench_gpu_conv, NULL},
+};
+
 /* The sections wanted, the GPU's with a GPU. */
 static void run_sections(bool gpu)
 {
     if (!gpu)
         printf("\nSections 1-3, 8, 9, H, C and the GPU rows of 4 and 6 skipped: no GPU found.\n");
-    if (gpu && want("1"))
-        bench_gpu_alloc();
-    if (gpu && want("2"))
-        bench_gpu_pinned();
-    if (gpu && want("3"))
-        bench_gpu_sync();
-    if (want("4"))
-        bench_access(gpu);
-    if (want("5"))
-        bench_reshape();
-    if (gpu && want("6"))
-        bench_gpu_update();
-    if (gpu && want("8"))
-        bench_gpu_optim();
-    if (gpu && want("9"))
-        bench_gpu_fused_gemm();
-    if (gpu && want("H"))
-        bench_gpu_gemm16();
-    if (want("6"))
-        bench_update_host();
-    if (want("7"))
-        bench_loop(gpu);
-    if (want("D"))
-        bench_dlpack(gpu);
-    if (gpu && want("C"))
-        bench_gpu_conv();
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+        const struct section *sec = &sections[i];
+        if ((gpu || !sec->gpu_only) && want(sec->id)) {
+            if (sec->run)
+                sec->run();
+            else
+                sec->run_with(gpu);
+        }
+    }
 }
 
 int main(int argc, char **argv)

@@ -27,68 +27,16 @@ enum { CONFIGS = 4 };
 
 enum { W, H, V, G, WORK, ARRAYS };
 
-typedef struct {
-    blob_dtype half;
-    bool gpu;
-    int n;
-    int64_t *counts, *offset, total;
-    void *host[ARRAYS]; /* all tensors of each array, host copies */
-    void *side[ARRAYS];
-    void **ptr[ARRAYS]; /* per-tensor pointers into side[] */
-    int64_t *step;
-} mixed;
-
-static blob_dtype dtype_of(const mixed *m, int a)
-{
-    return a == G || a == WORK ? m->half : BLOB_FLOAT32;
-}
-
-static size_t bytes_of(const mixed *m, int a)
-{
-    return (size_t)(m->total + 8) * blob_dtype_size(dtype_of(m, a));
-}
+/* The 16-bit dtype of the step is dt[G] (and dt[WORK]). */
+typedef test_arrays mixed;
 
 /* Random weights in [-1, 1), zero histories; with gap, odd tensors start one element late
  * (misaligned for the kernel's vectors). */
 static mixed mixed_new(blob_dtype half, bool gpu, int n, const int64_t *counts, bool gap)
 {
-    mixed m = {.half = half, .gpu = gpu, .n = n};
-    m.total = test_pack_tensors(n, counts, 8, gap, &m.counts, &m.offset);
-    for (int a = 0; a < ARRAYS; a++) {
-        const size_t bytes = bytes_of(&m, a), es = blob_dtype_size(dtype_of(&m, a));
-        m.host[a] = calloc(1, bytes);
-        m.side[a] = test_side_alloc(gpu, bytes);
-        m.ptr[a] = test_tensor_pointers(m.side[a], n, m.offset, es);
-    }
-    test_fill(BLOB_FLOAT32, m.host[W], m.total, -1, 1);
-    m.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
-    return m;
-}
-
-/* Copy array a between the host copy and the side. */
-static void mixed_sync(mixed *m, int a, bool up)
-{
-    test_side_copy(m->gpu, m->side[a], m->host[a], bytes_of(m, a), up);
-}
-
-static void mixed_init(mixed *m)
-{
-    for (int a = 0; a < ARRAYS; a++)
-        mixed_sync(m, a, true);
-    int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
-    test_side_copy(m->gpu, m->step, zero, sizeof zero, true);
-}
-
-static void mixed_free(mixed *m)
-{
-    for (int a = 0; a < ARRAYS; a++) {
-        free(m->host[a]);
-        test_side_free(m->gpu, m->side[a]);
-        free(m->ptr[a]);
-    }
-    test_side_free(m->gpu, m->step);
-    free(m->counts);
-    free(m->offset);
+    const blob_dtype dt[ARRAYS] = {
+        [W] = BLOB_FLOAT32, [H] = BLOB_FLOAT32, [V] = BLOB_FLOAT32, [G] = half, [WORK] = half};
+    return test_arrays_new(gpu, n, counts, 8, gap, ARRAYS, dt);
 }
 
 /* Fresh 16-bit gradients in [-1, 1) times scale (a power of two: exact), on the side:
@@ -102,15 +50,15 @@ static void fill_grads(mixed *m, double scale)
         for (int64_t k = 0; k < m->counts[i]; k++)
             t[k] = (float)(t[k] * scale);
     }
-    ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->half, m->total, g, m->host[G]));
+    ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->dt[G], m->total, g, m->host[G]));
     free(g);
-    mixed_sync(m, G, true);
+    test_arrays_sync(m, G, true);
 }
 
 static blob_status mixed_step(mixed *m, const blob_optim *o, double inv_scale)
 {
     return (m->gpu ? blob_gpu_optim_step_mixed : blob_cpu_optim_step_mixed)(
-        o, m->half, inv_scale, m->n, m->counts, m->ptr[W], (const void *const *)m->ptr[G],
+        o, m->dt[G], inv_scale, m->n, m->counts, m->ptr[W], (const void *const *)m->ptr[G],
         m->ptr[H], m->ptr[V], m->ptr[WORK], m->step);
 }
 
@@ -118,10 +66,10 @@ static blob_status mixed_step(mixed *m, const blob_optim *o, double inv_scale)
  * it): the same bits. Both arrays read back from the side. */
 static void expect_work_is_rounded(mixed *m, const char *what)
 {
-    mixed_sync(m, W, false);
-    mixed_sync(m, WORK, false);
+    test_arrays_sync(m, W, false);
+    test_arrays_sync(m, WORK, false);
     uint16_t *r = malloc(sizeof(uint16_t) * (size_t)m->total + 8);
-    ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->half, m->total, m->host[W], r));
+    ck_ok(blob_cpu_convert(BLOB_FLOAT32, m->dt[G], m->total, m->host[W], r));
     const uint16_t *got = m->host[WORK];
     for (int i = 0; i < m->n; i++)
         for (int64_t j = 0; j < m->counts[i]; j++) {
@@ -137,8 +85,8 @@ static void expect_work_is_rounded(mixed *m, const char *what)
 /* Float array a of x within tol * max(|y|, 1) of y's, per element (both read back). */
 static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what)
 {
-    mixed_sync(x, a, false);
-    mixed_sync(y, a, false);
+    test_arrays_sync(x, a, false);
+    test_arrays_sync(y, a, false);
     const float *p = x->host[a], *q = y->host[a];
     int bad = 0;
     for (int i = 0; i < x->n; i++)
@@ -164,7 +112,7 @@ START_TEST(test_cpu_mixed_matches_float32)
     const int64_t counts[] = {1, 7, 4096 + 3, 33};
     mixed m = mixed_new(half, false, 4, counts, _i % 2);
     mixed scaled = mixed_new(half, false, 4, counts, _i % 2); /* m's offsets */
-    const size_t wb = bytes_of(&m, W);
+    const size_t wb = m.bytes[W];
     memcpy(scaled.host[W], m.host[W], wb);
     /* the float32 step's own w, g, h, v, at m's offsets */
     float *w = malloc(wb), *g = malloc(wb), *h = calloc(1, wb), *v = calloc(1, wb);
@@ -174,8 +122,8 @@ START_TEST(test_cpu_mixed_matches_float32)
         pw[i] = w + m.offset[i], pg[i] = g + m.offset[i];
         ph[i] = h + m.offset[i], pv[i] = v + m.offset[i];
     }
-    mixed_init(&m);
-    mixed_init(&scaled);
+    test_arrays_init(&m);
+    test_arrays_init(&scaled);
     int64_t step32[BLOB_OPTIM_STEP_WORDS] = {0};
     for (int s = 0; s < 5; s++) {
         test_seed(100 + (uint64_t)s);
@@ -189,9 +137,9 @@ START_TEST(test_cpu_mixed_matches_float32)
                                   step32));
     }
     ck_assert_int_eq(m.step[0], 5);
-    mixed_sync(&m, W, false);
-    mixed_sync(&m, H, false);
-    mixed_sync(&scaled, W, false);
+    test_arrays_sync(&m, W, false);
+    test_arrays_sync(&m, H, false);
+    test_arrays_sync(&scaled, W, false);
     const float *mw = m.host[W], *sw = scaled.host[W], *mh = m.host[H];
     for (int i = 0; i < 4; i++)
         for (int64_t j = 0; j < counts[i]; j++) {
@@ -205,8 +153,8 @@ START_TEST(test_cpu_mixed_matches_float32)
         }
     expect_work_is_rounded(&m, "host");
     free(w), free(g), free(h), free(v);
-    mixed_free(&m);
-    mixed_free(&scaled);
+    test_arrays_free(&m);
+    test_arrays_free(&scaled);
 }
 END_TEST
 
@@ -571,8 +519,8 @@ START_TEST(test_gpu_mixed_vs_host)
         for (int i = 0; i < n; i++)
             memcpy((float *)h.host[W] + h.offset[i], (float *)g.host[W] + g.offset[i],
                    sizeof(float) * (size_t)counts[i]);
-        mixed_init(&g);
-        mixed_init(&h);
+        test_arrays_init(&g);
+        test_arrays_init(&h);
         const int steps = 4;
         for (int s = 0; s < steps; s++) {
             test_seed(300 + (uint64_t)s);
@@ -594,8 +542,8 @@ START_TEST(test_gpu_mixed_vs_host)
         ck_ok(blob__be->stream_synchronize(blob_stream_get()));
         ck_assert_int_eq(st[0], steps);
         ck_assert_int_eq(st[1], 0);
-        mixed_free(&g);
-        mixed_free(&h);
+        test_arrays_free(&g);
+        test_arrays_free(&h);
     }
 }
 END_TEST
@@ -610,17 +558,17 @@ START_TEST(test_gpu_mixed_vs_float32)
     const int64_t counts[] = {4000003, 5, 2051};
     test_seed(17 + (uint64_t)_i);
     mixed m = mixed_new(half, true, 3, counts, false), f = mixed_new(half, true, 3, counts, false);
-    memcpy(f.host[W], m.host[W], bytes_of(&m, W));
-    mixed_init(&m);
-    mixed_init(&f);
+    memcpy(f.host[W], m.host[W], m.bytes[W]);
+    test_arrays_init(&m);
+    test_arrays_init(&f);
     for (int s = 0; s < 3; s++) {
         fill_grads(&m, 1);
         /* f's float32 gradients: the same values widened, in a device array of their own */
-        float *g32 = malloc(bytes_of(&m, W));
+        float *g32 = malloc(m.bytes[W]);
         ck_ok(blob_cpu_convert(half, BLOB_FLOAT32, m.total, m.host[G], g32));
         void *dg;
-        ck_ok(blob__be->device_alloc(bytes_of(&m, W), &dg));
-        ck_ok(blob__be->copy_async(dg, g32, bytes_of(&m, W), BLOB__H2D, blob_stream_get()));
+        ck_ok(blob__be->device_alloc(m.bytes[W], &dg));
+        ck_ok(blob__be->copy_async(dg, g32, m.bytes[W], BLOB__H2D, blob_stream_get()));
         ck_ok(blob__be->stream_synchronize(blob_stream_get()));
         const void *pg[3];
         for (int i = 0; i < 3; i++)
@@ -634,8 +582,8 @@ START_TEST(test_gpu_mixed_vs_float32)
     }
     expect_close(&m, &f, W, 16 * FLT_EPSILON * 3, "mixed vs float32");
     expect_work_is_rounded(&m, "mixed vs float32");
-    mixed_free(&m);
-    mixed_free(&f);
+    test_arrays_free(&m);
+    test_arrays_free(&f);
 }
 END_TEST
 

@@ -46,62 +46,16 @@ static void ref_update(const blob_optim *o, int64_t t, double *w, double g, doub
     }
 }
 
-/* ---- Tensors on one side: host copies, and the side's arrays ---- */
+/* ---- Tensors on one side: w, g, h, v of one dtype (dt[0]), host copies and the side's
+ * arrays ---- */
 
-typedef struct {
-    blob_dtype dt;
-    bool gpu;
-    int n;
-    int64_t *counts, *offset; /* elements; offsets into one buffer per array kind */
-    int64_t total;
-    void *host[4]; /* w, g, h, v over all tensors, dtype */
-    void *side[4]; /* the same on the side (one allocation each) */
-    void **ptr[4]; /* per-tensor pointers into side[] */
-    int64_t *step; /* on the side */
-} tensors;
+typedef test_arrays tensors;
 
 /* n tensors of the given counts; with gap, odd tensors start one element late (so their
  * arrays are not 16-byte aligned). */
 static tensors tensors_new(blob_dtype dt, bool gpu, int n, const int64_t *counts, bool gap)
 {
-    tensors t = {.dt = dt, .gpu = gpu, .n = n};
-    t.total = test_pack_tensors(n, counts, 4, gap, &t.counts, &t.offset);
-    const size_t es = blob_dtype_size(dt), bytes = (size_t)(t.total + 4) * es;
-    for (int a = 0; a < 4; a++) {
-        t.host[a] = calloc(1, bytes);
-        t.side[a] = test_side_alloc(gpu, bytes);
-        t.ptr[a] = test_tensor_pointers(t.side[a], n, t.offset, es);
-    }
-    test_fill(dt, t.host[0], t.total, -1, 1);
-    t.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
-    return t;
-}
-
-/* Copy array a (all tensors) between the host copy and the side. */
-static void tensors_sync(tensors *t, int a, bool up)
-{
-    const size_t bytes = (size_t)(t->total + 4) * blob_dtype_size(t->dt);
-    test_side_copy(t->gpu, t->side[a], t->host[a], bytes, up);
-}
-
-static void tensors_init(tensors *t)
-{
-    for (int a = 0; a < 4; a++)
-        tensors_sync(t, a, true);
-    int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
-    test_side_copy(t->gpu, t->step, zero, sizeof zero, true);
-}
-
-static void tensors_free(tensors *t)
-{
-    for (int a = 0; a < 4; a++) {
-        free(t->host[a]);
-        test_side_free(t->gpu, t->side[a]);
-        free(t->ptr[a]);
-    }
-    test_side_free(t->gpu, t->step);
-    free(t->counts);
-    free(t->offset);
+    return test_arrays_new(gpu, n, counts, 4, gap, 4, (const blob_dtype[4]){dt, dt, dt, dt});
 }
 
 static void read_step(const tensors *t, int64_t out[BLOB_OPTIM_STEP_WORDS])
@@ -112,20 +66,20 @@ static void read_step(const tensors *t, int64_t out[BLOB_OPTIM_STEP_WORDS])
 static blob_status step_on(tensors *t, const blob_optim *o)
 {
     return (t->gpu ? blob_gpu_optim_step : blob_cpu_optim_step)(
-        o, t->dt, t->n, t->counts, t->ptr[0], (const void *const *)t->ptr[1], t->ptr[2], t->ptr[3],
-        t->step);
+        o, t->dt[0], t->n, t->counts, t->ptr[0], (const void *const *)t->ptr[1], t->ptr[2],
+        t->ptr[3], t->step);
 }
 
 /* Array a of t matches ref (in double, over all tensors) within tol * max(|ref|, 1). */
 static void expect_close(tensors *t, int a, const double *ref, double tol, const char *what)
 {
     static const char *const names[] = {"w", "g", "h", "v"};
-    tensors_sync(t, a, false);
+    test_arrays_sync(t, a, false);
     int bad = 0;
     for (int i = 0; i < t->n; i++)
         for (int64_t j = 0; j < t->counts[i]; j++) {
             const int64_t k = t->offset[i] + j;
-            const double got = test_get(t->dt, t->host[a], k), e = ref[k];
+            const double got = test_get(t->dt[0], t->host[a], k), e = ref[k];
             if (!(fabs(got - e) <= tol * fmax(fabs(e), 1)) && bad++ < 5)
                 fprintf(stderr, "%s: %s of tensor %d [%lld] = %.10g, expected %.10g\n", what,
                         names[a], i, (long long)j, got, e);
@@ -143,19 +97,20 @@ static void run_and_check(tensors *t, int c, int steps, double tol, const char *
     for (int a = 0; a < 4; a++) {
         ref[a] = calloc((size_t)t->total + 1, sizeof(double));
         for (int64_t k = 0; k < t->total; k++)
-            ref[a][k] = test_get(t->dt, t->host[a], k);
+            ref[a][k] = test_get(t->dt[0], t->host[a], k);
     }
-    tensors_init(t);
+    test_arrays_init(t);
     for (int s = 1; s <= steps; s++) {
-        test_fill(t->dt, t->host[1], t->total, -1, 1);
-        tensors_sync(t, 1, true);
+        test_fill(t->dt[0], t->host[1], t->total, -1, 1);
+        test_arrays_sync(t, 1, true);
         ck_ok(step_on(t, &o));
         for (int64_t k = 0; k < t->total; k++)
-            ref_update(&o, s, &ref[0][k], test_get(t->dt, t->host[1], k), &ref[2][k], &ref[3][k]);
+            ref_update(&o, s, &ref[0][k], test_get(t->dt[0], t->host[1], k), &ref[2][k],
+                       &ref[3][k]);
     }
     char what[128];
     snprintf(what, sizeof what, "%s %s config %d (%d tensors, %d steps)", label,
-             test_dtype_name(t->dt), c, t->n, steps);
+             test_dtype_name(t->dt[0]), c, t->n, steps);
     expect_close(t, 0, ref[0], tol, what);
     for (int a = 2; a < 2 + hist; a++)
         expect_close(t, a, ref[a], tol, what);
@@ -184,7 +139,7 @@ START_TEST(test_cpu_optim_rules)
     for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, false, N_ODD, odd_counts, true);
         run_and_check(&t, c, 5, step_tol(dt, 5), "cpu");
-        tensors_free(&t);
+        test_arrays_free(&t);
     }
 }
 END_TEST
@@ -198,7 +153,7 @@ static void check_adam_many_steps(int i, bool gpu, int64_t first)
     const int64_t counts[] = {first, 33};
     tensors t = tensors_new(dt, gpu, 2, counts, false);
     run_and_check(&t, i % 2 ? 6 : 5, 300, step_tol(dt, 300), gpu ? "gpu" : "cpu");
-    tensors_free(&t);
+    test_arrays_free(&t);
 }
 
 START_TEST(test_cpu_adam_many_steps) { check_adam_many_steps(_i, false, 1000); }
@@ -474,10 +429,10 @@ START_TEST(test_gpu_optim_rules)
     for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, true, N_ODD, odd_counts, c % 2 == 1);
         run_and_check(&t, c, 5, step_tol(dt, 5), "gpu");
-        tensors_free(&t);
+        test_arrays_free(&t);
         tensors m = tensors_new(dt, true, c % 2 ? 40 : 600, many, c == 4);
         run_and_check(&m, c, 3, step_tol(dt, 3), "gpu (many)");
-        tensors_free(&m);
+        test_arrays_free(&m);
     }
 }
 END_TEST
@@ -492,7 +447,7 @@ START_TEST(test_gpu_optim_large)
     for (int c = 0; c < TEST_OPTIM_CONFIGS; c++) {
         tensors t = tensors_new(dt, true, 3, counts, c % 2 == 1);
         run_and_check(&t, c, 2, step_tol(dt, 2), "gpu (large)");
-        tensors_free(&t);
+        test_arrays_free(&t);
     }
 }
 END_TEST
@@ -518,7 +473,7 @@ START_TEST(test_gpu_optim_graph)
         for (int64_t k = 0; k < t.total; k++)
             ref[a][k] = test_get(BLOB_FLOAT32, t.host[a], k);
     }
-    tensors_init(&t);
+    test_arrays_init(&t);
     blob_graph *g;
     ck_ok(blob_graph_begin(s));
     ck_ok(step_on(&t, &o));
@@ -542,7 +497,7 @@ START_TEST(test_gpu_optim_graph)
     blob_graph_free(g);
     for (int a = 0; a < 4; a++)
         free(ref[a]);
-    tensors_free(&t);
+    test_arrays_free(&t);
     blob_stream_set(NULL);
     ck_ok(blob_stream_destroy(s));
 }

@@ -361,6 +361,50 @@ void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up)
     ck_ok(blob__be->stream_synchronize(s));
 }
 
+test_arrays test_arrays_new(bool gpu, int n, const int64_t *counts, int64_t align, bool gap,
+                            int arrays, const blob_dtype *dt)
+{
+    ck_assert_int_le(arrays, TEST_ARRAYS_MAX);
+    test_arrays t = {.gpu = gpu, .n = n, .arrays = arrays};
+    t.total = test_pack_tensors(n, counts, align, gap, &t.counts, &t.offset);
+    for (int a = 0; a < arrays; a++) {
+        const size_t es = blob_dtype_size(dt[a]);
+        t.dt[a] = dt[a];
+        t.bytes[a] = (size_t)(t.total + align) * es;
+        t.host[a] = calloc(1, t.bytes[a]);
+        t.side[a] = test_side_alloc(gpu, t.bytes[a]);
+        t.ptr[a] = test_tensor_pointers(t.side[a], n, t.offset, es);
+    }
+    test_fill(dt[0], t.host[0], t.total, -1, 1);
+    t.step = test_side_alloc(gpu, BLOB_OPTIM_STEP_WORDS * sizeof(int64_t));
+    return t;
+}
+
+void test_arrays_sync(test_arrays *t, int a, bool up)
+{
+    test_side_copy(t->gpu, t->side[a], t->host[a], t->bytes[a], up);
+}
+
+void test_arrays_init(test_arrays *t)
+{
+    for (int a = 0; a < t->arrays; a++)
+        test_arrays_sync(t, a, true);
+    int64_t zero[BLOB_OPTIM_STEP_WORDS] = {0};
+    test_side_copy(t->gpu, t->step, zero, sizeof zero, true);
+}
+
+void test_arrays_free(test_arrays *t)
+{
+    for (int a = 0; a < t->arrays; a++) {
+        free(t->host[a]);
+        test_side_free(t->gpu, t->side[a]);
+        free(t->ptr[a]);
+    }
+    test_side_free(t->gpu, t->step);
+    free(t->counts);
+    free(t->offset);
+}
+
 void test_streams_create(void **a, void **b)
 {
     ck_ok(blob_stream_create(a));

@@ -109,6 +109,30 @@ void *test_side_alloc(bool gpu, size_t bytes);
 void test_side_free(bool gpu, void *p);
 void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up);
 
+/* Arrays of n tensors on one side, for the optimizer steps: each array (of its own dtype)
+ * holds all tensors in one buffer laid out by test_pack_tensors (align, gap), with a host
+ * copy, the side's buffer and per-tensor pointers into it; step holds the step words on
+ * the side. test_arrays_new zero-fills the host copies but array 0's, random in [-1, 1);
+ * test_arrays_sync copies array a to the side when up, else back; test_arrays_init copies
+ * every array up and zeroes the step words. */
+enum { TEST_ARRAYS_MAX = 5 };
+typedef struct {
+    bool gpu;
+    int n, arrays;
+    int64_t *counts, *offset, total; /* elements; offsets into each array's buffer */
+    blob_dtype dt[TEST_ARRAYS_MAX];
+    size_t bytes[TEST_ARRAYS_MAX]; /* of each buffer: all tensors and align elements more */
+    void *host[TEST_ARRAYS_MAX];
+    void *side[TEST_ARRAYS_MAX];
+    void **ptr[TEST_ARRAYS_MAX];
+    int64_t *step;
+} test_arrays;
+test_arrays test_arrays_new(bool gpu, int n, const int64_t *counts, int64_t align, bool gap,
+                            int arrays, const blob_dtype *dt);
+void test_arrays_sync(test_arrays *t, int a, bool up);
+void test_arrays_init(test_arrays *t);
+void test_arrays_free(test_arrays *t);
+
 /* path written with the n bytes (asserted), and the number of entries of the directory dir
  * but "." and "..". */
 void test_write_file(const char *path, const void *bytes, size_t n);
