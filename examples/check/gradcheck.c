@@ -6,6 +6,10 @@
  *     the InnerProduct in its fused and plain kinds, with and without its ReLU, and a
  *     pair whose ReLU backward the upper layer's GEMM takes (DRELU). Each layer alone
  *     also gives the same diffs through nn_layer_forward_backward.
+ * 1b. The same layers in bfloat16 and float16 storage (but Caffe's plain InnerProduct,
+ *     float32 and float64 only), on the CPU and on the GPU, against the float64 ones on
+ *     the same values: every derivative within HALF_TOL units of the 16-bit dtype,
+ *     relative to the largest.
  *  2. Bad layer arguments and bottom shapes are refused with BLOB_EINVAL / BLOB_ESHAPE.
  *  3. Six SGD steps of the MLP and of LeNet in single precision, fused and plain, on the
  *     CPU, on the GPU eagerly and on the GPU with CUDA graphs: the losses and the final
@@ -29,6 +33,8 @@
 #define SAME_TOL  1e-6  /* relative, float32 GPU with and without the side stream */
 #define MIXED_TOL 3e-2  /* relative, bf16-mixed CPU vs GPU: a few bfloat16 roundings apart */
 #define FB_TOL    1e-12 /* relative, a layer's forward_backward against forward, backward */
+#define SCRATCH   4096  /* doubles: more than any blob of the rows holds */
+#define HALF_TOL  4 /* units of the 16-bit dtype (2^-8, 2^-11): its derivatives against float64 */
 
 static int passed, failed, skipped;
 
@@ -221,9 +227,10 @@ typedef struct {
     bool labels;      /* a loss layer: bottom[1] holds class labels */
     /* NULL, or the layer under create's, whose ReLU backward create's layer takes */
     blob_status (*create_lower)(nn_layer **out, nn_mode mode);
+    bool wide_only; /* Caffe's plain kind: float32 and float64 only (a gemv for the bias) */
 } layer_row;
 
-static const blob_dtype dt = BLOB_FLOAT64;
+static blob_dtype dt = BLOB_FLOAT64; /* of the layers that the rows make */
 
 static blob_status make_ip_kind(nn_layer **l, nn_mode mode, int64_t in, int64_t out, bool relu,
                                 bool plain)
@@ -339,21 +346,21 @@ static blob_status make_ave_pool_overlap(nn_layer **l, nn_mode mode)
 }
 
 static const layer_row rows[] = {
-    {"InnerProduct", make_ip, 2, {4, 6}, false, NULL},
-    {"IP plain", make_ip_plain, 2, {4, 6}, false, NULL},
-    {"IP+ReLU", make_ip_relu, 2, {4, 6}, false, NULL},
-    {"IP+ReLU plain", make_ip_relu_plain, 2, {4, 6}, false, NULL},
-    {"IP+ReLU > IP", make_ip_upper, 2, {4, 6}, false, make_ip_relu},
-    {"ReLU", make_relu, 2, {4, 6}, false, NULL},
-    {"SoftmaxWithLoss", make_softmax_loss, 2, {4, 6}, true, NULL},
-    {"Convolution", make_conv, 4, {2, 3, 6, 5}, false, NULL},
-    {"Conv groups", make_conv_groups, 4, {2, 4, 7, 6}, false, NULL},
-    {"Conv chunked", make_conv_chunked, 4, {3, 3, 6, 5}, false, NULL},
-    {"Conv per image", make_conv_per_image, 4, {3, 2, 5, 4}, false, NULL},
-    {"MaxPool 2/2", make_max_pool, 4, {2, 3, 6, 6}, false, NULL},
-    {"MaxPool 3/2 pad", make_max_pool_overlap, 4, {2, 2, 7, 7}, false, NULL},
-    {"AvePool 2/2", make_ave_pool, 4, {2, 3, 6, 6}, false, NULL},
-    {"AvePool 3/2 pad", make_ave_pool_overlap, 4, {2, 2, 7, 7}, false, NULL},
+    {"InnerProduct", make_ip, 2, {4, 6}, false, NULL, false},
+    {"IP plain", make_ip_plain, 2, {4, 6}, false, NULL, true},
+    {"IP+ReLU", make_ip_relu, 2, {4, 6}, false, NULL, false},
+    {"IP+ReLU plain", make_ip_relu_plain, 2, {4, 6}, false, NULL, true},
+    {"IP+ReLU > IP", make_ip_upper, 2, {4, 6}, false, make_ip_relu, false},
+    {"ReLU", make_relu, 2, {4, 6}, false, NULL, false},
+    {"SoftmaxWithLoss", make_softmax_loss, 2, {4, 6}, true, NULL, false},
+    {"Convolution", make_conv, 4, {2, 3, 6, 5}, false, NULL, false},
+    {"Conv groups", make_conv_groups, 4, {2, 4, 7, 6}, false, NULL, false},
+    {"Conv chunked", make_conv_chunked, 4, {3, 3, 6, 5}, false, NULL, false},
+    {"Conv per image", make_conv_per_image, 4, {3, 2, 5, 4}, false, NULL, false},
+    {"MaxPool 2/2", make_max_pool, 4, {2, 3, 6, 6}, false, NULL, false},
+    {"MaxPool 3/2 pad", make_max_pool_overlap, 4, {2, 2, 7, 7}, false, NULL, false},
+    {"AvePool 2/2", make_ave_pool, 4, {2, 3, 6, 6}, false, NULL, false},
+    {"AvePool 3/2 pad", make_ave_pool_overlap, 4, {2, 2, 7, 7}, false, NULL, false},
 };
 #define NUM_ROWS ((int)(sizeof rows / sizeof rows[0]))
 
@@ -363,14 +370,26 @@ static blob_status make_case(const layer_row *r, nn_mode mode, layer_case *c)
     NN_TRY(r->create(&c->layer, mode));
     if (r->create_lower) {
         NN_TRY(r->create_lower(&c->lower, mode));
-        NN_TRY(nn_blob_create(&c->mid, mode, dt, 0, NULL));
+        NN_TRY(nn_blob_create(&c->mid, mode, nn_layer_top_dtype(c->lower), 0, NULL));
         if (!nn_layer_fuse_relu_backward(c->layer, c->lower))
             return BLOB_ESTATE;
     }
     NN_TRY(nn_blob_create(&c->bottom[0], mode, dt, r->axes, r->shape));
-    if (r->labels)
-        NN_TRY(nn_blob_create(&c->bottom[1], mode, dt, 1, r->shape));
-    return nn_blob_create(&c->top, mode, dt, 0, NULL);
+    if (r->labels) /* float64 layers take labels in their dtype, 16-bit ones int32 */
+        NN_TRY(
+            nn_blob_create(&c->bottom[1], mode, dt == BLOB_FLOAT64 ? dt : BLOB_INT32, 1, r->shape));
+    return nn_blob_create(&c->top, mode, nn_layer_top_dtype(c->layer), 0, NULL);
+}
+
+static void free_case(layer_case *c)
+{
+    nn_layer_free(c->layer);
+    nn_layer_free(c->lower);
+    blob_free(c->mid);
+    blob_free(c->bottom[0]);
+    blob_free(c->bottom[1]);
+    blob_free(c->top);
+    free(c->weights);
 }
 
 static void check_layers(nn_mode mode)
@@ -383,14 +402,179 @@ static void check_layers(nn_mode mode)
         if ((st = make_case(r, mode, &c)) != BLOB_OK ||
             (st = check_layer(&c, mode, &rng)) != BLOB_OK)
             report(st, r->name);
-        nn_layer_free(c.layer);
-        nn_layer_free(c.lower);
-        blob_free(c.mid);
-        blob_free(c.bottom[0]);
-        blob_free(c.bottom[1]);
-        blob_free(c.top);
-        free(c.weights);
+        free_case(&c);
     }
+}
+
+/* ---- 1b. the layers in 16-bit storage against the float64 ones ---- */
+
+/* Data (or, with diff, the diff) of b as float64 in out, whatever b's dtype. */
+static blob_status wide_copy(blob *b, bool diff, double *out)
+{
+    const void *p;
+    NN_TRY(diff ? blob_cpu_diff(b, &p) : blob_cpu_data(b, &p));
+    if (blob_get_dtype(b) == BLOB_INT32) {
+        for (int64_t i = 0; i < blob_count(b); i++)
+            out[i] = ((const int32_t *)p)[i];
+        return BLOB_OK;
+    }
+    return blob_cpu_convert(blob_get_dtype(b), BLOB_FLOAT64, blob_count(b), p, out);
+}
+
+/* Set the data (or diff) of b from float64 values, in b's dtype. */
+static blob_status set_from_wide(blob *b, bool diff, const double *in)
+{
+    void *p;
+    NN_TRY(diff ? blob_mutable_cpu_diff(b, &p) : blob_mutable_cpu_data(b, &p));
+    if (blob_get_dtype(b) == BLOB_INT32) {
+        for (int64_t i = 0; i < blob_count(b); i++)
+            ((int32_t *)p)[i] = (int32_t)in[i];
+        return BLOB_OK;
+    }
+    return blob_cpu_convert(BLOB_FLOAT64, blob_get_dtype(b), blob_count(b), in, p);
+}
+
+/* Give the float64 blob w the half blob h's values (data or diff), exactly. */
+static blob_status widen_into(blob *h, blob *w, bool diff, double *scratch)
+{
+    NN_TRY(wide_copy(h, diff, scratch));
+    return set_from_wide(w, diff, scratch);
+}
+
+/* max |diff of h - diff of w| / max |diff of w|, into *err. */
+static blob_status diff_error(blob *h, blob *w, double *scratch, double *err)
+{
+    const int64_t n = blob_count(w);
+    const double *ref;
+    NN_TRY(wide_copy(h, true, scratch));
+    NN_TRY(blob_cpu_diff(w, (const void **)&ref));
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(scratch[i] - ref[i]));
+        scale = fmax(scale, fabs(ref[i]));
+    }
+    *err = fmax(*err, worst / fmax(scale, 1e-30));
+    return BLOB_OK;
+}
+
+/* The blobs whose diffs a backward pass gives: bottom, then the parameters. */
+static int case_blobs(layer_case *c, blob **out)
+{
+    int n = 0;
+    out[n++] = c->bottom[0];
+    for (int k = 0; k < 2; k++) {
+        nn_layer *l = k ? c->lower : c->layer;
+        for (int i = 0; l && i < nn_layer_num_params(l); i++)
+            out[n++] = nn_layer_param(l, i);
+    }
+    return n;
+}
+
+static blob_status case_reshape(layer_case *c)
+{
+    if (!c->lower)
+        return nn_layer_reshape(c->layer, c->bottom, c->top);
+    NN_TRY(nn_layer_reshape(c->lower, c->bottom, c->mid));
+    return nn_layer_reshape(c->layer, &c->mid, c->top);
+}
+
+static blob_status case_backward(layer_case *c)
+{
+    if (!c->lower)
+        return nn_layer_backward(c->layer, c->top, true, c->bottom);
+    NN_TRY(nn_layer_backward(c->layer, c->top, true, &c->mid));
+    return nn_layer_backward(c->lower, c->mid, true, c->bottom);
+}
+
+/* Row r's layers in dtype h against float64 ones w on the same values: the half
+ * parameters, bottom, labels and top diff, widened exactly into w; then forward and
+ * backward in both, and every diff of h within *err of w's, relative to the largest
+ * (w's gradients are the ones checked against central differences above). */
+static blob_status compare_half(layer_case *h, layer_case *w, uint64_t *rng, double *scratch,
+                                double *err)
+{
+    NN_TRY(case_reshape(w));
+    NN_TRY(case_reshape(h));
+    blob *hb[5], *wb[5];
+    const int nb = case_blobs(h, hb);
+    case_blobs(w, wb);
+    for (int i = 0; i < nb; i++)
+        if (blob_count(hb[i]) > SCRATCH || blob_count(h->top) > SCRATCH)
+            return BLOB_ESHAPE;
+    for (int i = 1; i < nb; i++)
+        NN_TRY(widen_into(hb[i], wb[i], false, scratch));
+    for (int64_t i = 0; i < blob_count(w->bottom[0]); i++)
+        scratch[i] = (nn_uniform(rng) < 0.5 ? -1 : 1) * (0.1 + 0.9 * nn_uniform(rng));
+    NN_TRY(set_from_wide(h->bottom[0], false, scratch));
+    NN_TRY(widen_into(h->bottom[0], w->bottom[0], false, scratch));
+    if (w->bottom[1]) {
+        const int64_t classes = blob_shape(w->bottom[0])[1];
+        for (int64_t i = 0; i < blob_count(w->bottom[1]); i++)
+            scratch[i] = (double)(int64_t)(nn_uniform(rng) * (double)classes);
+        NN_TRY(set_from_wide(h->bottom[1], false, scratch));
+        NN_TRY(set_from_wide(w->bottom[1], false, scratch));
+    }
+    NN_TRY(case_forward(w));
+    NN_TRY(case_forward(h));
+    for (int64_t i = 0; i < blob_count(w->top); i++)
+        scratch[i] = w->bottom[1] ? 1.0 : 2 * nn_uniform(rng) - 1;
+    NN_TRY(set_from_wide(h->top, true, scratch));
+    NN_TRY(widen_into(h->top, w->top, true, scratch));
+    NN_TRY(case_backward(w));
+    NN_TRY(case_backward(h));
+    for (int i = 0; i < nb; i++)
+        NN_TRY(diff_error(hb[i], wb[i], scratch, err));
+    return BLOB_OK;
+}
+
+static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
+
+/* The rows of check 1b: those not wide_only, in each 16-bit dtype. */
+static int num_half_rows(void)
+{
+    int n = 0;
+    for (int i = 0; i < NUM_ROWS; i++)
+        n += !rows[i].wide_only;
+    return 2 * n;
+}
+
+/* Every row but the wide_only ones in bfloat16 and float16 against float64, within
+ * HALF_TOL units of the dtype (relative to the largest derivative). */
+static void check_layers_half(nn_mode mode)
+{
+    uint64_t rng = 43;
+    double *scratch = malloc(SCRATCH * sizeof *scratch);
+    for (int k = 0; scratch && k < 2; k++) {
+        const double unit = halves[k] == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+        for (int i = 0; i < NUM_ROWS; i++) {
+            const layer_row *r = &rows[i];
+            if (r->wide_only)
+                continue;
+            layer_case h = {.name = r->name}, w = {.name = r->name};
+            double err = 0;
+            dt = halves[k];
+            blob_status st = make_case(r, mode, &h);
+            dt = BLOB_FLOAT64;
+            if (st == BLOB_OK && (st = make_case(r, mode, &w)) == BLOB_OK)
+                st = compare_half(&h, &w, &rng, scratch, &err);
+            if (st != BLOB_OK) {
+                char what[64];
+                snprintf(what, sizeof what, "%s in %s", r->name, blob_dtype_name(halves[k]));
+                report(st, what);
+            } else {
+                const bool ok = err <= HALF_TOL * unit;
+                printf("gradcheck %s %-8s %-16s against float64, max error %.1e (%.1f units) %s\n",
+                       mode == NN_GPU ? "GPU" : "CPU", blob_dtype_name(halves[k]), r->name, err,
+                       err / unit, ok ? "ok" : "FAILED");
+                ok ? passed++ : failed++;
+            }
+            free_case(&h);
+            free_case(&w);
+        }
+    }
+    if (!scratch)
+        report(BLOB_ENOMEM, "16-bit layers");
+    free(scratch);
 }
 
 /* ---- 2. bad layer arguments and shapes are refused ---- */
@@ -731,12 +915,14 @@ int main(void)
 {
     bool gpu = blob_device_count() > 0;
     check_layers(NN_CPU);
-    if (gpu)
+    check_layers_half(NN_CPU);
+    if (gpu) {
         check_layers(NN_GPU);
-    else {
-        printf("gradcheck GPU: %d layers skipped (no GPU; libblob %s CUDA)\n", NUM_ROWS,
-               blob_built_with_cuda() ? "built with" : "built without");
-        skipped += NUM_ROWS;
+        check_layers_half(NN_GPU);
+    } else {
+        printf("gradcheck GPU: %d layers and %d in 16-bit skipped (no GPU; libblob %s CUDA)\n",
+               NUM_ROWS, num_half_rows(), blob_built_with_cuda() ? "built with" : "built without");
+        skipped += NUM_ROWS + num_half_rows();
     }
     check_refusals();
     check_training("mlp", gpu);
