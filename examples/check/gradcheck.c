@@ -413,12 +413,9 @@ static blob_status wide_copy(blob *b, bool diff, double *out)
 {
     const void *p;
     NN_TRY(diff ? blob_cpu_diff(b, &p) : blob_cpu_data(b, &p));
-    if (blob_get_dtype(b) == BLOB_INT32) {
-        for (int64_t i = 0; i < blob_count(b); i++)
-            out[i] = ((const int32_t *)p)[i];
-        return BLOB_OK;
-    }
-    return blob_cpu_convert(blob_get_dtype(b), BLOB_FLOAT64, blob_count(b), p, out);
+    for (int64_t i = 0; i < blob_count(b); i++)
+        out[i] = nn_load(p, blob_get_dtype(b), i);
+    return BLOB_OK;
 }
 
 /* Set the data (or diff) of b from float64 values, in b's dtype. */
@@ -426,12 +423,9 @@ static blob_status set_from_wide(blob *b, bool diff, const double *in)
 {
     void *p;
     NN_TRY(diff ? blob_mutable_cpu_diff(b, &p) : blob_mutable_cpu_data(b, &p));
-    if (blob_get_dtype(b) == BLOB_INT32) {
-        for (int64_t i = 0; i < blob_count(b); i++)
-            ((int32_t *)p)[i] = (int32_t)in[i];
-        return BLOB_OK;
-    }
-    return blob_cpu_convert(BLOB_FLOAT64, blob_get_dtype(b), blob_count(b), in, p);
+    for (int64_t i = 0; i < blob_count(b); i++)
+        nn_store(p, blob_get_dtype(b), i, in[i]);
+    return BLOB_OK;
 }
 
 /* Give the float64 blob w the half blob h's values (data or diff), exactly. */

@@ -29,8 +29,9 @@ struct net {
     char names[MAX_PARAMS][24];
     blob *flat;    /* every parameter (data) and its gradient (diff) */
     blob *history; /* the momentum, one per element of flat */
-    blob *master;  /* 16-bit dtypes: float32 master weights (flat's data is
-                                   * their working copy), updated with state's histories */
+    /* 16-bit dtypes: float32 master weights (flat's data is their working copy), updated
+     * with state's histories */
+    blob *master;
     blob_optim_state *state;
     blob_grad_scaler *scaler;    /* cfg.loss_scale: dynamic loss scaling, else NULL */
     int64_t skipped;             /* steps the scaler skipped */
