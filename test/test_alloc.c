@@ -808,17 +808,14 @@ START_TEST(test_gpu_stream_event)
 }
 END_TEST
 
-Suite *alloc_suite(void)
+void alloc_suite(Suite *s)
 {
-    Suite *s = suite_create("alloc");
-    TCase *tc = suite_case(s, "fake", NULL, alloc_setup, alloc_teardown);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "fake", NULL, 60, alloc_setup, alloc_teardown);
     add_tests(tc, test_size_zero, test_bad_places, test_split_merge_small, test_split_merge_large,
               test_best_fit, test_stats_device, test_stats_pinned, test_stats_host,
               test_stream_owner, test_stream_event, test_empty_cache_waits, test_event_failure,
               test_oom_retry, test_oom_persistent, test_cache_limit, test_caching_off,
               test_pinned_waste, test_two_devices, test_backend_contract, test_threads);
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_tests(tc, test_gpu_cache, test_gpu_stream_event);
-    return s;
 }
