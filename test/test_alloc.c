@@ -318,6 +318,13 @@ static char *used_elsewhere(void *a, void *b, int value)
     return x;
 }
 
+/* used_elsewhere on two streams made for it (test_streams_create) into *a and *b. */
+static char *used_on_new_streams(void **a, void **b, int value)
+{
+    test_streams_create(a, b);
+    return used_elsewhere(*a, *b, value);
+}
+
 START_TEST(test_stream_event)
 {
     void *a, *b;
@@ -349,8 +356,7 @@ END_TEST
 START_TEST(test_empty_cache_waits)
 {
     void *a, *b;
-    test_streams_create(&a, &b);
-    char *x = used_elsewhere(a, b, 5);
+    char *x = used_on_new_streams(&a, &b, 5);
     blob_place_free(DEV0, x);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 12 * MIB);
     ck_ok(blob_alloc_empty_cache(DEV0));
@@ -368,8 +374,7 @@ END_TEST
 START_TEST(test_event_failure)
 {
     void *a, *b;
-    test_streams_create(&a, &b);
-    char *x = used_elsewhere(a, b, 3);
+    char *x = used_on_new_streams(&a, &b, 3);
     fake_fail_alloc_at(1, false);
     blob_place_free(DEV0, x);
     fake_stats f = fake_get_stats();
