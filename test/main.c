@@ -15,28 +15,39 @@
 
 #include "testutil.h"
 
-Suite *status_suite(void);
-Suite *syncedmem_suite(void);
-Suite *blob_suite(void);
-Suite *npy_suite(void);
-Suite *alloc_suite(void);
-Suite *math_suite(void);
-Suite *fused_suite(void);
-Suite *gemm16_suite(void);
-Suite *optim_suite(void);
-Suite *dlpack_suite(void);
-Suite *conv_suite(void);
-Suite *null_args_suite(void);
-Suite *comm_suite(void);
-Suite *env_suite(void);
-Suite *dtype_suite(void);
-Suite *mixed_suite(void);
-Suite *layers16_suite(void);
+void status_suite(Suite *s);
+void syncedmem_suite(Suite *s);
+void blob_suite(Suite *s);
+void npy_suite(Suite *s);
+void alloc_suite(Suite *s);
+void math_suite(Suite *s);
+void fused_suite(Suite *s);
+void gemm16_suite(Suite *s);
+void optim_suite(Suite *s);
+void dlpack_suite(Suite *s);
+void conv_suite(Suite *s);
+void null_args_suite(Suite *s);
+void comm_suite(Suite *s);
+void env_suite(Suite *s);
+void dtype_suite(Suite *s);
+void mixed_suite(Suite *s);
+void layers16_suite(Suite *s);
 
-static Suite *(*const suites[])(void) = {
-    status_suite, syncedmem_suite, blob_suite,  npy_suite,    alloc_suite,    math_suite,
-    fused_suite,  gemm16_suite,    optim_suite, dlpack_suite, conv_suite,     null_args_suite,
-    comm_suite,   env_suite,       dtype_suite, mixed_suite,  layers16_suite,
+/* The suites, in the order they run: each one's name and the function that adds its
+ * cases. */
+static const struct {
+    const char *name;
+    void (*add_cases)(Suite *s);
+} suites[] = {
+    {"status", status_suite},     {"syncedmem", syncedmem_suite},
+    {"blob", blob_suite},         {"npy", npy_suite},
+    {"alloc", alloc_suite},       {"math", math_suite},
+    {"fused", fused_suite},       {"gemm16", gemm16_suite},
+    {"optim", optim_suite},       {"dlpack", dlpack_suite},
+    {"conv", conv_suite},         {"null_args", null_args_suite},
+    {"comm", comm_suite},         {"env", env_suite},
+    {"dtype", dtype_suite},       {"mixed", mixed_suite},
+    {"layers16", layers16_suite},
 };
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as
@@ -164,8 +175,10 @@ int main(int argc, char **argv)
     setenv("CK_DEFAULT_TIMEOUT", "60", 0);
     SRunner *sr = srunner_create(NULL);
     Suite *list[NUM_SUITES];
-    for (int i = 0; i < NUM_SUITES; i++)
-        srunner_add_suite(sr, list[i] = suites[i]());
+    for (int i = 0; i < NUM_SUITES; i++) {
+        srunner_add_suite(sr, list[i] = suite_create(suites[i].name));
+        suites[i].add_cases(list[i]);
+    }
 
     const char *part = getenv("BLOB_TESTS_PART");
     const char *fork_mode = getenv("CK_FORK");

@@ -318,6 +318,13 @@ static char *used_elsewhere(void *a, void *b, int value)
     return x;
 }
 
+/* used_elsewhere on two streams made for it (test_streams_create) into *a and *b. */
+static char *used_on_new_streams(void **a, void **b, int value)
+{
+    test_streams_create(a, b);
+    return used_elsewhere(*a, *b, value);
+}
+
 START_TEST(test_stream_event)
 {
     void *a, *b;
@@ -349,8 +356,7 @@ END_TEST
 START_TEST(test_empty_cache_waits)
 {
     void *a, *b;
-    test_streams_create(&a, &b);
-    char *x = used_elsewhere(a, b, 5);
+    char *x = used_on_new_streams(&a, &b, 5);
     blob_place_free(DEV0, x);
     ck_assert_uint_eq(stats_of(DEV0).reserved, 12 * MIB);
     ck_ok(blob_alloc_empty_cache(DEV0));
@@ -368,8 +374,7 @@ END_TEST
 START_TEST(test_event_failure)
 {
     void *a, *b;
-    test_streams_create(&a, &b);
-    char *x = used_elsewhere(a, b, 3);
+    char *x = used_on_new_streams(&a, &b, 3);
     fake_fail_alloc_at(1, false);
     blob_place_free(DEV0, x);
     fake_stats f = fake_get_stats();
@@ -808,17 +813,14 @@ START_TEST(test_gpu_stream_event)
 }
 END_TEST
 
-Suite *alloc_suite(void)
+void alloc_suite(Suite *s)
 {
-    Suite *s = suite_create("alloc");
-    TCase *tc = suite_case(s, "fake", NULL, alloc_setup, alloc_teardown);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "fake", NULL, 60, alloc_setup, alloc_teardown);
     add_tests(tc, test_size_zero, test_bad_places, test_split_merge_small, test_split_merge_large,
               test_best_fit, test_stats_device, test_stats_pinned, test_stats_host,
               test_stream_owner, test_stream_event, test_empty_cache_waits, test_event_failure,
               test_oom_retry, test_oom_persistent, test_cache_limit, test_caching_off,
               test_pinned_waste, test_two_devices, test_backend_contract, test_threads);
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_tests(tc, test_gpu_cache, test_gpu_stream_event);
-    return s;
 }

@@ -589,10 +589,9 @@ START_TEST(test_gpu_beyond_device_memory)
 }
 END_TEST
 
-Suite *blob_suite(void)
+void blob_suite(Suite *s)
 {
-    Suite *s = suite_create("blob");
-    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    TCase *tc = suite_case(s, "fake", NULL, 0, fake_setup, fake_teardown);
     add_loop_tests(tc, 0, 2, test_create_and_queries, test_special_shapes, test_offset,
                    test_reshape_keeps_memory_within_capacity, test_share_data_capacity,
                    test_share_diff, test_set_cpu_data, test_update_and_norms_cpu, test_copy_from,
@@ -601,11 +600,10 @@ Suite *blob_suite(void)
                    test_alloc_failure_blob_ops);
     add_tests(tc, test_create_alloc_failure);
 
-    tc = suite_case(s, "fake-nogpu", "nogpu", fake_setup, fake_teardown);
+    tc = suite_case(s, "fake-nogpu", "nogpu", 0, fake_setup, fake_teardown);
     add_tests(tc, test_failed_gpu_math_changes_nothing);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_gpu_update_norms, test_count_zero);
     add_tests(tc, test_gpu_beyond_device_memory);
-    return s;
 }

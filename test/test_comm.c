@@ -2148,26 +2148,23 @@ END_TEST
 START_TEST(test_gpu_world_too_large) { world_too_large(3, 5); }
 END_TEST
 
-Suite *comm_suite(void)
+void comm_suite(Suite *s)
 {
-    Suite *s = suite_create("comm");
-    TCase *tc = suite_case(s, "rendezvous", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "rendezvous", NULL, 60, NULL, NULL);
     add_tests(tc, test_hex_round_trip, test_record_round_trip, test_record_damage,
               test_file_round_trip, test_file_missing_deadline, test_file_bad_at_once,
               test_file_not_trusted, test_file_writer_paths, test_file_awaited, test_env_defaults,
               test_env_torchrun, test_env_bad_values, test_env_launchers);
 
-    tc = suite_case(s, "one_rank", NULL, NULL, NULL);
+    tc = suite_case(s, "one_rank", NULL, 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_one_rank);
     add_tests(tc, test_several_ranks_need_nccl_and_gpu, test_null_arguments, test_plan,
               test_contiguous, test_compare_tables, test_table_length);
 
-    tc = suite_case(s, "one_rank_fake", NULL, fake_setup, fake_teardown);
+    tc = suite_case(s, "one_rank_fake", NULL, 0, fake_setup, fake_teardown);
     add_tests(tc, test_one_rank_alloc_failures);
 
-    tc = suite_case(s, "fake_ranks", NULL, fake_ccl_setup, fake_ccl_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = suite_case(s, "fake_ranks", NULL, 60, fake_ccl_setup, fake_ccl_teardown);
     add_loop_tests(tc, 0, NUM_VARIANTS, test_fake_reduce);
     add_loop_tests(tc, 0, 2, test_fake_overlapped);
     add_tests(tc, test_fake_replay_refused, test_fake_broadcast, test_fake_mismatch,
@@ -2175,12 +2172,11 @@ Suite *comm_suite(void)
               test_fake_alloc_failures, test_fake_blobs_outlive, test_fake_world_too_large,
               test_fake_file_rendezvous);
 
-    tc = suite_case(s, "gpus", "gpu gpu2", NULL, NULL);
+    tc = suite_case(s, "gpus", "gpu gpu2", 0, NULL, NULL);
     add_tests(tc, test_gpu_reduce, test_gpu_overlapped, test_gpu_bf16, test_gpu_broadcast,
               test_gpu_mismatch);
     /* apart, so that each of the two can run alone (under compute-sanitizer, say) */
-    tc = suite_case(s, "gpu_faults", "gpu gpu2", NULL, NULL);
+    tc = suite_case(s, "gpu_faults", "gpu gpu2", 0, NULL, NULL);
     add_tests(tc, test_gpu_missing_peer, test_gpu_missing_peer_replayed, test_gpu_world_too_large,
               test_gpu_blobs_outlive);
-    return s;
 }

@@ -1168,11 +1168,9 @@ START_TEST(test_gpu_beyond_int_max)
 }
 END_TEST
 
-Suite *conv_suite(void)
+void conv_suite(Suite *s)
 {
-    Suite *s = suite_create("conv");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "host", NULL, 60, NULL, NULL);
     add_tests(tc, test_output_sizes, test_bad_geometry);
     add_loop_tests(tc, 0, 2, test_cpu_im2col, test_cpu_conv_gemm, test_cpu_col2im, test_cpu_pool);
     add_tests(tc, test_cpu_pool_by_hand);
@@ -1181,11 +1179,10 @@ Suite *conv_suite(void)
     add_tests(tc, test_gpu_without_gpu);
 
     if (!blob_built_with_cuda())
-        add_tests(suite_case(s, "no-cuda", NULL, fake_setup, fake_teardown),
+        add_tests(suite_case(s, "no-cuda", NULL, 0, fake_setup, fake_teardown),
                   test_launchers_without_cuda);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_loop_tests(tc, BLOB_FLOAT32, BLOB_FLOAT16 + 1, test_gpu_ops, test_gpu_ops_on_stream);
     add_tests(tc, test_gpu_beyond_int_max);
-    return s;
 }

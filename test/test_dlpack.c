@@ -1346,10 +1346,9 @@ START_TEST(test_versioned_alloc_failure)
 }
 END_TEST
 
-Suite *dlpack_suite(void)
+void dlpack_suite(Suite *s)
 {
-    Suite *s = suite_create("dlpack");
-    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    TCase *tc = suite_case(s, "fake", NULL, 0, fake_setup, fake_teardown);
     add_loop_tests(tc, 0, 4, test_export_host);
     add_loop_tests(tc, 0, 2, test_export_heads);
     add_tests(tc, test_export_other_device, test_export_stream_order, test_export_lifetimes,
@@ -1367,16 +1366,14 @@ Suite *dlpack_suite(void)
     add_loop_tests(tc, 0, 3, test_import_alloc_failure);
     add_tests(tc, test_syncedmem_release);
 
-    tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 120);
+    tc = suite_case(s, "host", NULL, 120, NULL, NULL);
     add_tests(tc, test_million_round_trips, test_import_missing_gpu);
 
-    tc = suite_case(s, "versioned", "dlpack1", fake_setup, fake_teardown);
+    tc = suite_case(s, "versioned", "dlpack1", 0, fake_setup, fake_teardown);
     add_loop_tests(tc, 0, 2, test_versioned_export);
     add_tests(tc, test_versioned_import, test_versioned_round_trip, test_versioned_alloc_failure);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_gpu_round_trip);
     add_tests(tc, test_gpu_pinned_host, test_gpu_wrong_place);
-    return s;
 }

@@ -750,11 +750,9 @@ START_TEST(test_gpu_int_storage)
 }
 END_TEST
 
-Suite *dtype_suite(void)
+void dtype_suite(Suite *s)
 {
-    Suite *s = suite_create("dtype");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 120);
+    TCase *tc = suite_case(s, "host", NULL, 120, NULL, NULL);
     add_tests(tc, test_names_sizes);
     add_loop_tests(tc, 0, 2, test_round_trip_all_patterns);
     add_loop_tests(tc, 0, 2, test_round_float32);
@@ -767,18 +765,16 @@ Suite *dtype_suite(void)
     add_loop_tests(tc, 0, 2, test_convert_from);
     add_loop_tests(tc, 0, N_NEW, test_dlpack_dtypes);
 
-    TCase *npy = suite_case(s, "npy", NULL, npy_setup, npy_teardown);
+    TCase *npy = suite_case(s, "npy", NULL, 0, npy_setup, npy_teardown);
     add_loop_tests(npy, 0, 4, test_npy_round_trip);
     add_tests(npy, test_npy_dtypes);
 
-    TCase *fake = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    TCase *fake = suite_case(s, "fake", NULL, 0, fake_setup, fake_teardown);
     add_tests(fake, test_alloc_failures);
 
-    TCase *gpu = suite_case(s, "gpu", "gpu", NULL, NULL);
-    tcase_set_timeout(gpu, 120);
+    TCase *gpu = suite_case(s, "gpu", "gpu", 120, NULL, NULL);
     add_loop_tests(gpu, 0, 2, test_gpu_convert);
     add_loop_tests(gpu, 0, 2, test_gpu_half_math);
     add_loop_tests(gpu, 0, 2, test_gpu_half_bits);
     add_loop_tests(gpu, 0, 3, test_gpu_int_storage);
-    return s;
 }

@@ -279,12 +279,10 @@ START_TEST(test_library_settings)
 }
 END_TEST
 
-Suite *env_suite(void)
+void env_suite(Suite *s)
 {
-    Suite *s = suite_create("env");
-    add_tests(suite_case(s, "readers", NULL, NULL, NULL), test_parse_int, test_parse_decimal,
+    add_tests(suite_case(s, "readers", NULL, 0, NULL, NULL), test_parse_int, test_parse_decimal,
               test_env_readers);
     /* the GEMMs past the settings would hand host arrays to a real GPU */
-    add_tests(suite_case(s, "settings", "nogpu", NULL, NULL), test_library_settings);
-    return s;
+    add_tests(suite_case(s, "settings", "nogpu", 0, NULL, NULL), test_library_settings);
 }

@@ -903,11 +903,9 @@ START_TEST(test_gpu_epilogue_replay)
 }
 END_TEST
 
-Suite *fused_suite(void)
+void fused_suite(Suite *s)
 {
-    Suite *s = suite_create("fused");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 120);
+    TCase *tc = suite_case(s, "host", NULL, 120, NULL, NULL);
     add_loop_tests(tc, 0, 4, test_cpu_epilogues);
     add_loop_tests(tc, 0, 2, test_cpu_epilogues_threaded);
     add_tests(tc, test_mask_bytes);
@@ -916,13 +914,11 @@ Suite *fused_suite(void)
               test_blas_info, test_host_threads, test_epilogue_without_gpu);
 
     if (!blob_built_with_cuda())
-        add_tests(suite_case(s, "no-cuda", NULL, fake_setup, fake_teardown),
+        add_tests(suite_case(s, "no-cuda", NULL, 0, fake_setup, fake_teardown),
                   test_epilogue_launchers_without_cuda);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
-    tcase_set_timeout(tc, 300);
+    tc = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(tc, 0, 4, test_gpu_epilogues);
     add_loop_tests(tc, 0, 3, test_gpu_global_mode);
     add_tests(tc, test_gpu_epilogue_graph, test_gpu_epilogue_replay, test_gpu_gemm_tuning);
-    return s;
 }

@@ -680,11 +680,9 @@ START_TEST(test_gpu_gemm16_replay)
 }
 END_TEST
 
-Suite *gemm16_suite(void)
+void gemm16_suite(Suite *s)
 {
-    Suite *s = suite_create("gemm16");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 300);
+    TCase *tc = suite_case(s, "host", NULL, 300, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_cpu_gemm16);
     add_loop_tests(tc, 0, 2, test_cpu_epilogue16);
     add_loop_tests(tc, 0, 2, test_cpu_gemm16_beta);
@@ -693,11 +691,9 @@ Suite *gemm16_suite(void)
     add_tests(tc, test_math16_refused);
     add_tests(tc, test_gpu16_without_gpu);
 
-    TCase *gpu = suite_case(s, "gpu", "gpu", NULL, NULL);
-    tcase_set_timeout(gpu, 600);
+    TCase *gpu = suite_case(s, "gpu", "gpu", 600, NULL, NULL);
     add_loop_tests(gpu, 0, 2, test_gpu_gemm16);
     add_loop_tests(gpu, 0, 2, test_gpu_epilogue16);
     add_tests(gpu, test_gpu16_fused_report);
     add_loop_tests(gpu, 0, 2, test_gpu_gemm16_replay);
-    return s;
 }

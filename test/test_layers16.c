@@ -254,14 +254,12 @@ START_TEST(test_gpu_layers16)
 }
 END_TEST
 
-Suite *layers16_suite(void)
+void layers16_suite(Suite *s)
 {
-    Suite *s = suite_create("layers16");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
+    TCase *tc = suite_case(s, "host", NULL, 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_cpu_elementwise16);
     add_loop_tests(tc, 0, (int)(sizeof softmax_cases / sizeof softmax_cases[0]),
                    test_cpu_softmax_mixed);
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_gpu_layers16);
-    return s;
 }

@@ -862,23 +862,21 @@ END_TEST
 START_TEST(test_host_loops_after_fork) { run_loop_callers(0, true); }
 END_TEST
 
-Suite *math_suite(void)
+void math_suite(Suite *s)
 {
-    Suite *s = suite_create("math");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "host", NULL, 60, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_cpu_ops, test_cpu_ops_chunked, test_cpu_ops_threaded);
     add_tests(tc, test_gemm_grid);
     add_loop_tests(tc, 0, 2, test_bad_arguments, test_empty_null, test_cpu_bad_labels);
     add_tests(tc, test_cpu_leading_dim_overflow, test_gpu_without_gpu, test_host_for_partition,
               test_host_loops_threads);
 
-    add_tests(suite_case(s, "after fork", "forkthreads", NULL, NULL), test_host_loops_after_fork);
-    add_tests(suite_case(s, "no-cuda", "nocuda", fake_setup, fake_teardown),
+    add_tests(suite_case(s, "after fork", "forkthreads", 0, NULL, NULL),
+              test_host_loops_after_fork);
+    add_tests(suite_case(s, "no-cuda", "nocuda", 0, fake_setup, fake_teardown),
               test_launchers_without_cuda);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_gpu_ops, test_gpu_bad_labels, test_gpu_ops_on_stream);
-    add_tests(suite_case(s, "gpu-memory", "gpu gpumem", NULL, NULL), test_gpu_beyond_int_max);
-    return s;
+    add_tests(suite_case(s, "gpu-memory", "gpu gpumem", 0, NULL, NULL), test_gpu_beyond_int_max);
 }

@@ -631,11 +631,9 @@ START_TEST(test_gpu_blob_scaler)
 }
 END_TEST
 
-Suite *mixed_suite(void)
+void mixed_suite(Suite *s)
 {
-    Suite *s = suite_create("mixed");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "host", NULL, 60, NULL, NULL);
     add_loop_tests(tc, 0, 2 * CONFIGS, test_cpu_mixed_matches_float32);
     add_loop_tests(tc, 0, 4, test_cpu_find_nonfinite);
     add_tests(tc, test_mixed_errors);
@@ -643,12 +641,10 @@ Suite *mixed_suite(void)
     add_loop_tests(tc, 0, 2, test_blob_mixed_host);
     add_loop_tests(tc, 0, 2, test_cpu_relu_half);
 
-    TCase *gpu = suite_case(s, "gpu", "gpu", NULL, NULL);
-    tcase_set_timeout(gpu, 300);
+    TCase *gpu = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_host);
     add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_float32);
     add_loop_tests(gpu, 0, 4, test_gpu_find_nonfinite);
     add_loop_tests(gpu, 0, 2, test_gpu_blob_scaler);
     add_loop_tests(gpu, 0, 2, test_gpu_relu_half);
-    return s;
 }

@@ -1000,14 +1000,13 @@ END_TEST
  * each test's directory in it). */
 static TCase *files_case(Suite *s, const char *name, const char *tags)
 {
-    TCase *tc = suite_case(s, name, tags, NULL, NULL);
+    TCase *tc = suite_case(s, name, tags, 0, NULL, NULL);
     tcase_add_unchecked_fixture(tc, root_setup, root_teardown);
     return tc;
 }
 
-Suite *npy_suite(void)
+void npy_suite(Suite *s)
 {
-    Suite *s = suite_create("npy");
     TCase *tc = files_case(s, "files", NULL);
     tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
     add_loop_tests(tc, 0, N_SHAPES * 4, test_round_trip);
@@ -1040,5 +1039,4 @@ Suite *npy_suite(void)
     add_tests(tc, test_gpu_resident);
     add_loop_tests(tc, 0, 4, test_load_alloc_failure);
     add_loop_tests(tc, 0, 2, test_save_alloc_failure);
-    return s;
 }

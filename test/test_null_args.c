@@ -200,12 +200,9 @@ START_TEST(test_null_arguments)
 }
 END_TEST
 
-Suite *null_args_suite(void)
+void null_args_suite(Suite *s)
 {
-    Suite *s = suite_create("null_args");
-    TCase *tc = suite_case(s, "calls", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 120);
+    TCase *tc = suite_case(s, "calls", NULL, 120, NULL, NULL);
     tcase_add_unchecked_fixture(tc, dir_setup, dir_teardown);
     add_tests(tc, test_null_arguments);
-    return s;
 }

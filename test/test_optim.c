@@ -571,25 +571,21 @@ START_TEST(test_gpu_blob_optim_graph)
 }
 END_TEST
 
-Suite *optim_suite(void)
+void optim_suite(Suite *s)
 {
-    Suite *s = suite_create("optim");
-    TCase *tc = suite_case(s, "host", NULL, NULL, NULL);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = suite_case(s, "host", NULL, 60, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_cpu_optim_rules);
     add_loop_tests(tc, 0, 4, test_cpu_adam_many_steps);
     add_tests(tc, test_optim_defaults);
     add_loop_tests(tc, 0, 2, test_optim_bad_arguments, test_blob_optim_host);
     add_tests(tc, test_blob_optim_errors);
 
-    add_tests(suite_case(s, "fake", NULL, fake_setup, fake_teardown),
+    add_tests(suite_case(s, "fake", NULL, 0, fake_setup, fake_teardown),
               test_blob_optim_alloc_failure);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
-    tcase_set_timeout(tc, 300);
+    tc = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_gpu_optim_rules, test_gpu_optim_large);
     add_loop_tests(tc, 0, 4, test_gpu_adam_many_steps);
     add_loop_tests(tc, 0, 2, test_gpu_optim_graph, test_gpu_blob_optim);
     add_tests(tc, test_gpu_blob_optim_graph);
-    return s;
 }

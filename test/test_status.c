@@ -457,15 +457,13 @@ START_TEST(test_gpu_stream_fork_join)
 }
 END_TEST
 
-Suite *status_suite(void)
+void status_suite(Suite *s)
 {
-    Suite *s = suite_create("status");
-    add_tests(suite_case(s, "core", NULL, NULL, NULL), test_names_and_messages,
+    add_tests(suite_case(s, "core", NULL, 0, NULL, NULL), test_names_and_messages,
               test_last_error_detail, test_details_name_the_call, test_graph_arguments);
-    add_tests(suite_case(s, "fake", NULL, fake_setup, fake_teardown), test_stream_wait_stream,
+    add_tests(suite_case(s, "fake", NULL, 0, fake_setup, fake_teardown), test_stream_wait_stream,
               test_event, test_stream_priority);
-    add_tests(suite_case(s, "nogpu", "nogpu", NULL, NULL), test_no_gpu_reports);
-    add_tests(suite_case(s, "gpu", "gpu", NULL, NULL), test_gpu_graph_replay,
+    add_tests(suite_case(s, "nogpu", "nogpu", 0, NULL, NULL), test_no_gpu_reports);
+    add_tests(suite_case(s, "gpu", "gpu", 0, NULL, NULL), test_gpu_graph_replay,
               test_gpu_stream_fork_join, test_gpu_event_in_graph, test_gpu_stream_priority);
-    return s;
 }

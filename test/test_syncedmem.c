@@ -677,10 +677,9 @@ START_TEST(test_gpu_pull_sizes)
 }
 END_TEST
 
-Suite *syncedmem_suite(void)
+void syncedmem_suite(Suite *s)
 {
-    Suite *s = suite_create("syncedmem");
-    TCase *tc = suite_case(s, "fake", NULL, fake_setup, fake_teardown);
+    TCase *tc = suite_case(s, "fake", NULL, 0, fake_setup, fake_teardown);
     add_loop_tests(tc, 0, (int)(sizeof table / sizeof table[0]), test_transition);
     add_tests(tc, test_caffe_sequence, test_create_lazy_and_queries, test_pinned_vs_pageable,
               test_borrow_host, test_borrow_device, test_async_push,
@@ -691,9 +690,8 @@ Suite *syncedmem_suite(void)
                    test_alloc_failure_each_op);
     add_tests(tc, test_copy_failure_keeps_state, test_create_alloc_failure);
 
-    tc = suite_case(s, "gpu", "gpu", NULL, NULL);
+    tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_tests(tc, test_gpu_sequence, test_gpu_zero_fill_and_async);
     add_loop_tests(tc, 0, (int)(3 * sizeof pull_sizes / sizeof pull_sizes[0]), test_gpu_pull_sizes);
-    add_tests(suite_case(s, "gpu2", "gpu gpu2", NULL, NULL), test_gpu_device_mismatch);
-    return s;
+    add_tests(suite_case(s, "gpu2", "gpu gpu2", 0, NULL, NULL), test_gpu_device_mismatch);
 }

@@ -151,9 +151,12 @@ TCase *req_tcase(const char *name, const char *tags)
     return tc;
 }
 
-TCase *suite_case(Suite *s, const char *name, const char *tags, SFun setup, SFun teardown)
+TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFun setup,
+                  SFun teardown)
 {
     TCase *tc = tags ? req_tcase(name, tags) : tcase_create(name);
+    if (timeout)
+        tcase_set_timeout(tc, timeout);
     if (setup || teardown)
         tcase_add_checked_fixture(tc, setup, teardown);
     suite_add_tcase(s, tc);

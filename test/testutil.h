@@ -37,8 +37,10 @@
 TCase *req_tcase(const char *name, const char *tags);
 
 /* A case of suite s, added to it at once: req_tcase's when tags are given (NULL: it needs
- * nothing), its tests run under the checked fixture setup/teardown (NULL: none). */
-TCase *suite_case(Suite *s, const char *name, const char *tags, SFun setup, SFun teardown);
+ * nothing), with a timeout of timeout seconds (0: the runner's default), its tests run
+ * under the checked fixture setup/teardown (NULL: none). */
+TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFun setup,
+                  SFun teardown);
 
 /* Add tests to tc, each a loop test over _i in [start, end) (a plain test is [0, 1)),
  * counted for the needs of a req_tcase case. */

@@ -131,6 +131,14 @@ static blob_status find_place(const char *func, blob_place place, place_state **
 static void lock(place_state *pl) { pthread_mutex_lock(&pl->mu); }
 static void unlock(place_state *pl) { pthread_mutex_unlock(&pl->mu); }
 
+/* find_place, then the place's lock taken (the caller unlocks). */
+static blob_status lock_place(const char *func, blob_place place, place_state **out)
+{
+    BLOB_TRY(find_place(func, place, out));
+    lock(*out);
+    return BLOB_OK;
+}
+
 static size_t round_up(size_t n, size_t step) /* step is a power of two */
 {
     return (n + step - 1) & ~(step - 1);
@@ -223,28 +231,34 @@ static bool before(const block *a, const void *stream, size_t size, const char *
     return (uintptr_t)a->ptr < (uintptr_t)ptr;
 }
 
+/* The rotations of the treap: t's left (right) child takes t's place, with t as its right
+ * (left) child; returns the new root of the subtree. */
+static block *rotate_right(block *t)
+{
+    block *l = t->left;
+    t->left = l->right;
+    l->right = t;
+    return l;
+}
+
+static block *rotate_left(block *t)
+{
+    block *r = t->right;
+    t->right = r->left;
+    r->left = t;
+    return r;
+}
+
 static block *tree_insert(block *t, block *b)
 {
     if (!t)
         return b;
     if (before(b, t->stream, t->size, t->ptr)) {
         t->left = tree_insert(t->left, b);
-        if (t->left->prio > t->prio) {
-            block *l = t->left;
-            t->left = l->right;
-            l->right = t;
-            return l;
-        }
-    } else {
-        t->right = tree_insert(t->right, b);
-        if (t->right->prio > t->prio) {
-            block *r = t->right;
-            t->right = r->left;
-            r->left = t;
-            return r;
-        }
+        return t->left->prio > t->prio ? rotate_right(t) : t;
     }
-    return t;
+    t->right = tree_insert(t->right, b);
+    return t->right->prio > t->prio ? rotate_left(t) : t;
 }
 
 static block *tree_join(block *a, block *b) /* every key of a precedes every key of b */
@@ -330,6 +344,17 @@ static void hand_out(place_state *pl, block *b, size_t need, size_t bytes)
         pl->st.in_use_peak = pl->st.in_use;
 }
 
+/* Join block a and its successor in the segment into a, freeing the successor's record. */
+static void join_next(block *a)
+{
+    block *n = a->next;
+    a->size += n->size;
+    a->next = n->next;
+    if (n->next)
+        n->next->prev = a;
+    free(n);
+}
+
 /* Return b to its pool, merged with its free neighbours. */
 static void make_free(place_state *pl, block *b)
 {
@@ -339,19 +364,11 @@ static void make_free(place_state *pl, block *b)
     block *n = b->next, *p = b->prev;
     if (n && n->state == FREE) {
         free_del(pl, n);
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next)
-            n->next->prev = b;
-        free(n);
+        join_next(b);
     }
     if (p && p->state == FREE) {
         free_del(pl, p);
-        p->size += b->size;
-        p->next = b->next;
-        if (b->next)
-            b->next->prev = p;
-        free(b);
+        join_next(p);
         b = p;
     }
     free_add(pl, b);
@@ -685,9 +702,8 @@ static blob_status add_use(const char *func, block *b, void *stream)
 blob_status blob_place_record_stream(blob_place place, void *p, void *stream)
 {
     place_state *pl;
-    BLOB_TRY(find_place(__func__, place, &pl));
+    BLOB_TRY(lock_place(__func__, place, &pl));
     blob_status st = BLOB_OK;
-    lock(pl);
     block *b = p ? hash_find(pl, p) : NULL;
     if (!b)
         st = BLOB_FAIL(BLOB_EINVAL, "%p is not a block in use at %s", p, pl->name);
@@ -704,8 +720,7 @@ blob_status blob_alloc_get_stats(blob_place place, blob_alloc_stats *out)
     place_state *pl;
     if (!out)
         return BLOB_FAIL(BLOB_EINVAL, "out is NULL");
-    BLOB_TRY(find_place(__func__, place, &pl));
-    lock(pl);
+    BLOB_TRY(lock_place(__func__, place, &pl));
     *out = pl->st;
     unlock(pl);
     return BLOB_OK;
@@ -714,8 +729,7 @@ blob_status blob_alloc_get_stats(blob_place place, blob_alloc_stats *out)
 blob_status blob_alloc_reset_peaks(blob_place place)
 {
     place_state *pl;
-    BLOB_TRY(find_place(__func__, place, &pl));
-    lock(pl);
+    BLOB_TRY(lock_place(__func__, place, &pl));
     pl->st.in_use_peak = pl->st.in_use;
     pl->st.reserved_peak = pl->st.reserved;
     unlock(pl);
@@ -733,9 +747,8 @@ blob_status blob_alloc_empty_cache(blob_place place)
 blob_status blob_alloc_set_cache_limit(blob_place place, size_t bytes)
 {
     place_state *pl;
-    BLOB_TRY(find_place(__func__, place, &pl));
+    BLOB_TRY(lock_place(__func__, place, &pl));
     block *out = NULL;
-    lock(pl);
     const blob__backend *be = pl->be;
     pl->st.cached_limit = bytes;
     trim(pl, bytes, &out);

@@ -129,23 +129,26 @@ static blob_status check_gemv(const char *fn, blob_dtype dtype, blob_trans trans
     return check_ptr(fn, "y", y, trans_a ? N : M);
 }
 
-/* rows x classes matrices m1, m2, m3 and rows-long vectors v1, v2, as many as names
- * names. */
+/* The arrays m1, v1, m2, v2, m3 (rows x classes matrices m, rows-long vectors v), as many
+ * as names names. */
 static blob_status check_softmax(const char *fn, dtypes_taken takes, blob_dtype dtype, int64_t rows,
-                                 int64_t classes, const char *names, const void *m1, const void *v1,
-                                 const void *m2, const void *v2, const void *m3)
+                                 int64_t classes, const char *names, const void *const arrays[5])
 {
     BLOB_TRY(check_dtype_taken(fn, takes, dtype));
     if (rows < 0 || classes < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative size rows = %lld, classes = %lld",
                           (long long)rows, (long long)classes);
     BLOB_TRY(check_count(fn, dtype, rows, classes));
-    const void *arrays[] = {m1, v1, m2, v2, m3};
     const int64_t counts[] = {rows * classes, rows, rows * classes, rows, rows * classes};
     for (size_t i = 0; i < 5 && *names; i++, names = next_name(names))
         BLOB_TRY(check_ptr(fn, names, arrays[i], counts[i]));
     return BLOB_OK;
 }
+
+/* check_softmax of a float32 or float64 call, its arrays (up to 5) named as written. */
+#define CHECK_SOFTMAX_OF(dtype, rows, classes, ...)                                \
+    check_softmax(__func__, TAKES_FLOAT, (dtype), (rows), (classes), #__VA_ARGS__, \
+                  (const void *const[5]){__VA_ARGS__})
 
 /* ---- Host side ---- */
 
@@ -334,7 +337,8 @@ static blob_status check_mixed_softmax(const char *fn, blob_dtype dtype, blob_dt
                           "labels of %s are not supported (int32 and int64 "
                           "only)",
                           blob_dtype_name(label_dtype));
-    return check_softmax(fn, TAKES_HALF, dtype, rows, classes, names, a, b, c, d, NULL);
+    return check_softmax(fn, TAKES_HALF, dtype, rows, classes, names,
+                         (const void *const[5]){a, b, c, d});
 }
 
 /* ---- GPU side, and the degenerate products of both sides ---- */
@@ -670,34 +674,21 @@ typedef struct {
     void *y, *z, *w;
 } loop_args;
 
-/* The ReLUs on 16-bit floats compare the exact value and copy the element's bits (or
- * write +0), as the kernels do. */
-static void relu_forward_range(void *args, int64_t lo, int64_t hi)
+/* y = a > 0 ? b : 0: the ReLU's backward (a = x, b = dy), and its forward with b = a = x.
+ * On 16-bit floats it compares the exact value and copies the element's bits (or writes
+ * +0), as the kernels do. */
+static void relu_range(void *args, int64_t lo, int64_t hi)
 {
     const loop_args *l = args;
     if (is_half(l->dtype)) {
-        const uint16_t *px = l->a;
+        const uint16_t *pb = l->b;
         uint16_t *py = l->y;
         for (int64_t i = lo; i < hi; i++)
-            py[i] = blob__elem_get(l->dtype, px, i) > 0 ? px[i] : 0;
+            py[i] = blob__elem_get(l->dtype, l->a, i) > 0 ? pb[i] : 0;
         return;
     }
-    TYPED(l->dtype, const T *px = l->a; T *py = l->y;
-          for (int64_t i = lo; i < hi; i++) py[i] = px[i] > 0 ? px[i] : 0;);
-}
-
-static void relu_backward_range(void *args, int64_t lo, int64_t hi)
-{
-    const loop_args *l = args;
-    if (is_half(l->dtype)) {
-        const uint16_t *pdy = l->b;
-        uint16_t *pdx = l->y;
-        for (int64_t i = lo; i < hi; i++)
-            pdx[i] = blob__elem_get(l->dtype, l->a, i) > 0 ? pdy[i] : 0;
-        return;
-    }
-    TYPED(l->dtype, const T *px = l->a; const T *pdy = l->b; T *pdx = l->y;
-          for (int64_t i = lo; i < hi; i++) pdx[i] = px[i] > 0 ? pdy[i] : 0;);
+    TYPED(l->dtype, const T *pa = l->a; const T *pb = l->b; T *py = l->y;
+          for (int64_t i = lo; i < hi; i++) py[i] = pa[i] > 0 ? pb[i] : 0;);
 }
 
 /* Rows [lo, hi) of softmax with loss (logits a, prob y, loss z), and with w its
@@ -810,8 +801,8 @@ static void softmax_rows_on_host(void (*range)(void *, int64_t, int64_t), blob_d
 blob_status blob_cpu_relu_forward(blob_dtype dtype, int64_t n, const void *x, void *y)
 {
     BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, y));
-    loop_args l = {.dtype = dtype, .a = x, .y = y};
-    blob__host_for(blob__host_threads(n), n, relu_forward_range, &l);
+    loop_args l = {.dtype = dtype, .a = x, .b = x, .y = y};
+    blob__host_for(blob__host_threads(n), n, relu_range, &l);
     return BLOB_OK;
 }
 
@@ -827,7 +818,7 @@ blob_status blob_cpu_relu_backward(blob_dtype dtype, int64_t n, const void *x, c
 {
     BLOB_TRY(CHECK_VEC_OF(TAKES_HALF, dtype, n, x, dy, dx));
     loop_args l = {.dtype = dtype, .a = x, .b = dy, .y = dx};
-    blob__host_for(blob__host_threads(n), n, relu_backward_range, &l);
+    blob__host_for(blob__host_threads(n), n, relu_range, &l);
     return BLOB_OK;
 }
 
@@ -844,8 +835,7 @@ blob_status blob_cpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
                                           const void *logits, const void *labels, void *prob,
                                           void *loss)
 {
-    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
-                           "logits, labels, prob, loss", logits, labels, prob, loss, NULL));
+    BLOB_TRY(CHECK_SOFTMAX_OF(dtype, rows, classes, logits, labels, prob, loss));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     softmax_rows_on_host(softmax_loss_forward_range, dtype, dtype, rows, classes, 0, logits, labels,
                          prob, loss, NULL);
@@ -856,8 +846,7 @@ blob_status blob_gpu_softmax_loss_forward(blob_dtype dtype, int64_t rows, int64_
                                           const void *logits, const void *labels, void *prob,
                                           void *loss)
 {
-    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
-                           "logits, labels, prob, loss", logits, labels, prob, loss, NULL));
+    BLOB_TRY(CHECK_SOFTMAX_OF(dtype, rows, classes, logits, labels, prob, loss));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward(blob_stream_get(), dtype, rows, classes, logits, labels,
                                         prob, loss);
@@ -867,8 +856,7 @@ blob_status blob_cpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
                                            const void *prob, const void *labels, double scale,
                                            void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes, "prob, labels, dlogits",
-                           prob, labels, dlogits, NULL, NULL));
+    BLOB_TRY(CHECK_SOFTMAX_OF(dtype, rows, classes, prob, labels, dlogits));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     softmax_rows_on_host(softmax_loss_backward_range, dtype, dtype, rows, classes, scale, prob,
                          labels, dlogits, NULL, NULL);
@@ -879,8 +867,7 @@ blob_status blob_gpu_softmax_loss_backward(blob_dtype dtype, int64_t rows, int64
                                            const void *prob, const void *labels, double scale,
                                            void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes, "prob, labels, dlogits",
-                           prob, labels, dlogits, NULL, NULL));
+    BLOB_TRY(CHECK_SOFTMAX_OF(dtype, rows, classes, prob, labels, dlogits));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_backward(blob_stream_get(), dtype, rows, classes, prob, labels,
                                          scale, dlogits);
@@ -891,9 +878,7 @@ blob_status blob_cpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                    double scale, void *prob, void *loss,
                                                    void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
-                           "logits, labels, prob, loss, dlogits", logits, labels, prob, loss,
-                           dlogits));
+    BLOB_TRY(CHECK_SOFTMAX_OF(dtype, rows, classes, logits, labels, prob, loss, dlogits));
     BLOB_TRY(check_labels(__func__, dtype, rows, classes, labels));
     softmax_rows_on_host(softmax_loss_forward_range, dtype, dtype, rows, classes, scale, logits,
                          labels, prob, loss, dlogits);
@@ -905,9 +890,7 @@ blob_status blob_gpu_softmax_loss_forward_backward(blob_dtype dtype, int64_t row
                                                    double scale, void *prob, void *loss,
                                                    void *dlogits)
 {
-    BLOB_TRY(check_softmax(__func__, TAKES_FLOAT, dtype, rows, classes,
-                           "logits, labels, prob, loss, dlogits", logits, labels, prob, loss,
-                           dlogits));
+    BLOB_TRY(CHECK_SOFTMAX_OF(dtype, rows, classes, logits, labels, prob, loss, dlogits));
     BLOB_TRY(blob__require_gpu(__func__));
     return blob__k_softmax_loss_forward_backward(blob_stream_get(), dtype, rows, classes, logits,
                                                  labels, scale, prob, loss, dlogits);
