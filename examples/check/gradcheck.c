@@ -56,7 +56,24 @@ typedef struct {
     double *weights; /* the objective is sum(weights * top) */
 } layer_case;
 
-/* Forward through the case's layers. */
+/* Reshape, forward and backward (the top's diff to the bottom's and the parameters')
+ * through the case's layers. */
+static blob_status case_reshape(layer_case *c)
+{
+    if (!c->lower)
+        return nn_layer_reshape(c->layer, c->bottom, c->top);
+    NN_TRY(nn_layer_reshape(c->lower, c->bottom, c->mid));
+    return nn_layer_reshape(c->layer, &c->mid, c->top);
+}
+
+static blob_status case_backward(layer_case *c)
+{
+    if (!c->lower)
+        return nn_layer_backward(c->layer, c->top, true, c->bottom);
+    NN_TRY(nn_layer_backward(c->layer, c->top, true, &c->mid));
+    return nn_layer_backward(c->lower, c->mid, true, c->bottom);
+}
+
 static blob_status case_forward(layer_case *c)
 {
     if (!c->lower)
@@ -165,12 +182,7 @@ static blob_status check_forward_backward(layer_case *c, int64_t *bad)
 static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
 {
     double *x;
-    if (c->lower) {
-        NN_TRY(nn_layer_reshape(c->lower, c->bottom, c->mid));
-        NN_TRY(nn_layer_reshape(c->layer, &c->mid, c->top));
-    } else {
-        NN_TRY(nn_layer_reshape(c->layer, c->bottom, c->top));
-    }
+    NN_TRY(case_reshape(c));
     NN_TRY(blob_mutable_cpu_data(c->bottom[0], (void **)&x));
     for (int64_t i = 0; i < blob_count(c->bottom[0]); i++)
         x[i] = (nn_uniform(rng) < 0.5 ? -1 : 1) * (0.1 + 0.9 * nn_uniform(rng));
@@ -189,12 +201,7 @@ static blob_status check_layer(layer_case *c, nn_mode mode, uint64_t *rng)
     NN_TRY(blob_mutable_cpu_diff(c->top, (void **)&dy));
     for (int64_t i = 0; i < n; i++) /* a loss layer's objective is its top: weight 1 */
         dy[i] = c->weights[i] = c->bottom[1] ? 1.0 : 2 * nn_uniform(rng) - 1;
-    if (c->lower) {
-        NN_TRY(nn_layer_backward(c->layer, c->top, true, &c->mid));
-        NN_TRY(nn_layer_backward(c->lower, c->mid, true, c->bottom));
-    } else {
-        NN_TRY(nn_layer_backward(c->layer, c->top, true, c->bottom));
-    }
+    NN_TRY(case_backward(c));
 
     double max_err = 0;
     int64_t checked = 0, bad = 0;
@@ -428,13 +435,6 @@ static blob_status set_from_wide(blob *b, bool diff, const double *in)
     return BLOB_OK;
 }
 
-/* Give the float64 blob w the half blob h's values (data or diff), exactly. */
-static blob_status widen_into(blob *h, blob *w, bool diff, double *scratch)
-{
-    NN_TRY(wide_copy(h, diff, scratch));
-    return set_from_wide(w, diff, scratch);
-}
-
 /* max |diff of h - diff of w| / max |diff of w|, into *err. */
 static blob_status diff_error(blob *h, blob *w, double *scratch, double *err)
 {
@@ -464,22 +464,6 @@ static int case_blobs(layer_case *c, blob **out)
     return n;
 }
 
-static blob_status case_reshape(layer_case *c)
-{
-    if (!c->lower)
-        return nn_layer_reshape(c->layer, c->bottom, c->top);
-    NN_TRY(nn_layer_reshape(c->lower, c->bottom, c->mid));
-    return nn_layer_reshape(c->layer, &c->mid, c->top);
-}
-
-static blob_status case_backward(layer_case *c)
-{
-    if (!c->lower)
-        return nn_layer_backward(c->layer, c->top, true, c->bottom);
-    NN_TRY(nn_layer_backward(c->layer, c->top, true, &c->mid));
-    return nn_layer_backward(c->lower, c->mid, true, c->bottom);
-}
-
 /* Row r's layers in dtype h against float64 ones w on the same values: the half
  * parameters, bottom, labels and top diff, widened exactly into w; then forward and
  * backward in both, and every diff of h within *err of w's, relative to the largest
@@ -496,11 +480,11 @@ static blob_status compare_half(layer_case *h, layer_case *w, uint64_t *rng, dou
         if (blob_count(hb[i]) > SCRATCH || blob_count(h->top) > SCRATCH)
             return BLOB_ESHAPE;
     for (int i = 1; i < nb; i++)
-        NN_TRY(widen_into(hb[i], wb[i], false, scratch));
+        NN_TRY(blob_convert_from(wb[i], hb[i], false, false)); /* widened exactly */
     for (int64_t i = 0; i < blob_count(w->bottom[0]); i++)
         scratch[i] = (nn_uniform(rng) < 0.5 ? -1 : 1) * (0.1 + 0.9 * nn_uniform(rng));
     NN_TRY(set_from_wide(h->bottom[0], false, scratch));
-    NN_TRY(widen_into(h->bottom[0], w->bottom[0], false, scratch));
+    NN_TRY(blob_convert_from(w->bottom[0], h->bottom[0], false, false));
     if (w->bottom[1]) {
         const int64_t classes = blob_shape(w->bottom[0])[1];
         for (int64_t i = 0; i < blob_count(w->bottom[1]); i++)
@@ -513,7 +497,7 @@ static blob_status compare_half(layer_case *h, layer_case *w, uint64_t *rng, dou
     for (int64_t i = 0; i < blob_count(w->top); i++)
         scratch[i] = w->bottom[1] ? 1.0 : 2 * nn_uniform(rng) - 1;
     NN_TRY(set_from_wide(h->top, true, scratch));
-    NN_TRY(widen_into(h->top, w->top, true, scratch));
+    NN_TRY(blob_convert_from(w->top, h->top, true, false));
     NN_TRY(case_backward(w));
     NN_TRY(case_backward(h));
     for (int i = 0; i < nb; i++)
