@@ -134,8 +134,9 @@ static __device__ int tensor_of_chunk(const Args<T, G, CAP> &a, int64_t c)
 /* A whole chunk at 16-byte aligned w, h and v (and g, wk aligned to their vectors): each
  * thread loads VECS vectors of each, updates their elements, and stores them. */
 template <typename T, typename G, int KIND, int CAP, int VECS>
-static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T> &s, T *w,
-                                      const G *g, T *h, T *v, G *wk)
+static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T> &s,
+                                      T *__restrict__ w, const G *__restrict__ g, T *__restrict__ h,
+                                      T *__restrict__ v, G *__restrict__ wk)
 {
     constexpr bool MIXED = Args<T, G, CAP>::MIXED;
     constexpr int E = 16 / sizeof(T);
@@ -180,8 +181,10 @@ static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T>
 
 /* The len elements of a chunk one at a time (a tensor's short end, or unaligned). */
 template <typename T, typename G, int KIND, int CAP>
-static __device__ void update_elements(const Args<T, G, CAP> &a, const Scalars<T> &s, T *w,
-                                       const G *g, T *h, T *v, G *wk, int64_t len)
+static __device__ void update_elements(const Args<T, G, CAP> &a, const Scalars<T> &s,
+                                       T *__restrict__ w, const G *__restrict__ g,
+                                       T *__restrict__ h, T *__restrict__ v, G *__restrict__ wk,
+                                       int64_t len)
 {
     for (int64_t i = threadIdx.x; i < len; i += THREADS) {
         T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
