@@ -137,6 +137,12 @@ static bool take_precision(options *o, const char *v)
     return false;
 }
 
+/* The --precision name of a 16-bit storage dtype. */
+static const char *mixed_name(blob_dtype dtype)
+{
+    return dtype == BLOB_BFLOAT16 ? "bf16-mixed" : "fp16-mixed";
+}
+
 static void net_list(FILE *f)
 {
     for (int i = 0; net_def_at(i); i++) {
@@ -671,7 +677,7 @@ static void print_header(const trainer *t)
         printf(", %s GEMMs", blob_math_mode_name(blob_math_mode_get()));
     printf(", %s layers", o->plain ? "plain" : "fused");
     if (o->dtype != BLOB_FLOAT32)
-        printf(", %s-mixed", o->dtype == BLOB_BFLOAT16 ? "bf16" : "fp16");
+        printf(", %s", mixed_name(o->dtype));
     printf(" | batch %lld", (long long)o->batch);
     if (w->size > 1)
         printf(" per GPU (%lld in all)", (long long)o->batch * w->size);
@@ -837,6 +843,23 @@ static int run_threads(const trainer *t, int n)
     return rc;
 }
 
+/* Whether the options (on `ranks` ranks) ask a mixed precision for what it does not take,
+ * said on stderr if so. */
+static bool mixed_refused(const options *o, int ranks)
+{
+    if (o->dtype == BLOB_FLOAT32 ||
+        !(o->plain || ranks > 1 || (o->graph && o->dtype == BLOB_FLOAT16)))
+        return false;
+    fprintf(stderr,
+            "train: --precision %s takes the fused layers on one device%s: not with --plain, "
+            "--gpus or a launcher\n",
+            mixed_name(o->dtype),
+            o->dtype == BLOB_FLOAT16
+                ? ", and no --graph (its loss scale decides each step on the host)"
+                : "");
+    return true;
+}
+
 /* Train on one device, on --gpus N threads, or as a rank of blob-launch's. */
 static int start(trainer *t)
 {
@@ -872,17 +895,8 @@ static int start(trainer *t)
                         "replayed CUDA graph would escape (see docs/distributed.md)\n");
         return 1;
     }
-    if (o->dtype != BLOB_FLOAT32 &&
-        (o->plain || size > 1 || (o->graph && o->dtype == BLOB_FLOAT16))) {
-        fprintf(stderr,
-                "train: --precision %s-mixed takes the fused layers on one device%s: not "
-                "with --plain, --gpus or a launcher\n",
-                o->dtype == BLOB_BFLOAT16 ? "bf16" : "fp16",
-                o->dtype == BLOB_FLOAT16
-                    ? ", and no --graph (its loss scale decides each step on the host)"
-                    : "");
+    if (mixed_refused(o, size))
         return 1;
-    }
     if (t->used < o->batch * size) {
         if (size > 1)
             fprintf(stderr, "train: %lld training images make no batch of %d x %lld\n",
@@ -916,6 +930,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "train: --graph needs a GPU\n");
         return 1;
     }
+    if (mixed_refused(&t.o, t.o.gpus ? t.o.gpus : 1)) /* before the data; a launcher's later */
+        return 1;
     char err[512];
     if (fmnist_load(&t.train, t.o.data_dir, "train", err, sizeof err) ||
         fmnist_load(&t.test, t.o.data_dir, "t10k", err, sizeof err)) {
