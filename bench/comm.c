@@ -178,7 +178,8 @@ static int open_team(void)
     int devices[MAX_RANKS];
     for (int r = 0; r < team.n; r++)
         devices[r] = r;
-    blob_comm_options whole = {.bucket_bytes = GIB}, buckets = {0};
+    blob_comm_options whole = {.bucket_bytes = GIB},
+                      buckets = {.bucket_bytes = BLOB_COMM_DEFAULT_BUCKET_BYTES};
     BTRY(blob_comm_create_local(team.whole, team.n, devices, &whole));
     BTRY(blob_comm_create_local(team.buckets, team.n, devices, &buckets));
     for (int r = 0; r < team.n; r++) {
