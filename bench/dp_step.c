@@ -107,7 +107,8 @@ static int rank_open(rank_ctx *r)
     BTRY(net_create(&r->n, &cfg));
     uint64_t rng = 5 + (uint64_t)(r->comm ? blob_comm_rank(r->comm) : 0);
     for (int k = 0; k < 2; k++)
-        BTRY(net_fake_batch(cfg.def, NN_GPU, r->c->batch, 10, 7, k, &rng, &r->x[k], &r->y[k]));
+        BTRY(net_fake_batch(cfg.def, NN_GPU, BLOB_FLOAT32, r->c->batch, 10, 7, k, &rng, &r->x[k],
+                            &r->y[k]));
     return 0;
 }
 

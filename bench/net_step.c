@@ -185,32 +185,6 @@ static blob_status time_steps(net *n, nn_mode mode, blob **x, blob **y, int step
     return BLOB_OK;
 }
 
-/* *b as a blob of dtype on mode's device (a 16-bit net's x, int32 labels), as the
- * trainer feeds them; *b stays as it was on failure. */
-static blob_status retype(blob **b, nn_mode mode, blob_dtype dtype)
-{
-    if (blob_get_dtype(*b) == dtype)
-        return BLOB_OK;
-    blob *to = NULL;
-    const void *from, *dev;
-    void *p;
-    blob_status st = nn_blob_create(&to, mode, dtype, blob_num_axes(*b), blob_shape(*b));
-    if (st == BLOB_OK && (st = blob_cpu_data(*b, &from)) == BLOB_OK &&
-        (st = blob_mutable_cpu_data(to, &p)) == BLOB_OK) {
-        for (int64_t i = 0; i < blob_count(to); i++)
-            nn_store(p, dtype, i, nn_load(from, blob_get_dtype(*b), i));
-        if (mode == NN_GPU)
-            st = blob_gpu_data(to, &dev);
-    }
-    if (st != BLOB_OK) {
-        blob_free(to);
-        return st;
-    }
-    blob_free(*b);
-    *b = to;
-    return BLOB_OK;
-}
-
 /* Two random batches for def in p, resident on mode's device (on failure all NULL). */
 static blob_status fake_batches(const net_def *def, nn_mode mode, const precision *p, int64_t batch,
                                 blob **x, blob **y)
@@ -219,9 +193,7 @@ static blob_status fake_batches(const net_def *def, nn_mode mode, const precisio
     blob_status st = BLOB_OK;
     x[0] = x[1] = y[0] = y[1] = NULL;
     for (int b = 0; st == BLOB_OK && b < 2; b++)
-        if ((st = net_fake_batch(def, mode, batch, CLASSES, 1, b, &rng, &x[b], &y[b])) == BLOB_OK &&
-            (st = retype(&x[b], mode, p->dtype)) == BLOB_OK)
-            st = retype(&y[b], mode, p->dtype == BLOB_FLOAT32 ? BLOB_FLOAT32 : BLOB_INT32);
+        st = net_fake_batch(def, mode, p->dtype, batch, CLASSES, 1, b, &rng, &x[b], &y[b]);
     for (int b = 0; st != BLOB_OK && b < 2; b++) {
         blob_free(x[b]);
         blob_free(y[b]);

@@ -695,33 +695,6 @@ static blob_status read_params(net *n, run_result *r)
     return BLOB_OK;
 }
 
-/* A fake batch in the dtypes of a mixed net: the images in the net's, the labels int32. */
-static blob_status batch_as(blob_dtype dtype, blob **x, blob **y)
-{
-    blob *x16 = NULL, *y32 = NULL;
-    const float *labels;
-    int32_t *ints;
-    blob_status st = blob_create(&x16, dtype, blob_device(*x), blob_num_axes(*x), blob_shape(*x));
-    if (st == BLOB_OK)
-        st = blob_convert_from(x16, *x, false, false);
-    if (st == BLOB_OK)
-        st = blob_create(&y32, BLOB_INT32, blob_device(*y), blob_num_axes(*y), blob_shape(*y));
-    if (st == BLOB_OK && (st = blob_cpu_data(*y, (const void **)&labels)) == BLOB_OK &&
-        (st = blob_mutable_cpu_data(y32, (void **)&ints)) == BLOB_OK)
-        for (int64_t i = 0; i < blob_count(*y); i++)
-            ints[i] = (int32_t)labels[i];
-    if (st != BLOB_OK) {
-        blob_free(x16);
-        blob_free(y32);
-        return st;
-    }
-    blob_free(*x);
-    blob_free(*y);
-    *x = x16;
-    *y = y32;
-    return BLOB_OK;
-}
-
 /* Train STEPS steps alternating between two fixed random batches (so a graph run
  * captures one graph per batch), reading the parameters on the host halfway as a
  * checkpoint would, and collect the losses and final parameters. Each step's results
@@ -749,9 +722,7 @@ static blob_status run_steps(const net_def *def, nn_mode mode, blob_dtype dtype,
     if (st == BLOB_OK)
         st = net_create(&n, &cfg);
     for (int k = 0; st == BLOB_OK && k < 2; k++)
-        if ((st = net_fake_batch(def, mode, BATCH, CLASSES, 0, 0, &rng, &x[k], &y[k])) == BLOB_OK)
-            if (dtype != BLOB_FLOAT32)
-                st = batch_as(dtype, &x[k], &y[k]);
+        st = net_fake_batch(def, mode, dtype, BATCH, CLASSES, 0, 0, &rng, &x[k], &y[k]);
     for (int s = 0; st == BLOB_OK && s < STEPS; s++) {
         double late_loss = 0;
         int64_t late_correct = 0;

@@ -773,22 +773,24 @@ blob_comm_list *net_comm_list(const net *n) { return n->comm_params; }
 blob *net_param(const net *n, int i) { return n->params[i]; }
 const char *net_param_name(const net *n, int i) { return n->names[i]; }
 
-blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int classes, int stride,
-                           int offset, uint64_t *rng, blob **x, blob **y)
+blob_status net_fake_batch(const net_def *def, nn_mode mode, blob_dtype dtype, int64_t rows,
+                           int classes, int stride, int offset, uint64_t *rng, blob **x, blob **y)
 {
     int64_t xshape[4] = {rows};
     for (int i = 0; i < def->input_axes; i++)
         xshape[i + 1] = def->input_shape[i];
-    float *labels;
+    const blob_dtype ldt = dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16 ? BLOB_INT32 : dtype;
+    void *labels;
     const void *p;
     *y = NULL;
-    blob_status st = nn_blob_create(x, mode, BLOB_FLOAT32, def->input_axes + 1, xshape);
-    if (st == BLOB_OK && (st = nn_blob_create(y, mode, BLOB_FLOAT32, 1, &rows)) == BLOB_OK &&
+    blob_status st = nn_blob_create(x, mode, dtype, def->input_axes + 1, xshape);
+    if (st == BLOB_OK && (st = nn_blob_create(y, mode, ldt, 1, &rows)) == BLOB_OK &&
         (st = nn_fill_uniform(*x, 0, 1, rng)) == BLOB_OK &&
-        (st = blob_mutable_cpu_data(*y, (void **)&labels)) == BLOB_OK) {
+        (st = blob_mutable_cpu_data(*y, &labels)) == BLOB_OK) {
         for (int64_t i = 0; i < rows; i++)
-            labels[i] = stride ? (float)((stride * i + offset) % classes)
-                               : (float)(int)(nn_uniform(rng) * classes);
+            nn_store(labels, ldt, i,
+                     stride ? (double)((stride * i + offset) % classes)
+                            : (double)(int)(nn_uniform(rng) * classes));
         if (mode == NN_GPU && (st = blob_gpu_data(*x, &p)) == BLOB_OK)
             st = blob_gpu_data(*y, &p);
     }

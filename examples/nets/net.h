@@ -188,11 +188,12 @@ blob_status net_output(net *n, double *loss, int64_t *correct);
  * with cfg.loss_only. */
 blob_status net_output_ago(net *n, int ago, double *loss, int64_t *correct);
 
-/* A fake batch for def on mode's device (float32, already there on the GPU): x of rows
- * inputs uniform in [0, 1) from *rng, y of rows labels, (stride x i + offset) mod
- * classes, or drawn from *rng after x when stride is 0. On failure both are NULL. */
-blob_status net_fake_batch(const net_def *def, nn_mode mode, int64_t rows, int classes, int stride,
-                           int offset, uint64_t *rng, blob **x, blob **y);
+/* A fake batch for a net of def in dtype on mode's device (already there on the GPU), as
+ * the trainer feeds one: x of rows inputs of dtype uniform in [0, 1) from *rng, y of rows
+ * labels (of dtype, or int32 for the 16-bit floats), (stride x i + offset) mod classes,
+ * or drawn from *rng after x when stride is 0. On failure both are NULL. */
+blob_status net_fake_batch(const net_def *def, nn_mode mode, blob_dtype dtype, int64_t rows,
+                           int classes, int stride, int offset, uint64_t *rng, blob **x, blob **y);
 
 /* The learnable parameters in layer order, with names such as "ip1.weights",
  * "ip1.bias", ... Their data and diffs are views of one flat
