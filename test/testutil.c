@@ -317,8 +317,12 @@ blob_optim test_optim_config(int c)
     }
 }
 
-int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
-                          int64_t **counts_copy, int64_t **offset)
+/* n tensors of the given counts laid out in one buffer: *counts_copy and *offset (malloc'ed)
+ * get a copy of counts and each one's offset in elements, a multiple of align, or with gap,
+ * for odd tensors, one element past the previous end (misaligned); returns the elements in
+ * all. */
+static int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
+                                 int64_t **counts_copy, int64_t **offset)
 {
     int64_t total = 0;
     *counts_copy = malloc(sizeof(int64_t) * (size_t)n + 8);
@@ -332,7 +336,8 @@ int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
     return total;
 }
 
-void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
+/* The n tensors' addresses (malloc'ed) in a buffer at base whose elements are es bytes. */
+static void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
 {
     void **ptr = malloc(sizeof(void *) * (size_t)n + 8);
     for (int i = 0; i < n; i++)
@@ -340,7 +345,9 @@ void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
     return ptr;
 }
 
-void *test_side_alloc(bool gpu, size_t bytes)
+/* Memory for the array calls of one side: bytes of the device (the backend's device_alloc,
+ * asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives it back. */
+static void *test_side_alloc(bool gpu, size_t bytes)
 {
     void *p;
     if (gpu)
@@ -350,7 +357,7 @@ void *test_side_alloc(bool gpu, size_t bytes)
     return p;
 }
 
-void test_side_free(bool gpu, void *p) { gpu ? blob__be->device_free(p) : free(p); }
+static void test_side_free(bool gpu, void *p) { gpu ? blob__be->device_free(p) : free(p); }
 
 void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up)
 {

@@ -94,25 +94,14 @@ void test_streams_destroy(void *a, void *b);
 blob_optim test_optim_config(int c);
 enum { TEST_OPTIM_CONFIGS = 7 };
 
-/* n tensors of the given counts laid out in one buffer: *counts_copy and *offset (malloc'ed)
- * get a copy of counts and each one's offset in elements, a multiple of align, or with gap,
- * for odd tensors, one element past the previous end (misaligned); returns the elements in
- * all. test_tensor_pointers gives (malloc'ed) the tensors' addresses in a buffer at base
- * whose elements are es bytes. */
-int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
-                          int64_t **counts_copy, int64_t **offset);
-void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es);
-
-/* Memory for the array calls of one side: bytes of the device (the backend's
- * device_alloc, asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives
- * it back. test_side_copy copies bytes from host to side when up, else back, on the device
- * on the current stream, waited for (asserted). */
-void *test_side_alloc(bool gpu, size_t bytes);
-void test_side_free(bool gpu, void *p);
+/* Copy bytes between host and side, memory of one side of the array calls (the device
+ * when gpu, else the host): from host to side when up, else back, on the device on the
+ * current stream, waited for (asserted). */
 void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up);
 
 /* Arrays of n tensors on one side, for the optimizer steps: each array (of its own dtype)
- * holds all tensors in one buffer laid out by test_pack_tensors (align, gap), with a host
+ * holds all tensors in one buffer laid out with each tensor's offset a multiple of align
+ * (or, with gap, odd tensors one element past the previous end: misaligned), with a host
  * copy, the side's buffer and per-tensor pointers into it; step holds the step words on
  * the side. test_arrays_new zero-fills the host copies but array 0's, random in [-1, 1);
  * test_arrays_sync copies array a to the side when up, else back; test_arrays_init copies
