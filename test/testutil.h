@@ -37,8 +37,9 @@
 TCase *req_tcase(const char *name, const char *tags);
 
 /* A case of suite s, added to it at once: req_tcase's when tags are given (NULL: it needs
- * nothing), with a timeout of timeout seconds (0: the runner's default), its tests run
- * under the checked fixture setup/teardown (NULL: none). */
+ * nothing), with a timeout of timeout seconds (0: req_tcase's 120 s, REQ_TIMEOUT_S, when
+ * tags are given, else the runner's default), its tests run under the checked fixture
+ * setup/teardown (NULL: none). */
 TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFun setup,
                   SFun teardown);
 
