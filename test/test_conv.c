@@ -628,7 +628,7 @@ static void *half_values(blob_dtype dt, int64_t n, float **wide)
 static void expect_rounded(blob_dtype dt, const void *a, const float *ref, int64_t n,
                            const char *what, const blob_conv_geometry *g, int64_t num)
 {
-    const double half_unit = dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    const double half_unit = test_eps(dt) / 2;
     char buf[160];
     for (int64_t i = 0; i < n; i++) {
         const double x = test_get(dt, a, i), r = ref[i];

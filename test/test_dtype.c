@@ -395,7 +395,7 @@ static double half_err(blob *b, bool diff, const double *ref, bool gpu)
 }
 
 /* The unit roundoff of dt. */
-static double half_eps(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11; }
+static double half_eps(blob_dtype dt) { return test_eps(dt) / 2; }
 
 /* update, asum, sumsq and scale where the head is (host, or GPU with gpu), checked
  * against float64 sums of the 16-bit values. */

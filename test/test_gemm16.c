@@ -14,7 +14,7 @@ static const blob_dtype dts[] = {BLOB_BFLOAT16, BLOB_FLOAT16};
 static const int64_t sizes[] = {1, 7, 33, 257};
 
 /* Unit roundoff of a 16-bit dtype (half its ulp at 1) and of float32. */
-static double unit(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11; }
+static double unit(blob_dtype dt) { return test_eps(dt) / 2; }
 static const double U32 = 0x1p-24;
 
 /* Half the spacing of a 16-bit dtype's subnormals: the absolute error of rounding there,

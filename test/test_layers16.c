@@ -19,7 +19,7 @@ static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
  * them a unit is 2^-20. */
 static double ulp(blob_dtype dtype)
 {
-    return dtype == BLOB_BFLOAT16 ? 0x1p-7 : dtype == BLOB_FLOAT16 ? 0x1p-10 : 0x1p-20;
+    return dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16 ? test_eps(dtype) : 0x1p-20;
 }
 
 /* n values of dtype in [lo, hi), and their exact float64 values in *wide. */

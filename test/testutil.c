@@ -1,6 +1,5 @@
 #include <dirent.h>
 #include <fcntl.h>
-#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -493,14 +492,15 @@ void test_put(blob_dtype dtype, void *p, int64_t i, double v)
 
 const char *test_dtype_name(blob_dtype dtype) { return blob_dtype_name(dtype); }
 
-double test_tol(blob_dtype dtype, int64_t k)
+double test_eps(blob_dtype dtype)
 {
-    const double eps = dtype == BLOB_FLOAT32    ? FLT_EPSILON
-                       : dtype == BLOB_FLOAT64  ? DBL_EPSILON
-                       : dtype == BLOB_BFLOAT16 ? 0x1p-7
-                                                : 0x1p-10;
-    return 4 * eps * (double)(k + 1);
+    return dtype == BLOB_FLOAT32    ? 0x1p-23
+           : dtype == BLOB_FLOAT64  ? 0x1p-52
+           : dtype == BLOB_BFLOAT16 ? 0x1p-7
+                                    : 0x1p-10;
 }
+
+double test_tol(blob_dtype dtype, int64_t k) { return 4 * test_eps(dtype) * (double)(k + 1); }
 
 void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi)
 {

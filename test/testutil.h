@@ -147,7 +147,12 @@ void test_put(blob_dtype dtype, void *p, int64_t i, double v);
 /* "float32", "bfloat16", ..., for messages. */
 const char *test_dtype_name(blob_dtype dtype);
 
-/* Relative tolerance for results that sum k rounded terms of dtype. */
+/* The unit in the last place at 1 of a float dtype: 2^-23 float32 (FLT_EPSILON), 2^-52
+ * float64 (DBL_EPSILON), 2^-7 bfloat16, 2^-10 float16 (and any other dtype); half of it
+ * is the dtype's unit roundoff. */
+double test_eps(blob_dtype dtype);
+
+/* Relative tolerance for results that sum k rounded terms of dtype: 4 test_eps each. */
 double test_tol(blob_dtype dtype, int64_t k);
 
 /* max_i |a_i - b_i| / max(|b_i|, floor): relative error against a reference. */
