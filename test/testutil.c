@@ -477,7 +477,10 @@ double test_get(blob_dtype dtype, const void *p, int64_t i)
     switch (dtype) {
     case BLOB_FLOAT32: return ((const float *)p)[i];
     case BLOB_FLOAT64: return ((const double *)p)[i];
-    default: ck_ok(blob_cpu_convert(dtype, BLOB_FLOAT64, 1, (const char *)p + i * 2, &v)); return v;
+    default:
+        ck_ok(blob_cpu_convert(dtype, BLOB_FLOAT64, 1,
+                               (const char *)p + (size_t)i * blob_dtype_size(dtype), &v));
+        return v;
     }
 }
 
@@ -486,7 +489,10 @@ void test_put(blob_dtype dtype, void *p, int64_t i, double v)
     switch (dtype) {
     case BLOB_FLOAT32: ((float *)p)[i] = (float)v; break;
     case BLOB_FLOAT64: ((double *)p)[i] = v; break;
-    default: ck_ok(blob_cpu_convert(BLOB_FLOAT64, dtype, 1, &v, (char *)p + i * 2)); break;
+    default:
+        ck_ok(blob_cpu_convert(BLOB_FLOAT64, dtype, 1, &v,
+                               (char *)p + (size_t)i * blob_dtype_size(dtype)));
+        break;
     }
 }
 
