@@ -496,6 +496,8 @@ void test_put(blob_dtype dtype, void *p, int64_t i, double v)
     }
 }
 
+const blob_dtype test_halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
+
 const char *test_dtype_name(blob_dtype dtype) { return blob_dtype_name(dtype); }
 
 double test_eps(blob_dtype dtype)

@@ -144,6 +144,9 @@ void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi);
 double test_get(blob_dtype dtype, const void *p, int64_t i);
 void test_put(blob_dtype dtype, void *p, int64_t i, double v);
 
+/* The 16-bit float dtypes: bfloat16, float16 (the loop tests over them run _i in [0, 2)). */
+extern const blob_dtype test_halves[2];
+
 /* "float32", "bfloat16", ..., for messages. */
 const char *test_dtype_name(blob_dtype dtype);
 
