@@ -15,40 +15,35 @@
 
 #include "testutil.h"
 
-void status_suite(Suite *s);
-void syncedmem_suite(Suite *s);
-void blob_suite(Suite *s);
-void npy_suite(Suite *s);
-void alloc_suite(Suite *s);
-void math_suite(Suite *s);
-void fused_suite(Suite *s);
-void gemm16_suite(Suite *s);
-void optim_suite(Suite *s);
-void dlpack_suite(Suite *s);
-void conv_suite(Suite *s);
-void null_args_suite(Suite *s);
-void comm_suite(Suite *s);
-void env_suite(Suite *s);
-void dtype_suite(Suite *s);
-void mixed_suite(Suite *s);
-void layers16_suite(Suite *s);
+/* The suites, in the order they run: each NAME's cases are added by NAME_suite. The list
+ * gives their prototypes and the table of names and functions. */
+#define SUITES(X) \
+    X(status)     \
+    X(syncedmem)  \
+    X(blob)       \
+    X(npy)        \
+    X(alloc)      \
+    X(math)       \
+    X(fused)      \
+    X(gemm16)     \
+    X(optim)      \
+    X(dlpack)     \
+    X(conv)       \
+    X(null_args)  \
+    X(comm)       \
+    X(env)        \
+    X(dtype)      \
+    X(mixed)      \
+    X(layers16)
 
-/* The suites, in the order they run: each one's name and the function that adds its
- * cases. */
+#define SUITE_PROTOTYPE(name) void name##_suite(Suite *s);
+SUITES(SUITE_PROTOTYPE)
+
+#define SUITE_ENTRY(name) {#name, name##_suite},
 static const struct {
     const char *name;
     void (*add_cases)(Suite *s);
-} suites[] = {
-    {"status", status_suite},     {"syncedmem", syncedmem_suite},
-    {"blob", blob_suite},         {"npy", npy_suite},
-    {"alloc", alloc_suite},       {"math", math_suite},
-    {"fused", fused_suite},       {"gemm16", gemm16_suite},
-    {"optim", optim_suite},       {"dlpack", dlpack_suite},
-    {"conv", conv_suite},         {"null_args", null_args_suite},
-    {"comm", comm_suite},         {"env", env_suite},
-    {"dtype", dtype_suite},       {"mixed", mixed_suite},
-    {"layers16", layers16_suite},
-};
+} suites[] = {SUITES(SUITE_ENTRY)};
 
 /* Run this program again as part `name` (BLOB_TESTS_PART) with `visible` as
  * CUDA_VISIBLE_DEVICES (NULL: as it is); its exit status. */

@@ -408,8 +408,7 @@ END_TEST
 START_TEST(test_oom_persistent)
 {
     void *a, *b, *p = &p;
-    test_streams_create(&a, &b);
-    blob_place_free(DEV0, used_elsewhere(a, b, 9));
+    blob_place_free(DEV0, used_on_new_streams(&a, &b, 9));
     fake_fail_alloc_at(1, true);
     ck_status(blob_place_alloc(DEV0, 14 * MIB, a, &p), BLOB_EDEVMEM);
     ck_assert_ptr_null(p);

@@ -606,8 +606,6 @@ END_TEST
 
 /* ---- The 16-bit floats on the host, against float32 on the same values ---- */
 
-static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
-
 /* n random non-zero values of dt (magnitudes in [1/8, 1), either sign), and their
  * float32 values (exact) in *wide. */
 static void *half_values(blob_dtype dt, int64_t n, float **wide)
@@ -628,7 +626,7 @@ static void *half_values(blob_dtype dt, int64_t n, float **wide)
 static void expect_rounded(blob_dtype dt, const void *a, const float *ref, int64_t n,
                            const char *what, const blob_conv_geometry *g, int64_t num)
 {
-    const double half_unit = dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11;
+    const double half_unit = test_eps(dt) / 2;
     char buf[160];
     for (int64_t i = 0; i < n; i++) {
         const double x = test_get(dt, a, i), r = ref[i];
@@ -685,7 +683,7 @@ static void check_half_pool(blob_dtype dt, const blob_conv_geometry *g, int64_t 
 /* Every op on bfloat16 (i = 0) or float16 over every conv and pool case. */
 START_TEST(test_cpu_half)
 {
-    const blob_dtype dt = halves[_i];
+    const blob_dtype dt = test_halves[_i];
     test_seed(606 + (uint64_t)_i);
     for (int c = 0; c < N_CONV_CASES; c++)
         check_half_conv(dt, &conv_cases[c].g, conv_cases[c].num);

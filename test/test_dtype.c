@@ -15,7 +15,6 @@
 static const blob_dtype NEW_DTYPES[] = {BLOB_BFLOAT16, BLOB_FLOAT16, BLOB_INT32, BLOB_INT64,
                                         BLOB_UINT8};
 #define N_NEW 5
-static const blob_dtype HALVES[] = {BLOB_BFLOAT16, BLOB_FLOAT16};
 
 static uint32_t f32_bits(float f)
 {
@@ -147,7 +146,7 @@ END_TEST
  * pattern; a NaN the quiet NaN of its sign). */
 START_TEST(test_round_trip_all_patterns)
 {
-    blob_dtype dt = HALVES[_i];
+    blob_dtype dt = test_halves[_i];
     uint16_t *h = malloc(65536 * sizeof *h), *back = malloc(65536 * sizeof *back);
     float *f = malloc(65536 * sizeof *f);
     for (uint32_t p = 0; p < 65536; p++)
@@ -175,7 +174,7 @@ END_TEST
 /* float32 values at every tie, beside it, subnormal, overflowing, NaN, and random. */
 START_TEST(test_round_float32)
 {
-    blob_dtype dt = HALVES[_i];
+    blob_dtype dt = test_halves[_i];
     test_seed(23);
     int64_t n;
     float *x = tricky_alloc(dt, &n);
@@ -193,7 +192,7 @@ END_TEST
  * first would make it a tie. */
 START_TEST(test_round_float64)
 {
-    blob_dtype dt = HALVES[_i];
+    blob_dtype dt = test_halves[_i];
     uint32_t inf = inf_bits(dt);
     int64_t n = 0;
     double *x = malloc((size_t)inf * 4 * sizeof *x);
@@ -223,7 +222,7 @@ START_TEST(test_convert_between)
     for (uint32_t p = 0; p < 65536; p++)
         h[p] = (uint16_t)p;
     for (int k = 0; k < 2; k++) {
-        blob_dtype from = HALVES[k], to = HALVES[1 - k];
+        blob_dtype from = test_halves[k], to = test_halves[1 - k];
         ck_ok(blob_cpu_convert(from, to, 65536, h, o));
         for (uint32_t p = 0; p < 65536; p++)
             ck_assert_msg(o[p] == ref_round(to, ref_value(from, (uint16_t)p)), "%s %04x -> %04x",
@@ -395,7 +394,7 @@ static double half_err(blob *b, bool diff, const double *ref, bool gpu)
 }
 
 /* The unit roundoff of dt. */
-static double half_eps(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11; }
+static double half_eps(blob_dtype dt) { return test_eps(dt) / 2; }
 
 /* update, asum, sumsq and scale where the head is (host, or GPU with gpu), checked
  * against float64 sums of the 16-bit values. */
@@ -435,14 +434,14 @@ static void check_half_math(blob_dtype dt, bool gpu)
     blob_free(b);
 }
 
-START_TEST(test_half_math_host) { check_half_math(HALVES[_i], false); }
+START_TEST(test_half_math_host) { check_half_math(test_halves[_i], false); }
 END_TEST
 
 /* blob_convert_from: float32 -> 16-bit -> float64 gives the rounded values, the same as
  * blob_cpu_convert; a reshape follows src. */
 START_TEST(test_convert_from)
 {
-    blob_dtype dt = HALVES[_i];
+    blob_dtype dt = test_halves[_i];
     test_seed(9);
     blob *a = make(BLOB_FLOAT32, BLOB_HOST_ONLY, 7, 9), *h = make(dt, BLOB_HOST_ONLY, 1, 1),
          *w = make(BLOB_FLOAT64, BLOB_HOST_ONLY, 7, 9);
@@ -648,7 +647,7 @@ END_TEST
 /* Every pattern and the tricky float32 values converted on the GPU: the host's bits. */
 START_TEST(test_gpu_convert)
 {
-    blob_dtype dt = HALVES[_i];
+    blob_dtype dt = test_halves[_i];
     test_seed(31);
     int64_t n;
     float *x = tricky_alloc(dt, &n);
@@ -673,14 +672,14 @@ START_TEST(test_gpu_convert)
     ck_ok(blob_cpu_data(back, &bv));
     ck_assert(!memcmp(bv, wide, (size_t)n * sizeof *wide));
     /* all patterns to the other 16-bit dtype and to float32 */
-    blob *all = make(dt, 0, 1, 65536), *other = make(HALVES[1 - _i], 0, 1, 65536);
+    blob *all = make(dt, 0, 1, 65536), *other = make(test_halves[1 - _i], 0, 1, 65536);
     uint16_t *pat;
     ck_ok(blob_mutable_cpu_data(all, (void **)&pat));
     for (uint32_t q = 0; q < 65536; q++)
         pat[q] = (uint16_t)q;
     ck_ok(blob_gpu_data(all, &g));
     ck_ok(blob_convert_from(other, all, false, false));
-    ck_ok(blob_cpu_convert(dt, HALVES[1 - _i], 65536, pat, dev));
+    ck_ok(blob_cpu_convert(dt, test_halves[1 - _i], 65536, pat, dev));
     ck_ok(blob_cpu_data(other, &hv));
     ck_assert(!memcmp(hv, dev, 65536 * sizeof *dev));
     free(x);
@@ -695,13 +694,13 @@ START_TEST(test_gpu_convert)
 }
 END_TEST
 
-START_TEST(test_gpu_half_math) { check_half_math(HALVES[_i], true); }
+START_TEST(test_gpu_half_math) { check_half_math(test_halves[_i], true); }
 END_TEST
 
 /* update and scale give the host's bits on the GPU. */
 START_TEST(test_gpu_half_bits)
 {
-    blob_dtype dt = HALVES[_i];
+    blob_dtype dt = test_halves[_i];
     test_seed(77);
     blob *g = make(dt, 0, 100, 37), *h = make(dt, BLOB_HOST_ONLY, 100, 37);
     double *x, *d;

@@ -10,11 +10,10 @@
 #include "../src/core/core.h"
 #include "testutil.h"
 
-static const blob_dtype dts[] = {BLOB_BFLOAT16, BLOB_FLOAT16};
 static const int64_t sizes[] = {1, 7, 33, 257};
 
 /* Unit roundoff of a 16-bit dtype (half its ulp at 1) and of float32. */
-static double unit(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x1p-8 : 0x1p-11; }
+static double unit(blob_dtype dt) { return test_eps(dt) / 2; }
 static const double U32 = 0x1p-24;
 
 /* Half the spacing of a 16-bit dtype's subnormals: the absolute error of rounding there,
@@ -369,7 +368,7 @@ static void gemm_all(int dti, bool gpu)
         for (size_t nn = 0; nn < 4; nn++)
             for (size_t k = 0; k < 4; k++)
                 for (int t = 0; t < 4; t++, n++) {
-                    const problem p = {dts[dti],          (blob_trans)(t & 1), (blob_trans)(t >> 1),
+                    const problem p = {test_halves[dti],  (blob_trans)(t & 1), (blob_trans)(t >> 1),
                                        sizes[m],          sizes[nn],           sizes[k],
                                        scalars[n % 4][0], scalars[n % 4][1],   false,
                                        BLOB_EPILOGUE_NONE};
@@ -386,7 +385,7 @@ static void epilogues_all(int dti, bool gpu)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int e = BLOB_EPILOGUE_NONE; e <= BLOB_EPILOGUE_BGRADB; e++)
             for (int t = 0; t < 4; t++) {
-                const problem p = {dts[dti],
+                const problem p = {test_halves[dti],
                                    (blob_trans)(t & 1),
                                    (blob_trans)(t >> 1),
                                    shapes[s][0],
@@ -409,7 +408,7 @@ END_TEST
 /* beta == 0 does not read C: NaN there is overwritten; K == 0 scales C by beta. */
 START_TEST(test_cpu_gemm16_beta)
 {
-    const blob_dtype dt = dts[_i];
+    const blob_dtype dt = test_halves[_i];
     uint16_t A[6], B[6], C[4], nan16, two, four;
     const float one = 1, f2 = 2, f4 = 4, fnan = NAN;
     for (int i = 0; i < 6; i++) {
@@ -493,7 +492,7 @@ START_TEST(test_gemm16_bad_arguments)
                       "%s", blob_last_error());
     }
     for (size_t d = 0; d < 2; d++) {
-        const blob_dtype dt = dts[d];
+        const blob_dtype dt = test_halves[d];
         ck_status(gemm((blob_dtype)42, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, 1, A, B, 0, C),
                   BLOB_EINVAL);
         ck_status(gemm(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, -1, 2, 2, 1, A, B, 0, C), BLOB_EINVAL);
@@ -576,13 +575,14 @@ START_TEST(test_gpu16_without_gpu)
     none.device_count = no_devices;
     blob__backend_install(&none);
     for (size_t d = 0; d < 2; d++) {
+        const blob_dtype dt = test_halves[d];
         bool fused = true;
-        ck_status(blob_gpu_gemm(dts[d], BLOB_NO_TRANS, BLOB_TRANS, 2, 2, 2, 1, buf, buf, 0, buf),
+        ck_status(blob_gpu_gemm(dt, BLOB_NO_TRANS, BLOB_TRANS, 2, 2, 2, 1, buf, buf, 0, buf),
                   BLOB_ENODEV);
-        ck_status(blob_gpu_gemm_epilogue(dts[d], BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf, buf,
-                                         buf, BLOB_EPILOGUE_BIAS_RELU, buf, buf, 0),
+        ck_status(blob_gpu_gemm_epilogue(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2, buf, buf, buf,
+                                         BLOB_EPILOGUE_BIAS_RELU, buf, buf, 0),
                   BLOB_ENODEV);
-        ck_status(blob_gpu_gemm_epilogue_fused(dts[d], BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
+        ck_status(blob_gpu_gemm_epilogue_fused(dt, BLOB_NO_TRANS, BLOB_NO_TRANS, 2, 2, 2,
                                                BLOB_EPILOGUE_BIAS, false, 0, &fused),
                   BLOB_ENODEV);
         ck_assert(!fused);
@@ -605,11 +605,12 @@ END_TEST
 START_TEST(test_gpu16_fused_report)
 {
     for (size_t d = 0; d < 2; d++) {
+        const blob_dtype dt = test_halves[d];
         char line[256];
-        int n = snprintf(line, sizeof line, "%s 512x4096x4096 NT fused:", blob_dtype_name(dts[d]));
+        int n = snprintf(line, sizeof line, "%s 512x4096x4096 NT fused:", blob_dtype_name(dt));
         for (int e = BLOB_EPILOGUE_NONE; e <= BLOB_EPILOGUE_BGRADB; e++) {
             bool fused;
-            ck_ok(blob_gpu_gemm_epilogue_fused(dts[d], BLOB_NO_TRANS, BLOB_TRANS, 512, 4096, 4096,
+            ck_ok(blob_gpu_gemm_epilogue_fused(dt, BLOB_NO_TRANS, BLOB_TRANS, 512, 4096, 4096,
                                                (blob_epilogue)e, true, 0, &fused));
             n += snprintf(line + n, sizeof line - (size_t)n, " %d:%s", e, fused ? "yes" : "no");
         }
@@ -623,7 +624,7 @@ END_TEST
  * waits for it: its timing runs overwrite C), and a graph capture, all against the host. */
 START_TEST(test_gpu_gemm16_replay)
 {
-    const blob_dtype dt = dts[_i];
+    const blob_dtype dt = test_halves[_i];
     const bool tuning = blob_gemm_tuning_get();
     blob_gemm_tuning_set(true);
     void *stream; /* a stream of its own: the default stream cannot be captured */

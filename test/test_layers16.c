@@ -9,8 +9,6 @@
 #include "../src/core/core.h"
 #include "testutil.h"
 
-static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
-
 /* One unit in the last place of dtype at 1: a result computed in float32 and rounded
  * once to the dtype is within half of it, relative; float32's own roundings on the way
  * (2^-24 each) and the host's and GPU's different sum orders and expf stay well under
@@ -19,7 +17,7 @@ static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
  * them a unit is 2^-20. */
 static double ulp(blob_dtype dtype)
 {
-    return dtype == BLOB_BFLOAT16 ? 0x1p-7 : dtype == BLOB_FLOAT16 ? 0x1p-10 : 0x1p-20;
+    return dtype == BLOB_BFLOAT16 || dtype == BLOB_FLOAT16 ? test_eps(dtype) : 0x1p-20;
 }
 
 /* n values of dtype in [lo, hi), and their exact float64 values in *wide. */
@@ -48,7 +46,7 @@ static double rel_err(blob_dtype dtype, const void *a, const double *ref, int64_
  * cancellation), against float64 on the widened inputs. */
 START_TEST(test_cpu_elementwise16)
 {
-    const blob_dtype dt = halves[_i];
+    const blob_dtype dt = test_halves[_i];
     const int64_t n = 1003;
     test_seed(11);
     double *a, *b, *ref = malloc(sizeof(double) * n);
@@ -190,7 +188,7 @@ static void from_device(void *h, const void *d, size_t bytes)
  * units of the dtype. */
 START_TEST(test_gpu_layers16)
 {
-    const blob_dtype dt = halves[_i], ldt = _i ? BLOB_INT64 : BLOB_INT32;
+    const blob_dtype dt = test_halves[_i], ldt = _i ? BLOB_INT64 : BLOB_INT32;
     const int64_t rows = 513, classes = 10, n = rows * classes;
     const size_t bytes = sizeof(uint16_t) * (size_t)n;
     const double scale = 1.0 / 513, tol = 2 * ulp(dt);

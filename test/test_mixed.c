@@ -12,8 +12,6 @@
 #include "../src/core/core.h"
 #include "testutil.h"
 
-static const blob_dtype halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
-
 /* The optimizers under test: every kind, with the options that change the arithmetic
  * (test_optim_config's 1, 3, 5 and 6). */
 static blob_optim config(int c)
@@ -106,7 +104,7 @@ static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what
  * (a power of two, exact in both 16-bit dtypes for gradients in [-1024, 1024]). */
 START_TEST(test_cpu_mixed_matches_float32)
 {
-    const blob_dtype half = halves[_i % 2];
+    const blob_dtype half = test_halves[_i % 2];
     const blob_optim o = config(_i / 2);
     test_seed(3 + (uint64_t)_i);
     const int64_t counts[] = {1, 7, 4096 + 3, 33};
@@ -251,7 +249,7 @@ static uint16_t *half_values(blob_dtype half, int64_t n)
 /* The host's ReLUs on 16-bit floats: the element's bits where x > 0, +0 elsewhere. */
 START_TEST(test_cpu_relu_half)
 {
-    const blob_dtype half = halves[_i];
+    const blob_dtype half = test_halves[_i];
     test_seed(5);
     const int64_t n = 1001;
     uint16_t *x = half_values(half, n), *dy = half_values(half, n);
@@ -275,7 +273,7 @@ END_TEST
 /* The GPU's ReLUs on 16-bit floats give the host's bits. */
 START_TEST(test_gpu_relu_half)
 {
-    const blob_dtype half = halves[_i];
+    const blob_dtype half = test_halves[_i];
     test_seed(6);
     const int64_t n = 300007;
     const size_t bytes = sizeof(uint16_t) * (size_t)n;
@@ -443,13 +441,13 @@ static void check_scaler(int device, bool gpu, blob_dtype half)
     net_free(&t);
 }
 
-START_TEST(test_blob_scaler_host) { check_scaler(BLOB_HOST_ONLY, false, halves[_i]); }
+START_TEST(test_blob_scaler_host) { check_scaler(BLOB_HOST_ONLY, false, test_halves[_i]); }
 END_TEST
 
 /* A scaled step is the unscaled step on the unscaled gradients (a power-of-two scale). */
 START_TEST(test_blob_mixed_host)
 {
-    const blob_dtype half = halves[_i];
+    const blob_dtype half = test_halves[_i];
     test_seed(61);
     net a = net_new(BLOB_HOST_ONLY, half);
     test_seed(61);
@@ -503,7 +501,7 @@ END_TEST
  * working copy is its own master weights rounded, bit for bit. */
 START_TEST(test_gpu_mixed_vs_host)
 {
-    const blob_dtype half = halves[_i % 2];
+    const blob_dtype half = test_halves[_i % 2];
     const int c = _i / 2;
     const blob_optim o = config(c);
     int64_t many[600];
@@ -553,7 +551,7 @@ END_TEST
  * tolerance of test_gpu_mixed_vs_host. */
 START_TEST(test_gpu_mixed_vs_float32)
 {
-    const blob_dtype half = halves[_i % 2];
+    const blob_dtype half = test_halves[_i % 2];
     const blob_optim o = config(_i / 2);
     const int64_t counts[] = {4000003, 5, 2051};
     test_seed(17 + (uint64_t)_i);
@@ -627,7 +625,7 @@ START_TEST(test_gpu_blob_scaler)
 {
     int dev;
     ck_ok(blob_device_get(&dev));
-    check_scaler(dev, true, halves[_i]);
+    check_scaler(dev, true, test_halves[_i]);
 }
 END_TEST
 

@@ -1,6 +1,5 @@
 #include <dirent.h>
 #include <fcntl.h>
-#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -317,8 +316,12 @@ blob_optim test_optim_config(int c)
     }
 }
 
-int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
-                          int64_t **counts_copy, int64_t **offset)
+/* n tensors of the given counts laid out in one buffer: *counts_copy and *offset (malloc'ed)
+ * get a copy of counts and each one's offset in elements, a multiple of align, or with gap,
+ * for odd tensors, one element past the previous end (misaligned); returns the elements in
+ * all. */
+static int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
+                                 int64_t **counts_copy, int64_t **offset)
 {
     int64_t total = 0;
     *counts_copy = malloc(sizeof(int64_t) * (size_t)n + 8);
@@ -332,7 +335,8 @@ int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
     return total;
 }
 
-void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
+/* The n tensors' addresses (malloc'ed) in a buffer at base whose elements are es bytes. */
+static void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
 {
     void **ptr = malloc(sizeof(void *) * (size_t)n + 8);
     for (int i = 0; i < n; i++)
@@ -340,7 +344,9 @@ void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es)
     return ptr;
 }
 
-void *test_side_alloc(bool gpu, size_t bytes)
+/* Memory for the array calls of one side: bytes of the device (the backend's device_alloc,
+ * asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives it back. */
+static void *test_side_alloc(bool gpu, size_t bytes)
 {
     void *p;
     if (gpu)
@@ -350,7 +356,7 @@ void *test_side_alloc(bool gpu, size_t bytes)
     return p;
 }
 
-void test_side_free(bool gpu, void *p) { gpu ? blob__be->device_free(p) : free(p); }
+static void test_side_free(bool gpu, void *p) { gpu ? blob__be->device_free(p) : free(p); }
 
 void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up)
 {
@@ -471,7 +477,10 @@ double test_get(blob_dtype dtype, const void *p, int64_t i)
     switch (dtype) {
     case BLOB_FLOAT32: return ((const float *)p)[i];
     case BLOB_FLOAT64: return ((const double *)p)[i];
-    default: ck_ok(blob_cpu_convert(dtype, BLOB_FLOAT64, 1, (const char *)p + i * 2, &v)); return v;
+    default:
+        ck_ok(blob_cpu_convert(dtype, BLOB_FLOAT64, 1,
+                               (const char *)p + (size_t)i * blob_dtype_size(dtype), &v));
+        return v;
     }
 }
 
@@ -480,20 +489,26 @@ void test_put(blob_dtype dtype, void *p, int64_t i, double v)
     switch (dtype) {
     case BLOB_FLOAT32: ((float *)p)[i] = (float)v; break;
     case BLOB_FLOAT64: ((double *)p)[i] = v; break;
-    default: ck_ok(blob_cpu_convert(BLOB_FLOAT64, dtype, 1, &v, (char *)p + i * 2)); break;
+    default:
+        ck_ok(blob_cpu_convert(BLOB_FLOAT64, dtype, 1, &v,
+                               (char *)p + (size_t)i * blob_dtype_size(dtype)));
+        break;
     }
 }
 
+const blob_dtype test_halves[2] = {BLOB_BFLOAT16, BLOB_FLOAT16};
+
 const char *test_dtype_name(blob_dtype dtype) { return blob_dtype_name(dtype); }
 
-double test_tol(blob_dtype dtype, int64_t k)
+double test_eps(blob_dtype dtype)
 {
-    const double eps = dtype == BLOB_FLOAT32    ? FLT_EPSILON
-                       : dtype == BLOB_FLOAT64  ? DBL_EPSILON
-                       : dtype == BLOB_BFLOAT16 ? 0x1p-7
-                                                : 0x1p-10;
-    return 4 * eps * (double)(k + 1);
+    return dtype == BLOB_FLOAT32    ? 0x1p-23
+           : dtype == BLOB_FLOAT64  ? 0x1p-52
+           : dtype == BLOB_BFLOAT16 ? 0x1p-7
+                                    : 0x1p-10;
 }
+
+double test_tol(blob_dtype dtype, int64_t k) { return 4 * test_eps(dtype) * (double)(k + 1); }
 
 void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi)
 {

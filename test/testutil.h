@@ -37,8 +37,9 @@
 TCase *req_tcase(const char *name, const char *tags);
 
 /* A case of suite s, added to it at once: req_tcase's when tags are given (NULL: it needs
- * nothing), with a timeout of timeout seconds (0: the runner's default), its tests run
- * under the checked fixture setup/teardown (NULL: none). */
+ * nothing), with a timeout of timeout seconds (0: req_tcase's 120 s, REQ_TIMEOUT_S, when
+ * tags are given, else the runner's default), its tests run under the checked fixture
+ * setup/teardown (NULL: none). */
 TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFun setup,
                   SFun teardown);
 
@@ -94,25 +95,14 @@ void test_streams_destroy(void *a, void *b);
 blob_optim test_optim_config(int c);
 enum { TEST_OPTIM_CONFIGS = 7 };
 
-/* n tensors of the given counts laid out in one buffer: *counts_copy and *offset (malloc'ed)
- * get a copy of counts and each one's offset in elements, a multiple of align, or with gap,
- * for odd tensors, one element past the previous end (misaligned); returns the elements in
- * all. test_tensor_pointers gives (malloc'ed) the tensors' addresses in a buffer at base
- * whose elements are es bytes. */
-int64_t test_pack_tensors(int n, const int64_t *counts, int64_t align, bool gap,
-                          int64_t **counts_copy, int64_t **offset);
-void **test_tensor_pointers(void *base, int n, const int64_t *offset, size_t es);
-
-/* Memory for the array calls of one side: bytes of the device (the backend's
- * device_alloc, asserted) when gpu, else of the host, 64-byte aligned; test_side_free gives
- * it back. test_side_copy copies bytes from host to side when up, else back, on the device
- * on the current stream, waited for (asserted). */
-void *test_side_alloc(bool gpu, size_t bytes);
-void test_side_free(bool gpu, void *p);
+/* Copy bytes between host and side, memory of one side of the array calls (the device
+ * when gpu, else the host): from host to side when up, else back, on the device on the
+ * current stream, waited for (asserted). */
 void test_side_copy(bool gpu, void *side, void *host, size_t bytes, bool up);
 
 /* Arrays of n tensors on one side, for the optimizer steps: each array (of its own dtype)
- * holds all tensors in one buffer laid out by test_pack_tensors (align, gap), with a host
+ * holds all tensors in one buffer laid out with each tensor's offset a multiple of align
+ * (or, with gap, odd tensors one element past the previous end: misaligned), with a host
  * copy, the side's buffer and per-tensor pointers into it; step holds the step words on
  * the side. test_arrays_new zero-fills the host copies but array 0's, random in [-1, 1);
  * test_arrays_sync copies array a to the side when up, else back; test_arrays_init copies
@@ -154,10 +144,18 @@ void test_fill(blob_dtype dtype, void *x, int64_t n, double lo, double hi);
 double test_get(blob_dtype dtype, const void *p, int64_t i);
 void test_put(blob_dtype dtype, void *p, int64_t i, double v);
 
+/* The 16-bit float dtypes: bfloat16, float16 (the loop tests over them run _i in [0, 2)). */
+extern const blob_dtype test_halves[2];
+
 /* "float32", "bfloat16", ..., for messages. */
 const char *test_dtype_name(blob_dtype dtype);
 
-/* Relative tolerance for results that sum k rounded terms of dtype. */
+/* The unit in the last place at 1 of a float dtype: 2^-23 float32 (FLT_EPSILON), 2^-52
+ * float64 (DBL_EPSILON), 2^-7 bfloat16, 2^-10 float16 (and any other dtype); half of it
+ * is the dtype's unit roundoff. */
+double test_eps(blob_dtype dtype);
+
+/* Relative tolerance for results that sum k rounded terms of dtype: 4 test_eps each. */
 double test_tol(blob_dtype dtype, int64_t k);
 
 /* max_i |a_i - b_i| / max(|b_i|, floor): relative error against a reference. */
