@@ -84,8 +84,10 @@ static int num_cases;
 
 /* Under fork Check kills a test past its case's timeout; under CK_FORK=no nothing does,
  * so the tests of req_tcase's cases arm an alarm of their own that ends the run with a
- * failure instead of a hang. */
+ * failure instead of a hang. A fixture does not know its case, so the alarm allows the
+ * longest timeout of any such case (watch_limit_s), times CK_TIMEOUT_MULTIPLIER. */
 #define REQ_TIMEOUT_S 120
+static int watch_limit_s = REQ_TIMEOUT_S;
 
 static bool no_fork(void)
 {
@@ -110,7 +112,7 @@ static void watch_start(void)
     const char *m = getenv("CK_TIMEOUT_MULTIPLIER");
     double scale = m ? atof(m) : 1;
     signal(SIGALRM, on_alarm);
-    alarm((unsigned)(REQ_TIMEOUT_S * (scale > 0 ? scale : 1)) + 1);
+    alarm((unsigned)(watch_limit_s * (scale > 0 ? scale : 1)) + 1);
 }
 
 static void watch_stop(void)
@@ -156,6 +158,8 @@ TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFu
     TCase *tc = tags ? req_tcase(name, tags) : tcase_create(name);
     if (timeout)
         tcase_set_timeout(tc, timeout);
+    if (tags && timeout > watch_limit_s)
+        watch_limit_s = timeout;
     if (setup || teardown)
         tcase_add_checked_fixture(tc, setup, teardown);
     suite_add_tcase(s, tc);
