@@ -211,8 +211,8 @@ def figure(value):
     return "-" if value is None else f"{value:.1f}"
 
 
-# The ways of each --math, in their printed order: a name, Bench's options and how a step
-# runs (eager, graph, compile).
+# The ways of each --math, in their printed order: a name (net_step's table heads say the
+# same), Bench's options and how a step runs (eager, graph, compile).
 FLOAT32_WAYS = [("eager", {}, "eager"), ("fused SGD", {"fused": True}, "eager"),
                 ("graph", {}, "graph"), ("compile", {}, "compile")]
 BF16 = {"autocast": torch.bfloat16}
@@ -222,11 +222,11 @@ MATHS = {
     "fp32": ("highest", FLOAT32_WAYS),
     "tf32": ("high", FLOAT32_WAYS),
     "bf16": ("medium", FLOAT32_WAYS),
-    "bf16-mixed": ("highest", [("autocast", BF16, "eager"), ("autocast graph", BF16, "graph"),
+    "bf16-mixed": ("highest", [("autocast", BF16, "eager"), ("ac graph", BF16, "graph"),
                                ("bf16 eager", BF16_ALL, "eager"),
                                ("bf16 graph", BF16_ALL, "graph")]),
-    "fp16-mixed": ("highest", [("autocast+scaler",
-                                {"autocast": torch.float16, "scaler": True}, "eager")]),
+    "fp16-mixed": ("highest", [("ac+scaler", {"autocast": torch.float16, "scaler": True},
+                                "eager")]),
 }
 WAYS = 4  # the figures printed per batch
 
