@@ -43,7 +43,7 @@ typedef struct {
     void **workspace;       /* [count], and its workspace there */
 } handle_table;
 
-static ThreadSlot table = {PTHREAD_ONCE_INIT, pthread_key_t(), 0};
+static thread_slot table = {PTHREAD_ONCE_INIT, pthread_key_t(), 0};
 
 /* At thread exit: destroy each handle on its own device (cublasDestroy synchronises it). */
 static void table_destroy(void *p)

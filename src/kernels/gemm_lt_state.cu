@@ -9,7 +9,7 @@
 #include "blob/alloc.h"
 #include "gemm_lt.cuh"
 
-static ThreadSlot state = {PTHREAD_ONCE_INIT, pthread_key_t(), 0};
+static thread_slot state = {PTHREAD_ONCE_INIT, pthread_key_t(), 0};
 
 static void workspace_free(Workspace *w)
 {

@@ -33,12 +33,12 @@ typedef struct {
     pthread_once_t once;
     pthread_key_t key;
     int err;
-} ThreadSlot;
+} thread_slot;
 
 /* The calling thread's value of s, NULL when it has none yet; then also *devices, the
  * device count, for the per-device table the caller makes. Errors, recorded under func:
  * BLOB_ENOMEM when the key could not be made, or the device count's. */
-static inline blob_status thread_slot_get(const char *func, ThreadSlot *s, void (*make)(void),
+static inline blob_status thread_slot_get(const char *func, thread_slot *s, void (*make)(void),
                                           void **out, int *devices)
 {
     pthread_once(&s->once, make);
@@ -54,7 +54,7 @@ static inline blob_status thread_slot_get(const char *func, ThreadSlot *s, void 
 }
 
 /* Take the calling thread's value of s away and destroy it; nothing when it has none. */
-static inline void thread_slot_release(ThreadSlot *s, void (*make)(void), void (*destroy)(void *))
+static inline void thread_slot_release(thread_slot *s, void (*make)(void), void (*destroy)(void *))
 {
     pthread_once(&s->once, make);
     void *v = s->err ? NULL : pthread_getspecific(s->key);
