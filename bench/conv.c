@@ -13,6 +13,17 @@ typedef enum { IM2COL, COL2IM, MAX_FWD, MAX_BWD, AVG_FWD, AVG_BWD } conv_op;
 static const char *const op_keys[] = {"im2col",  "col2im",  "max_fwd",
                                       "max_bwd", "avg_fwd", "avg_bwd"};
 
+/* A pooling case of op (its label's words: "max fwd" and so on) over n x c x s x s images,
+ * 2x2 windows of stride 2, labelled by the same numbers. */
+#define POOL_CASE(words, op, n, c, s)                                    \
+    {                                                                    \
+        words " " #n "x" #c "x" #s "x" #s " 2x2/2", op, n, c, s, 2, 0, 2 \
+    }
+/* The four pooling cases of a shape: max and average, forward and backward. */
+#define POOL_2X2(n, c, s)                                                           \
+    POOL_CASE("max fwd", MAX_FWD, n, c, s), POOL_CASE("max bwd", MAX_BWD, n, c, s), \
+        POOL_CASE("avg fwd", AVG_FWD, n, c, s), POOL_CASE("avg bwd", AVG_BWD, n, c, s)
+
 /* Square kernels, pads and strides, no dilation, floor rounding. */
 static const struct conv_case {
     const char *label;
@@ -24,14 +35,8 @@ static const struct conv_case {
     {"im2col 64x1x28x28 k5", IM2COL, 64, 1, 28, 5, 0, 1},
     {"im2col 64x20x12x12 k5", IM2COL, 64, 20, 12, 5, 0, 1},
     {"col2im 64x20x12x12 k5", COL2IM, 64, 20, 12, 5, 0, 1},
-    {"max fwd 64x20x24x24 2x2/2", MAX_FWD, 64, 20, 24, 2, 0, 2},
-    {"max bwd 64x20x24x24 2x2/2", MAX_BWD, 64, 20, 24, 2, 0, 2},
-    {"avg fwd 64x20x24x24 2x2/2", AVG_FWD, 64, 20, 24, 2, 0, 2},
-    {"avg bwd 64x20x24x24 2x2/2", AVG_BWD, 64, 20, 24, 2, 0, 2},
-    {"max fwd 256x64x56x56 2x2/2", MAX_FWD, 256, 64, 56, 2, 0, 2},
-    {"max bwd 256x64x56x56 2x2/2", MAX_BWD, 256, 64, 56, 2, 0, 2},
-    {"avg fwd 256x64x56x56 2x2/2", AVG_FWD, 256, 64, 56, 2, 0, 2},
-    {"avg bwd 256x64x56x56 2x2/2", AVG_BWD, 256, 64, 56, 2, 0, 2},
+    POOL_2X2(64, 20, 24),
+    POOL_2X2(256, 64, 56),
 };
 #define NUM_CASES ((int)(sizeof cases / sizeof cases[0]))
 

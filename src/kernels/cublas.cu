@@ -37,15 +37,13 @@ static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *
     } while (0)
 
 typedef struct {
-    int count;
+    int count = 0;
     cublasHandle_t *handle; /* [count], NULL until first used on that device */
     void **stream;          /* [count], the stream each handle is bound to */
     void **workspace;       /* [count], and its workspace there */
 } handle_table;
 
-static pthread_key_t table_key;
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-static int table_key_err;
+static thread_slot table = {PTHREAD_ONCE_INIT, pthread_key_t(), 0};
 
 /* At thread exit: destroy each handle on its own device (cublasDestroy synchronises it). */
 static void table_destroy(void *p)
@@ -62,32 +60,22 @@ static void table_destroy(void *p)
     free(t);
 }
 
-static void table_key_create(void)
-{
-    table_key_err = pthread_key_create(&table_key, table_destroy);
-}
+static void table_key_create(void) { table.err = pthread_key_create(&table.key, table_destroy); }
 
 extern "C" void blob_thread_release(void)
 {
     blob__lt_thread_release();
-    pthread_once(&table_once, table_key_create);
-    void *t = table_key_err ? NULL : pthread_getspecific(table_key);
-    if (!t)
-        return;
-    (void)pthread_setspecific(table_key, NULL);
-    table_destroy(t);
+    thread_slot_release(&table, table_key_create, table_destroy);
 }
 
 /* The calling thread's handle for the current device, bound to stream. */
 static blob_status handle_for(const char *func, void *stream, cublasHandle_t *out)
 {
-    pthread_once(&table_once, table_key_create);
-    if (table_key_err)
-        return blob__fail(BLOB_ENOMEM, func, "pthread_key_create failed (%d)", table_key_err);
-    handle_table *t = (handle_table *)pthread_getspecific(table_key);
+    void *slot;
+    int count = 0;
+    BLOB_TRY(thread_slot_get(func, &table, table_key_create, &slot, &count));
+    handle_table *t = (handle_table *)slot;
     if (!t) {
-        int count;
-        CUDA_TRY_AT(func, cudaGetDeviceCount(&count));
         t = (handle_table *)calloc(
             1, sizeof *t + (size_t)count * (sizeof(cublasHandle_t) + 2 * sizeof(void *)));
         if (!t)
@@ -96,15 +84,13 @@ static blob_status handle_for(const char *func, void *stream, cublasHandle_t *ou
         t->handle = (cublasHandle_t *)(t + 1);
         t->stream = (void **)(t->handle + count);
         t->workspace = t->stream + count;
-        if (pthread_setspecific(table_key, t) != 0) {
+        if (pthread_setspecific(table.key, t) != 0) {
             free(t);
             return blob__fail(BLOB_ENOMEM, func, "pthread_setspecific failed");
         }
     }
     int dev;
-    BLOB_TRY(blob__current_device(&dev));
-    if (dev < 0 || dev >= t->count)
-        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev, t->count);
+    BLOB_TRY(table_device(func, t->count, &dev));
     if (!t->handle[dev]) {
         cublasHandle_t h;
         CUBLAS_TRY(func, cublasCreate, (&h));

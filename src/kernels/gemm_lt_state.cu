@@ -9,9 +9,7 @@
 #include "blob/alloc.h"
 #include "gemm_lt.cuh"
 
-static pthread_key_t state_key;
-static pthread_once_t state_once = PTHREAD_ONCE_INIT;
-static int state_key_err;
+static thread_slot state = {PTHREAD_ONCE_INIT, pthread_key_t(), 0};
 
 static void workspace_free(Workspace *w)
 {
@@ -37,35 +35,22 @@ static void state_destroy(void *p)
     free(st);
 }
 
-static void state_key_create(void)
-{
-    state_key_err = pthread_key_create(&state_key, state_destroy);
-}
+static void state_key_create(void) { state.err = pthread_key_create(&state.key, state_destroy); }
 
-void blob__lt_thread_release(void)
-{
-    pthread_once(&state_once, state_key_create);
-    void *st = state_key_err ? NULL : pthread_getspecific(state_key);
-    if (!st)
-        return;
-    (void)pthread_setspecific(state_key, NULL);
-    state_destroy(st);
-}
+void blob__lt_thread_release(void) { thread_slot_release(&state, state_key_create, state_destroy); }
 
 blob_status blob__lt_thread_state(const char *func, LtState **out, int *device,
                                   cublasLtHandle_t *handle)
 {
-    pthread_once(&state_once, state_key_create);
-    if (state_key_err)
-        return blob__fail(BLOB_ENOMEM, func, "pthread_key_create failed (%d)", state_key_err);
-    LtState *st = (LtState *)pthread_getspecific(state_key);
+    void *slot;
+    int count = 0;
+    BLOB_TRY(thread_slot_get(func, &state, state_key_create, &slot, &count));
+    LtState *st = (LtState *)slot;
     if (!st) {
-        int count;
-        CUDA_TRY_AT(func, cudaGetDeviceCount(&count));
         st = (LtState *)calloc(1, sizeof *st);
         cublasLtHandle_t *h = (cublasLtHandle_t *)calloc((size_t)count, sizeof *h);
         cudaStream_t *cap = (cudaStream_t *)calloc((size_t)count, sizeof *cap);
-        if (!st || !h || !cap || pthread_setspecific(state_key, st) != 0) {
+        if (!st || !h || !cap || pthread_setspecific(state.key, st) != 0) {
             free(st);
             free(h);
             free(cap);
@@ -76,9 +61,7 @@ blob_status blob__lt_thread_state(const char *func, LtState **out, int *device,
         st->capture = cap;
     }
     int dev;
-    BLOB_TRY(blob__current_device(&dev));
-    if (dev < 0 || dev >= st->devices)
-        return blob__fail(BLOB_ECUDA, func, "current device %d outside [0, %d)", dev, st->devices);
+    BLOB_TRY(table_device(func, st->devices, &dev));
     if (!st->handle[dev])
         LT_TRY(func, cublasLtCreate(&st->handle[dev]));
     *out = st;

@@ -28,12 +28,8 @@
 enum { TILE_MN = 128, TILE_K = 256, COLS_PER_SUM = 64 };
 
 typedef struct {
-    blob_dtype dtype;
-    blob_trans trans_a, trans_b;
-    int64_t M, N, K, lda, ldb, rows, cols; /* blocks of C: rows x cols */
+    blob__host_gemm h;
     float alpha, beta;
-    const void *A, *B;
-    void *C;
     blob_epilogue e;
     const void *bias;    /* read by BIAS and BIAS_RELU, else NULL */
     unsigned char *mask; /* written by the ReLUs (may be NULL), read by the DRELUs */
@@ -57,26 +53,27 @@ static bool mask_bit(const unsigned char *mask, int64_t row_bits, int64_t i, int
 static void panel(const gemm16_job *g, float *t, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
                   int64_t k0, int64_t nk, float beta_k, float *pa, float *pb)
 {
-    const blob_dtype dt = g->dtype;
-    const bool ta = g->trans_a == BLOB_TRANS, tb = g->trans_b == BLOB_TRANS;
+    const blob__host_gemm *h = &g->h;
+    const blob_dtype dt = h->dtype;
+    const bool ta = h->trans_a == BLOB_TRANS, tb = h->trans_b == BLOB_TRANS;
 #ifdef BLOB_BLAS_OPENBLAS
     if (g->sbgemm) {
-        const uint16_t *A = g->A, *B = g->B;
+        const uint16_t *A = h->A, *B = h->B;
         cblas_sbgemm(
             CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)ni,
-            (int)nj, (int)nk, g->alpha, A + (ta ? k0 * g->lda + i0 : i0 * g->lda + k0), (int)g->lda,
-            B + (tb ? j0 * g->ldb + k0 : k0 * g->ldb + j0), (int)g->ldb, beta_k, t, (int)nj);
+            (int)nj, (int)nk, g->alpha, A + (ta ? k0 * h->lda + i0 : i0 * h->lda + k0), (int)h->lda,
+            B + (tb ? j0 * h->ldb + k0 : k0 * h->ldb + j0), (int)h->ldb, beta_k, t, (int)nj);
         return;
     }
 #endif
     for (int64_t i = 0; i < ni; i++)
         for (int64_t k = 0; k < nk; k++)
             pa[i * nk + k] =
-                get(dt, g->A, ta ? (k0 + k) * g->lda + i0 + i : (i0 + i) * g->lda + k0 + k);
+                get(dt, h->A, ta ? (k0 + k) * h->lda + i0 + i : (i0 + i) * h->lda + k0 + k);
     for (int64_t k = 0; k < nk; k++)
         for (int64_t j = 0; j < nj; j++)
             pb[k * nj + j] =
-                get(dt, g->B, tb ? (j0 + j) * g->ldb + k0 + k : (k0 + k) * g->ldb + j0 + j);
+                get(dt, h->B, tb ? (j0 + j) * h->ldb + k0 + k : (k0 + k) * h->ldb + j0 + j);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ni, (int)nj, (int)nk, g->alpha, pa,
                 (int)nk, pb, (int)nj, beta_k, t, (int)nj);
 }
@@ -85,14 +82,15 @@ static void panel(const gemm16_job *g, float *t, int64_t i0, int64_t ni, int64_t
  * j0 is a multiple of 8, so the tile's mask bytes are its own. */
 static void tile(const gemm16_job *g, float *buf, int64_t i0, int64_t ni, int64_t j0, int64_t nj)
 {
-    const blob_dtype dt = g->dtype;
-    const int64_t N = g->N, row_bits = BLOB_RELU_MASK_ROW_BITS(N);
+    const blob__host_gemm *h = &g->h;
+    const blob_dtype dt = h->dtype;
+    const int64_t N = h->N, row_bits = BLOB_RELU_MASK_ROW_BITS(N);
     float *t = buf, *pa = t + TILE_MN * TILE_MN, *pb = pa + TILE_MN * TILE_K;
     for (int64_t i = 0; i < ni; i++)
         for (int64_t j = 0; j < nj; j++)
-            t[i * nj + j] = g->beta != 0 ? get(dt, g->C, (i0 + i) * N + j0 + j) : 0;
-    for (int64_t k0 = 0; k0 < g->K; k0 += TILE_K) {
-        const int64_t nk = g->K - k0 < TILE_K ? g->K - k0 : TILE_K;
+            t[i * nj + j] = g->beta != 0 ? get(dt, h->C, (i0 + i) * N + j0 + j) : 0;
+    for (int64_t k0 = 0; k0 < h->K; k0 += TILE_K) {
+        const int64_t nk = h->K - k0 < TILE_K ? h->K - k0 : TILE_K;
         panel(g, t, i0, ni, j0, nj, k0, nk, k0 ? 1.0f : g->beta, pa, pb);
     }
     const bool relu = g->e == BLOB_EPILOGUE_RELU || g->e == BLOB_EPILOGUE_BIAS_RELU;
@@ -113,7 +111,7 @@ static void tile(const gemm16_job *g, float *buf, int64_t i0, int64_t ni, int64_
             } else if (drelu && !mask_bit(g->mask, row_bits, i, j)) {
                 v = 0;
             }
-            blob__elem_set(dt, g->C, i * N + j, v);
+            blob__elem_set(dt, h->C, i * N + j, v);
         }
 }
 
@@ -122,11 +120,9 @@ static void blocks(void *ctx, int64_t lo, int64_t hi)
 {
     const gemm16_job *g = ctx;
     float *buf = g->buf + lo * (TILE_MN * TILE_MN + 2 * TILE_MN * TILE_K);
-    const int64_t across = (g->N + g->cols - 1) / g->cols;
     for (int64_t b = lo; b < hi; b++) {
-        const int64_t i0 = b / across * g->rows, j0 = b % across * g->cols;
-        const int64_t i1 = i0 + g->rows < g->M ? i0 + g->rows : g->M;
-        const int64_t j1 = j0 + g->cols < g->N ? j0 + g->cols : g->N;
+        int64_t i0, i1, j0, j1;
+        blob__host_gemm_block(&g->h, b, &i0, &i1, &j0, &j1);
         for (int64_t i = i0; i < i1; i += TILE_MN)
             for (int64_t j = j0; j < j1; j += TILE_MN)
                 tile(g, buf, i, i1 - i < TILE_MN ? i1 - i : TILE_MN, j,
@@ -183,31 +179,19 @@ blob_status blob__cpu_gemm16(const char *fn, blob_dtype dtype, blob_trans trans_
                              blob_epilogue epilogue, void *bias, void *mask)
 {
     const bool ta = trans_a == BLOB_TRANS, tb = trans_b == BLOB_TRANS;
-    gemm16_job g = {dtype,
-                    trans_a,
-                    trans_b,
-                    M,
-                    N,
-                    K,
-                    ta ? M : K,
-                    tb ? K : N,
-                    M,
-                    N,
+    gemm16_job g = {{dtype, trans_a, trans_b, M, N, K, ta ? M : K, tb ? K : N, M, N, A, B, C},
                     (float)alpha,
                     (float)beta,
-                    A,
-                    B,
-                    C,
                     epilogue,
                     epilogue == BLOB_EPILOGUE_BIAS || epilogue == BLOB_EPILOGUE_BIAS_RELU ? bias
                                                                                           : NULL,
                     mask,
                     NULL,
                     false};
-    g.sbgemm = dtype == BLOB_BFLOAT16 && HAVE_SBGEMM && g.lda <= INT_MAX && g.ldb <= INT_MAX;
+    g.sbgemm = dtype == BLOB_BFLOAT16 && HAVE_SBGEMM && g.h.lda <= INT_MAX && g.h.ldb <= INT_MAX;
     if (M && N) {
-        blob__gemm_grid(M, N, K, blob_dtype_size(dtype), false, &g.rows, &g.cols);
-        const int64_t nb = ((M + g.rows - 1) / g.rows) * ((N + g.cols - 1) / g.cols);
+        blob__gemm_grid(M, N, K, blob_dtype_size(dtype), false, &g.h.rows, &g.h.cols);
+        const int64_t nb = blob__host_gemm_blocks(&g.h);
         g.buf = malloc((size_t)nb * (TILE_MN * TILE_MN + 2 * TILE_MN * TILE_K) * sizeof(float));
         if (!g.buf)
             return blob__fail(BLOB_ENOMEM, fn, "no host memory for %lld float32 tiles",

@@ -365,14 +365,25 @@ static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double bet
 
 /* ---- The public functions, host and GPU side by side ---- */
 
+int64_t blob__host_gemm_blocks(const blob__host_gemm *g)
+{
+    return ((g->M + g->rows - 1) / g->rows) * ((g->N + g->cols - 1) / g->cols);
+}
+
+void blob__host_gemm_block(const blob__host_gemm *g, int64_t b, int64_t *i0, int64_t *i1,
+                           int64_t *j0, int64_t *j1)
+{
+    const int64_t across = (g->N + g->cols - 1) / g->cols;
+    *i0 = b / across * g->rows;
+    *j0 = b % across * g->cols;
+    *i1 = *i0 + g->rows < g->M ? *i0 + g->rows : g->M;
+    *j1 = *j0 + g->cols < g->N ? *j0 + g->cols : g->N;
+}
+
 /* A host GEMM, the blocks of C it is cut into, and what runs on each after it. */
 typedef struct {
-    blob_dtype dtype;
-    blob_trans trans_a, trans_b;
-    int64_t M, N, K, lda, ldb, rows, cols; /* blocks of C: rows x cols */
+    blob__host_gemm h;
     double alpha, beta;
-    const void *A, *B;
-    void *C;
     blob__gemm_block_fn after;
     void *after_ctx;
 } gemm_job;
@@ -381,25 +392,24 @@ typedef struct {
  * accumulated over the pieces of K (beta on the first only). */
 static void gemm_block(const gemm_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
+    const blob__host_gemm *h = &g->h;
     const int64_t c = blob__blas_chunk;
     for (int64_t i = i0; i < i1; i += c)
         for (int64_t j = j0; j < j1; j += c)
-            for (int64_t k = 0; k < g->K; k += c)
-                BLAS(g->dtype, gemm, CblasRowMajor, cblas_trans(g->trans_a),
-                     cblas_trans(g->trans_b), piece(i1, i), piece(j1, j), piece(g->K, k), g->alpha,
-                     at(g->dtype, g->A, g->trans_a ? k * g->lda + i : i * g->lda + k), (int)g->lda,
-                     at(g->dtype, g->B, g->trans_b ? j * g->ldb + k : k * g->ldb + j), (int)g->ldb,
-                     k ? 1.0 : g->beta, at(g->dtype, g->C, i * g->N + j), (int)g->N);
+            for (int64_t k = 0; k < h->K; k += c)
+                BLAS(h->dtype, gemm, CblasRowMajor, cblas_trans(h->trans_a),
+                     cblas_trans(h->trans_b), piece(i1, i), piece(j1, j), piece(h->K, k), g->alpha,
+                     at(h->dtype, h->A, h->trans_a ? k * h->lda + i : i * h->lda + k), (int)h->lda,
+                     at(h->dtype, h->B, h->trans_b ? j * h->ldb + k : k * h->ldb + j), (int)h->ldb,
+                     k ? 1.0 : g->beta, at(h->dtype, h->C, i * h->N + j), (int)h->N);
 }
 
 static void gemm_blocks(void *ctx, int64_t lo, int64_t hi)
 {
     const gemm_job *g = ctx;
-    const int64_t across = (g->N + g->cols - 1) / g->cols;
     for (int64_t b = lo; b < hi; b++) {
-        const int64_t i0 = b / across * g->rows, j0 = b % across * g->cols;
-        const int64_t i1 = i0 + g->rows < g->M ? i0 + g->rows : g->M;
-        const int64_t j1 = j0 + g->cols < g->N ? j0 + g->cols : g->N;
+        int64_t i0, i1, j0, j1;
+        blob__host_gemm_block(&g->h, b, &i0, &i1, &j0, &j1);
         gemm_block(g, i0, i1, j0, j1);
         if (g->after)
             g->after(g->after_ctx, i0, i1, j0, j1);
@@ -412,12 +422,16 @@ blob_status blob__cpu_gemm_blocks(blob_dtype dtype, blob_trans trans_a, blob_tra
                                   blob__gemm_block_fn after, void *after_ctx)
 {
     static const char fn[] = "blob_cpu_gemm";
-    gemm_job g = {dtype, trans_a, trans_b, M, N, K, trans_a ? M : K, trans_b ? K : N, rows,
-                  cols,  alpha,   beta,    A, B, C, after,           after_ctx};
-    BLOB_TRY(check_ld(fn, "A", g.lda));
-    BLOB_TRY(check_ld(fn, "B", g.ldb));
+    gemm_job g = {
+        {dtype, trans_a, trans_b, M, N, K, trans_a ? M : K, trans_b ? K : N, rows, cols, A, B, C},
+        alpha,
+        beta,
+        after,
+        after_ctx};
+    BLOB_TRY(check_ld(fn, "A", g.h.lda));
+    BLOB_TRY(check_ld(fn, "B", g.h.ldb));
     BLOB_TRY(check_ld(fn, "C", N));
-    const int64_t blocks = ((M + rows - 1) / rows) * ((N + cols - 1) / cols);
+    const int64_t blocks = blob__host_gemm_blocks(&g.h);
     blob__host_for((int)blocks, blocks, gemm_blocks, &g);
     return BLOB_OK;
 }
