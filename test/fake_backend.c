@@ -249,6 +249,7 @@ static void device_free(void *p) { free_block(p, BLK_DEVICE, &stats.device_frees
 static blob_status pointer_device(const void *p, int *device)
 {
     const unsigned char *c = p;
+    stats.pointer_queries++;
     *device = BLOB__HOST_MEMORY;
     for (size_t i = 0; i < n_blocks; i++)
         if (blocks[i].kind == BLK_DEVICE && c >= blocks[i].p && c < blocks[i].p + blocks[i].size)

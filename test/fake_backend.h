@@ -21,6 +21,7 @@ typedef struct {
     uint64_t memsets;
     uint64_t stream_syncs, event_syncs, device_syncs;
     uint64_t events_created, streams_created;
+    uint64_t pointer_queries;                     /* pointer_device calls */
     int64_t live_blocks;                          /* pinned + device + streams + events */
     int64_t live_host_blocks;                     /* pageable host allocations */
     uint64_t violations;                          /* copies outside live blocks, etc. */

@@ -683,6 +683,44 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/* Our own export imported as it is: its place is known, the driver is not asked. Its
+ * data changed to memory elsewhere: asked, and refused as any tensor would be. */
+START_TEST(test_round_trip_known_place)
+{
+    bool device = _i;
+    double *ref;
+    blob *a = random_blob(BLOB_FLOAT32, 0, &ref);
+    DLManagedTensor *t;
+    ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST,
+                         BLOB_DLPACK_WRITABLE, NULL, &t));
+    fake_reset_counts();
+    blob *c;
+    ck_ok(blob_from_dlpack(&c, t, 0));
+    ck_assert_int_eq(fake_get_stats().pointer_queries, 0);
+    blob_free(c); /* the export goes with it */
+    float *dev1;
+    ck_ok(blob_device_set(1));
+    ck_ok(blob__be->device_alloc(24 * sizeof(float), (void **)&dev1));
+    ck_ok(blob_device_set(0));
+    ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST,
+                         BLOB_DLPACK_WRITABLE, NULL, &t));
+    void *made = t->dl_tensor.data;
+    t->dl_tensor.data = dev1;
+    c = (blob *)&c;
+    ck_status(blob_from_dlpack(&c, t, 0), BLOB_EINVAL);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(blob_last_error(), "data is memory of GPU 1"), "%s", blob_last_error());
+    ck_assert_uint_eq(fake_get_stats().pointer_queries, 1);
+    t->dl_tensor.data = made;
+    blob_dlpack_delete(t);
+    ck_ok(blob_device_set(1));
+    blob__be->device_free(dev1);
+    ck_ok(blob_device_set(0));
+    blob_free(a);
+    free(ref);
+}
+END_TEST
+
 /* ---- bad input: a clear error, no blob, the deleter not called ---- */
 
 typedef struct {
@@ -1274,7 +1312,7 @@ START_TEST(test_versioned_import)
     ck_status(blob_from_dlpack_versioned(&b, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "DLPack version"));
     vproducer_init(&p, data, 0);
-    p.t.dl_tensor.dtype = (DLDataType){kDLInt, 32, 1}; /* the unversioned checks apply */
+    p.t.dl_tensor.dtype = (DLDataType){kDLComplex, 64, 1}; /* the unversioned checks apply */
     ck_status(blob_from_dlpack_versioned(&b, &p.t, BLOB_HOST_ONLY), BLOB_EINVAL);
     ck_assert_ptr_nonnull(strstr(blob_last_error(), "blob_from_dlpack_versioned"));
     ck_status(blob_from_dlpack_versioned(&b, NULL, BLOB_HOST_ONLY), BLOB_EINVAL);
@@ -1359,6 +1397,7 @@ void dlpack_suite(Suite *s)
     add_tests(tc, test_import_device_freed_elsewhere, test_import_wrong_place,
               test_import_device_no_wait);
     add_loop_tests(tc, 0, 4, test_round_trip);
+    add_loop_tests(tc, 0, 2, test_round_trip_known_place);
     add_loop_tests(tc, 0, N_BAD_CASES, test_import_bad_input);
     add_loop_tests(tc, 0, N_BAD_DTYPES, test_import_bad_dtype);
     add_loop_tests(tc, 0, N_DEVICE_CASES, test_import_device_kind);
