@@ -365,21 +365,6 @@ static blob_status scale_empty(bool gpu, blob_dtype dtype, int64_t n, double bet
 
 /* ---- The public functions, host and GPU side by side ---- */
 
-int64_t blob__host_gemm_blocks(const blob__host_gemm *g)
-{
-    return ((g->M + g->rows - 1) / g->rows) * ((g->N + g->cols - 1) / g->cols);
-}
-
-void blob__host_gemm_block(const blob__host_gemm *g, int64_t b, int64_t *i0, int64_t *i1,
-                           int64_t *j0, int64_t *j1)
-{
-    const int64_t across = (g->N + g->cols - 1) / g->cols;
-    *i0 = b / across * g->rows;
-    *j0 = b % across * g->cols;
-    *i1 = *i0 + g->rows < g->M ? *i0 + g->rows : g->M;
-    *j1 = *j0 + g->cols < g->N ? *j0 + g->cols : g->N;
-}
-
 /* A host GEMM, the blocks of C it is cut into, and what runs on each after it. */
 typedef struct {
     blob__host_gemm h;
