@@ -14,6 +14,7 @@
 
 #include "blob/blas.h"
 #include "../core/core.h"
+#include "host_gemm.h"
 #include "math_impl.h"
 
 #ifdef BLOB_BLAS_OPENBLAS

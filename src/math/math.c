@@ -12,6 +12,7 @@
 #include "blob/blas.h"
 #include "../core/core.h"
 #include "../kernels/kernels.h"
+#include "host_gemm.h"
 #include "math_impl.h"
 
 int64_t blob__blas_chunk = INT_MAX;
