@@ -683,27 +683,28 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
-/* Our own export imported as it is: its place is known, the driver is not asked. Its
- * data changed to memory elsewhere: asked, and refused as any tensor would be. */
+/* Our own export imported as it is: its place is known from the block it holds, and the
+ * driver is not asked. Its data changed to memory elsewhere, or (device side) the
+ * block's memory replaced since the export: asked, and refused as any tensor would be. */
 START_TEST(test_round_trip_known_place)
 {
-    bool device = _i;
+    const bool device = _i;
+    const blob_dlpack_side side = device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST;
     double *ref;
     blob *a = random_blob(BLOB_FLOAT32, 0, &ref);
     DLManagedTensor *t;
-    ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST,
-                         BLOB_DLPACK_WRITABLE, NULL, &t));
+    ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, side, BLOB_DLPACK_WRITABLE, NULL, &t));
     fake_reset_counts();
     blob *c;
     ck_ok(blob_from_dlpack(&c, t, 0));
     ck_assert_int_eq(fake_get_stats().pointer_queries, 0);
     blob_free(c); /* the export goes with it */
+
     float *dev1;
     ck_ok(blob_device_set(1));
     ck_ok(blob__be->device_alloc(24 * sizeof(float), (void **)&dev1));
     ck_ok(blob_device_set(0));
-    ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, device ? BLOB_DLPACK_DEVICE : BLOB_DLPACK_HOST,
-                         BLOB_DLPACK_WRITABLE, NULL, &t));
+    ck_ok(blob_to_dlpack(a, BLOB_PART_DATA, side, BLOB_DLPACK_WRITABLE, NULL, &t));
     void *made = t->dl_tensor.data;
     t->dl_tensor.data = dev1;
     c = (blob *)&c;
@@ -712,11 +713,21 @@ START_TEST(test_round_trip_known_place)
     ck_assert_msg(strstr(blob_last_error(), "data is memory of GPU 1"), "%s", blob_last_error());
     ck_assert_uint_eq(fake_get_stats().pointer_queries, 1);
     t->dl_tensor.data = made;
+
+    float *fresh = NULL;
+    if (device) {
+        ck_ok(blob__be->device_alloc(24 * sizeof(float), (void **)&fresh));
+        ck_ok(blob_syncedmem_set_gpu_data(blob_data_mem(a), fresh, 24 * sizeof(float)));
+        ck_status(blob_from_dlpack(&c, t, 0), BLOB_EINVAL);
+        ck_assert_msg(strstr(blob_last_error(), "data is host memory"), "%s", blob_last_error());
+        ck_assert_uint_eq(fake_get_stats().pointer_queries, 2);
+    }
     blob_dlpack_delete(t);
+    blob_free(a);
+    blob__be->device_free(fresh);
     ck_ok(blob_device_set(1));
     blob__be->device_free(dev1);
     ck_ok(blob_device_set(0));
-    blob_free(a);
     free(ref);
 }
 END_TEST

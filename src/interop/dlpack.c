@@ -6,15 +6,13 @@
 #include "blob/dlpack.h"
 #include "blob/device.h"
 #include "../core/core.h"
+#include "../syncedmem/syncedmem_internal.h"
 
 /* An exported tensor: the DLPack struct first (the consumer holds a pointer to it), the
- * reference it keeps on the block, the data and device it wrote (see known_place), and
- * its shape and strides. */
+ * reference it keeps on the block, and its shape and strides. */
 typedef struct {
     DLManagedTensor tensor;
     blob_syncedmem *mem;
-    void *data;
-    DLDevice device;
     int64_t dims[]; /* shape, then strides: ndim of each */
 } exported;
 
@@ -30,8 +28,6 @@ static void exported_delete(DLManagedTensor *t)
 typedef struct {
     DLManagedTensorVersioned tensor;
     blob_syncedmem *mem;
-    void *data;
-    DLDevice device;
     int64_t dims[];
 } exported_versioned;
 
@@ -190,8 +186,6 @@ blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side side, unsig
     BLOB_TRY(export_make(b, part, side, flags, stream, offsetof(exported, dims), &block, &parts));
     exported *e = block;
     e->mem = parts.mem;
-    e->data = parts.t.data;
-    e->device = parts.t.device;
     e->tensor.dl_tensor = parts.t;
     e->tensor.manager_ctx = e;
     e->tensor.deleter = exported_delete;
@@ -212,8 +206,6 @@ blob_status blob_to_dlpack_versioned(blob *b, blob_part part, blob_dlpack_side s
                          &parts));
     exported_versioned *e = block;
     e->mem = parts.mem;
-    e->data = parts.t.data;
-    e->device = parts.t.device;
     e->tensor.version = (DLPackVersion){DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
     e->tensor.dl_tensor = parts.t;
     e->tensor.flags = flags & BLOB_DLPACK_WRITABLE ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
@@ -323,13 +315,17 @@ static blob_status check_memory(const char *func, const DLTensor *t, int device)
                        actual, device);
 }
 
-/* Whether t is one of this library's exports with the data and device it wrote (data,
- * device): its memory is then where it says, taken from a block the export holds, and
- * needs no question to the driver (about 0.3 us, most of a round trip). */
-static bool known_place(const DLTensor *t, const void *data, DLDevice device)
+/* Whether t, a tensor of one of this library's exports, names a side of the block mem
+ * that the export holds, as it stands: its device side on the block's GPU for kDLCUDA,
+ * else its host side. Its memory is then where it says, and needs no question to the
+ * driver (about 0.3 us, most of a round trip). */
+static bool known_place(const DLTensor *t, const blob_syncedmem *mem)
 {
-    return t->data == data && t->device.device_type == device.device_type &&
-           t->device.device_id == device.device_id;
+    const bool gpu = t->device.device_type == kDLCUDA;
+    if (gpu && t->device.device_id != blob_syncedmem_device(mem))
+        return false;
+    const void *side = blob__syncedmem_side(mem, gpu);
+    return side && t->data == side;
 }
 
 /* A blob borrowing t's memory, release(ctx) called when the last reference goes
@@ -397,7 +393,7 @@ blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_devic
     if (!tensor)
         return BLOB_FAIL(BLOB_EINVAL, "tensor is NULL");
     const exported *e = tensor->deleter == exported_delete ? tensor->manager_ctx : NULL;
-    bool known = e && known_place(&tensor->dl_tensor, e->data, e->device);
+    bool known = e && known_place(&tensor->dl_tensor, e->mem);
     return import_tensor(__func__, out, &tensor->dl_tensor, host_device, known, release_tensor,
                          tensor);
 }
@@ -426,7 +422,7 @@ blob_status blob_from_dlpack_versioned(blob **out, DLManagedTensorVersioned *ten
         return BLOB_FAIL(BLOB_EINVAL, "the tensor is read-only, and a blob's data is writable");
     const exported_versioned *e =
         tensor->deleter == exported_versioned_delete ? tensor->manager_ctx : NULL;
-    bool known = e && known_place(&tensor->dl_tensor, e->data, e->device);
+    bool known = e && known_place(&tensor->dl_tensor, e->mem);
     return import_tensor(__func__, out, &tensor->dl_tensor, host_device, known, release_versioned,
                          tensor);
 }

@@ -152,6 +152,11 @@ bool blob__syncedmem_shared(const blob_syncedmem *m)
     return atomic_load_explicit(&m->refs, memory_order_acquire) > 1;
 }
 
+const void *blob__syncedmem_side(const blob_syncedmem *m, bool gpu)
+{
+    return gpu ? m->dev : m->host;
+}
+
 /* GPU work is allowed: the block is bound to a GPU and it is the current one. Failures
  * here and below are recorded under func, the public call. */
 static blob_status check_gpu(const char *func, const blob_syncedmem *m)

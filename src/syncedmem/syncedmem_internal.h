@@ -14,6 +14,10 @@ bool blob__syncedmem_shared(const blob_syncedmem *mem);
  * A failure is recorded under func, the public call. */
 blob_status blob__syncedmem_write_side(const char *func, blob_syncedmem *mem, bool gpu, void **out);
 
+/* The device (gpu) or host side's memory as it stands, NULL where there is none: no
+ * access, nothing allocated, copied or ordered (for a caller comparing addresses). */
+const void *blob__syncedmem_side(const blob_syncedmem *mem, bool gpu);
+
 /* Make the device (gpu) or host side, just written, the head: the other side is stale.
  * Every write that claims the head, inside syncedmem as in its callers, ends here. */
 void blob__syncedmem_claim(blob_syncedmem *mem, bool gpu);
