@@ -1,4 +1,5 @@
-/* Internal: what the blob layer needs to know about a block beyond the public API. */
+/* Internal: what the layers above (blob, interop) need to know about a block beyond the
+ * public API. */
 #ifndef BLOB_SYNCEDMEM_INTERNAL_H
 #define BLOB_SYNCEDMEM_INTERNAL_H
 
