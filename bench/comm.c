@@ -37,7 +37,8 @@ static struct {
     int failed[MAX_RANKS];
     char why[MAX_RANKS][256];
     /* blob_comm: one communicator with buckets larger than any buffer (one NCCL call
-     * in place on the blob's diff), one with the default buckets (BLOB_COMM_DEFAULT_BUCKET_BYTES) */
+     * in place on the blob's diff), one with the default buckets
+     * (BLOB_COMM_DEFAULT_BUCKET_BYTES) */
     blob_comm *whole[MAX_RANKS], *buckets[MAX_RANKS];
     blob *buf[MAX_RANKS];
     blob_comm_list *list_whole[MAX_RANKS], *list_buckets[MAX_RANKS];

@@ -109,8 +109,9 @@ BLOB_API blob_status blob_to_dlpack(blob *b, blob_part part, blob_dlpack_side si
  * device_id other than 0; data that the driver knows to be elsewhere than the device
  * says: host memory named as a GPU's, a GPU's memory named as another GPU's or as host
  * memory, managed memory being taken as either; the driver is not asked about this
- * library's own export while its data is still its block's memory), BLOB_ENODEV (kDLCUDA without a GPU), BLOB_ERANGE (no such
- * GPU, for kDLCUDA or host_device), BLOB_EOVERFLOW, BLOB_ENOMEM. */
+ * library's own export while its data is still its block's memory), BLOB_ENODEV
+ * (kDLCUDA without a GPU), BLOB_ERANGE (no such GPU, for kDLCUDA or host_device),
+ * BLOB_EOVERFLOW, BLOB_ENOMEM. */
 BLOB_API blob_status blob_from_dlpack(blob **out, DLManagedTensor *tensor, int host_device);
 
 /* Call the tensor's deleter, if it has one: how the owner of a tensor gives it up.

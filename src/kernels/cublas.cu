@@ -1,6 +1,6 @@
-/* The BLAS launchers over cuBLAS (the 32-bit entries, the 64-bit ones past INT_MAX). Each thread has one handle per device,
- * created on first use (pointer mode host, the default) and destroyed at thread exit; its
- * workspace is the thread's cuBLASLt workspace of the stream it is bound to (lt.cuh).
+/* The BLAS launchers over cuBLAS (the 32-bit entries, the 64-bit ones past INT_MAX).
+ * Each thread has one handle per device, created on first use (pointer mode host, the
+ * default) and destroyed at thread exit; its workspace is the thread's cuBLASLt workspace of the stream it is bound to (lt.cuh).
  * Row-major matrices are handed to column-major cuBLAS as their transposes. */
 #include <limits.h>
 #include <pthread.h>
@@ -37,7 +37,7 @@ static blob_status cublas_fail(cublasStatus_t st, const char *call, const char *
     } while (0)
 
 typedef struct {
-    int count = 0;
+    int count;
     cublasHandle_t *handle; /* [count], NULL until first used on that device */
     void **stream;          /* [count], the stream each handle is bound to */
     void **workspace;       /* [count], and its workspace there */
@@ -72,7 +72,7 @@ extern "C" void blob_thread_release(void)
 static blob_status handle_for(const char *func, void *stream, cublasHandle_t *out)
 {
     void *slot;
-    int count = 0;
+    int count;
     BLOB_TRY(thread_slot_get(func, &table, table_key_create, &slot, &count));
     handle_table *t = (handle_table *)slot;
     if (!t) {

@@ -43,7 +43,7 @@ blob_status blob__lt_thread_state(const char *func, LtState **out, int *device,
                                   cublasLtHandle_t *handle)
 {
     void *slot;
-    int count = 0;
+    int count;
     BLOB_TRY(thread_slot_get(func, &state, state_key_create, &slot, &count));
     LtState *st = (LtState *)slot;
     if (!st) {

@@ -35,12 +35,13 @@ typedef struct {
     int err;
 } thread_slot;
 
-/* The calling thread's value of s, NULL when it has none yet; then also *devices, the
- * device count, for the per-device table the caller makes. Errors, recorded under func:
- * BLOB_ENOMEM when the key could not be made, or the device count's. */
+/* The calling thread's value of s, NULL when it has none yet; *devices is then the
+ * device count, for the per-device table the caller makes, else 0. Errors, recorded
+ * under func: BLOB_ENOMEM when the key could not be made, or the device count's. */
 static inline blob_status thread_slot_get(const char *func, thread_slot *s, void (*make)(void),
                                           void **out, int *devices)
 {
+    *devices = 0;
     pthread_once(&s->once, make);
     if (s->err)
         return blob__fail(BLOB_ENOMEM, func, "pthread_key_create failed (%d)", s->err);
