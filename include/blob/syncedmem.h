@@ -90,7 +90,8 @@ BLOB_API blob_status blob_syncedmem_gpu_data(blob_syncedmem *mem, const void **o
 BLOB_API blob_status blob_syncedmem_mutable_gpu_data(blob_syncedmem *mem, void **out);
 
 /* Borrow `bytes` bytes of caller memory as the host (device) side: the owned block of
- * that side is freed, the head moves to AT_CPU (AT_GPU), and the other side is kept, so
+ * that side is freed (pointers taken from it before, an accessor's or a DLPack export's,
+ * dangle), the head moves to AT_CPU (AT_GPU), and the other side is kept, so
  * the next access of it copies from or into the borrowed memory. Borrowed memory is
  * never freed by the library and must outlive the block or the next set_*.
  * Errors: BLOB_EINVAL (NULL data with a non-zero size, or bytes < the block's size),
