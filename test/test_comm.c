@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <dirent.h>
@@ -1759,6 +1760,10 @@ static void missing_peer(double timeout, double slack, int rounds, bool replay)
     snprintf(what, sizeof what, "all_reduce #%d (list 1, bucket 1 of 1, 211 elements)",
              rounds + (replay ? 3 : 4));
     ck_assert_msg(strstr(t.msg[0], what), "%s", t.msg[0]);
+    /* the ranks' board names the one that did not come, and how far it got */
+    snprintf(what, sizeof what, "rank 1 (pid %d) has not started it, its last is #%d",
+             (int)getpid(), rounds + (replay ? 2 : 3));
+    ck_assert_msg(strstr(t.msg[0], what), "%s", t.msg[0]);
     double scale = test_time_scale();
     ck_assert_msg(t.seconds[0] >= timeout * scale && t.seconds[0] < (timeout + slack) * scale,
                   "took %.3f s", t.seconds[0]);
@@ -2150,6 +2155,176 @@ END_TEST
 START_TEST(test_gpu_world_too_large) { world_too_large(3, 5); }
 END_TEST
 
+/* ---- the ranks' board ---- */
+
+static blob_comm_id board_id(void)
+{
+    blob_comm_id id;
+    for (size_t i = 0; i < sizeof id.bytes; i++)
+        id.bytes[i] = (uint8_t)test_uniform(0, 256);
+    return id;
+}
+
+static bool board_exists(const blob_comm_id *id)
+{
+    char name[64];
+    blob__board_name(id, name, sizeof name);
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+/* "rank R (pid P) " and the rest, for the checks below. */
+static const char *board_says(char *buf, size_t size, int rank, int pid, const char *rest)
+{
+    snprintf(buf, size, "rank %d (pid %d) %s", rank, pid, rest);
+    return buf;
+}
+
+/* Two ranks' boards of one id are one page: each sees what the other posts. */
+START_TEST(test_board_shared)
+{
+    test_seed(21);
+    const int pid = (int)getpid();
+    blob_comm_id id = board_id();
+    blob__board *b0 = blob__board_open(&id, 2), *b1 = blob__board_open(&id, 2);
+    ck_assert_ptr_nonnull(b0);
+    ck_assert_ptr_nonnull(b1);
+    ck_assert(board_exists(&id));
+    blob__board_unlink(&id);
+    ck_assert(!board_exists(&id)); /* the mappings keep it */
+    char why[200], want[128];
+    blob__board_explain(b0, 0, 5, why, sizeof why);
+    ck_assert_str_eq(why, ""); /* rank 1 posted nothing */
+    blob__board_join(b0, 0);
+    blob__board_join(b1, 1);
+    blob__board_explain(b0, 0, 5, why, sizeof why);
+    ck_assert_str_eq(why,
+                     board_says(want, sizeof want, 1, pid, "has not started it, its last is #0"));
+    blob__board_started(b1, 1, 3);
+    blob__board_explain(b0, 0, 5, why, sizeof why);
+    ck_assert_str_eq(why,
+                     board_says(want, sizeof want, 1, pid, "has not started it, its last is #3"));
+    blob__board_started(b1, 1, 5);
+    blob__board_explain(b0, 0, 5, why, sizeof why);
+    ck_assert_str_eq(why, ""); /* it took part */
+    blob__board_leave(b1, 1);
+    blob__board_explain(b0, 0, 5, why, sizeof why);
+    ck_assert_str_eq(why, board_says(want, sizeof want, 1, pid,
+                                     "has freed its communicator, after collective #5"));
+    blob__board_explain(b1, 1, 5, why, sizeof why); /* rank 0 started nothing */
+    ck_assert_str_eq(why,
+                     board_says(want, sizeof want, 0, pid, "has not started it, its last is #0"));
+    blob__board_drop(b1);
+    blob__board_drop(b0);
+    blob__board_explain(NULL, 0, 1, why, sizeof why);
+    ck_assert_str_eq(why, "");
+    /* none for a world of 1, nor for another world on the same id */
+    ck_assert_ptr_null(blob__board_open(&id, 1));
+    b0 = blob__board_open(&id, 3);
+    ck_assert_ptr_nonnull(b0);
+    ck_assert_ptr_null(blob__board_open(&id, 4));
+    blob__board_unlink(&id);
+    blob__board_drop(b0);
+}
+END_TEST
+
+/* A rank whose process ended is named as such, with its last collective. */
+START_TEST(test_board_process_gone)
+{
+    test_seed(22);
+    blob_comm_id id = board_id();
+    blob__board *b0 = blob__board_open(&id, 3);
+    ck_assert_ptr_nonnull(b0);
+    blob__board_join(b0, 0);
+    blob__board_started(b0, 0, 7);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        blob__board *b = blob__board_open(&id, 3);
+        blob__board_join(b, 2);
+        blob__board_started(b, 2, 6);
+        _exit(b ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    blob__board_unlink(&id);
+    char why[200], want[128];
+    blob__board_explain(b0, 0, 7, why, sizeof why);
+    ck_assert_str_eq(
+        why, board_says(want, sizeof want, 2, (int)child, "has ended, after collective #6"));
+    blob__board_drop(b0);
+}
+END_TEST
+
+/* An object of the board's name that others may write, of another size, or with another
+ * header is not used. */
+START_TEST(test_board_refusals)
+{
+    test_seed(23);
+    const size_t bytes = blob__board_page_bytes(2);
+    for (int k = 0; k < 3; k++) {
+        blob_comm_id id = board_id();
+        char name[64];
+        blob__board_name(&id, name, sizeof name);
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, (off_t)(k == 1 ? bytes + 8 : bytes)), 0);
+        if (k == 0)
+            ck_assert_int_eq(fchmod(fd, 0622), 0);
+        if (k == 2) {
+            uint64_t junk = 0x1234;
+            ck_assert_int_eq(pwrite(fd, &junk, sizeof junk, 0), (ssize_t)sizeof junk);
+        }
+        close(fd);
+        ck_assert_msg(!blob__board_open(&id, 2), "case %d", k);
+        blob__board_unlink(&id);
+    }
+}
+END_TEST
+
+/* Posts no rank writes say nothing; a message names two ranks and counts the others;
+ * it is cut to the buffer and terminated. */
+START_TEST(test_board_untrusted)
+{
+    const int pid = (int)getpid();
+    blob__board *b = blob__board_new_local(6);
+    ck_assert_ptr_nonnull(b);
+    for (int r = 0; r < 6; r++)
+        blob__board_join(b, r);
+    char why[300], want[256];
+    blob__board_explain(b, 0, 1, why, sizeof why);
+    snprintf(want, sizeof want,
+             "rank 1 (pid %d) has not started it, its last is #0; rank 2 (pid %d) has not started "
+             "it, its last is #0; and 3 more",
+             pid, pid);
+    ck_assert_str_eq(why, want);
+    blob__board_drop(b);
+
+    b = blob__board_new_local(3);
+    ck_assert_ptr_nonnull(b);
+    blob__board_page *p = blob__board_page_of(b);
+    atomic_store(&p->slot[1].pid, (uint64_t)1 << 40); /* no such process id */
+    atomic_store(&p->slot[1].state, BLOB__BOARD_JOINED);
+    atomic_store(&p->slot[2].pid, 1);
+    atomic_store(&p->slot[2].state, 77); /* no such state */
+    blob__board_explain_page(p, 3, 0, 9, why, sizeof why);
+    ck_assert_str_eq(why, "");
+    atomic_store(&p->slot[2].state, BLOB__BOARD_LEFT);
+    blob__board_explain_page(p, 4, 0, 9, why, sizeof why); /* not its world */
+    ck_assert_str_eq(why, "");
+    char small[8];
+    blob__board_explain_page(p, 3, 0, 9, small, sizeof small);
+    ck_assert_str_eq(small, "rank 2 ");
+    atomic_store(&p->magic, 0);
+    blob__board_explain_page(p, 3, 0, 9, why, sizeof why);
+    ck_assert_str_eq(why, "");
+    blob__board_drop(b);
+}
+END_TEST
+
 void comm_suite(Suite *s)
 {
     TCase *tc = suite_case(s, "rendezvous", NULL, 60, NULL, NULL);
@@ -2157,6 +2332,10 @@ void comm_suite(Suite *s)
               test_file_round_trip, test_file_missing_deadline, test_file_bad_at_once,
               test_file_not_trusted, test_file_writer_paths, test_file_awaited, test_env_defaults,
               test_env_torchrun, test_env_bad_values, test_env_launchers);
+
+    tc = suite_case(s, "board", NULL, 0, NULL, NULL);
+    add_tests(tc, test_board_shared, test_board_process_gone, test_board_refusals,
+              test_board_untrusted);
 
     tc = suite_case(s, "one_rank", NULL, 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_one_rank);

@@ -62,6 +62,8 @@ static blob_status comm_alloc(blob_comm **out, int rank, int size, int device,
  * operations are gone already (blob__comm_watch_end). */
 static void comm_release(blob_comm *c)
 {
+    blob__board_leave(c->board, c->rank);
+    blob__board_drop(c->board);
     blob__be->event_destroy(c->order_event);
     blob_stream_destroy(c->stream); /* back to the pool: blocks may still name it */
     pthread_cond_destroy(&c->wake);
@@ -85,8 +87,11 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
     blob_comm_id id;
     bool wrote = false;
     blob_status st = blob__comm_meet(func, o, c->ccl, c->timeout_s, &id, &wrote);
-    if (st == BLOB_OK)
+    if (st == BLOB_OK) {
+        c->board = blob__board_open(&id, c->size); /* before the join, which all must reach */
+        blob__board_join(c->board, c->rank);
         st = blob_stream_create_with_priority(&c->stream, COMM_STREAM_PRIORITY);
+    }
     if (st == BLOB_OK)
         st = c->ccl->init(&c->handle, &id, c->size, c->rank);
     if (st == BLOB_OK) {
@@ -94,6 +99,8 @@ static blob_status join(blob_comm *c, const blob_comm_options *o, const char *fu
         st = await_join(c, func);
         pthread_mutex_unlock(&c->mu);
     }
+    if (c->board)
+        blob__board_unlink(&id); /* every rank has mapped it, or this one gave up */
     if (st == BLOB_OK)
         st = blob__comm_watch_start(c, func);
     if (wrote)
@@ -153,6 +160,13 @@ static blob_status check_local_devices(const char *func, int n, const int *devic
  * each with its stream on its device (the last one is left current). */
 static blob_status join_local(blob_comm **comms, int n, const int *devices, const char *func)
 {
+    blob__board *board = blob__board_new_local(n);
+    for (int i = 0; i < n && board; i++) {
+        if (i)
+            blob__board_hold(board);
+        comms[i]->board = board;
+        blob__board_join(board, i);
+    }
     void *handles[n];
     blob_status st = comms[0]->ccl->init_local(handles, n, devices);
     for (int i = 0; i < n; i++)

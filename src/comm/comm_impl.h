@@ -1,7 +1,8 @@
 /* Internal: the communicator and its lists, shared by the files of src/comm; the pure
  * pieces of list.c (bucket plan, contiguity, table comparison) that the tests reach; and
  * what options.c, rendezvous.c and host.c give the others. The failure and the
- * operations in flight are watch.h's. Never installed. */
+ * operations in flight are watch.h's, the host's board of the ranks board.h's. Never
+ * installed. */
 #ifndef BLOB_COMM_IMPL_H
 #define BLOB_COMM_IMPL_H
 
@@ -10,12 +11,14 @@
 #include <stdint.h>
 
 #include "blob/comm.h"
+#include "board.h"
 #include "ccl.h"
 
 /* An operation queued on the communicator's stream, not yet known to be complete. */
 typedef struct {
     void *event;     /* recorded on the stream behind the operation */
     double deadline; /* blob__now() by which it must complete */
+    uint64_t seq;    /* the collective's number (blob_comm.seq when it was queued) */
     char what[96];   /* "all_reduce #12 (bucket 3 of 5)" */
 } blob__comm_op;
 
@@ -27,6 +30,7 @@ struct blob_comm {
                       used on it may outlive the communicator); NULL for 1 rank */
     void *order_event;           /* orders it and the caller's stream (the owner's thread only) */
     uint64_t seq;                /* collectives started: names them in messages */
+    blob__board *board;          /* this host's posts of the ranks, or NULL (board.h) */
     int lists;                   /* lists created, to name them */
     bool replay_decided, replay; /* see blob__comm_decide_replay */
     bool bf16;                   /* blob_comm_options.bf16_reduce, or BLOB_COMM_BF16 */
@@ -49,7 +53,7 @@ struct blob_comm {
     void **spare_events;
     size_t num_spare, cap_spare;
     blob_status failure; /* BLOB_OK while the communicator works */
-    char failure_msg[400];
+    char failure_msg[480];
     bool stopping;
     bool watching;
     pthread_t watchdog;

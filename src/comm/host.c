@@ -31,7 +31,7 @@ static blob_status host_collective(blob_comm *c, const char *func, const char *n
     }
     char what[96];
     pthread_mutex_lock(&c->mu);
-    snprintf(what, sizeof what, "%s #%llu", name, (unsigned long long)++c->seq);
+    snprintf(what, sizeof what, "%s #%llu", name, (unsigned long long)blob__comm_next_seq(c));
     if (c->failure != BLOB_OK)
         st = blob__comm_failed(c, func);
     else if (gather)

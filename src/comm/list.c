@@ -478,7 +478,7 @@ blob_status blob_comm_broadcast(blob_comm_list *l, int root)
     char what[96];
     pthread_mutex_lock(&c->mu);
     snprintf(what, sizeof what, "broadcast #%llu (list %d, %d blobs, root %d)",
-             (unsigned long long)++c->seq, l->id, l->n, root);
+             (unsigned long long)blob__comm_next_seq(c), l->id, l->n, root);
     if (c->failure != BLOB_OK)
         st = blob__comm_failed(c, __func__);
     bool grouped = false;
@@ -642,7 +642,8 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
     char what[96];
     pthread_mutex_lock(&c->mu);
     snprintf(what, sizeof what, "all_reduce #%llu (list %d, bucket %d of %d, %zu elements)",
-             (unsigned long long)++c->seq, l->id, kb + 1, l->num_buckets, bytes / l->wire_elem);
+             (unsigned long long)blob__comm_next_seq(c), l->id, kb + 1, l->num_buckets,
+             bytes / l->wire_elem);
     pthread_mutex_unlock(&c->mu);
     char *buf = NULL;
     blob_status st = BLOB_OK;

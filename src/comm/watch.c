@@ -86,7 +86,7 @@ blob_status blob__comm_fail(blob_comm *c, const char *func, blob_status status, 
                             ...)
 {
     if (c->failure == BLOB_OK) {
-        char detail[320];
+        char detail[440];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(detail, sizeof detail, fmt, ap);
@@ -147,6 +147,12 @@ static void give_event(blob_comm *c, void *event)
     c->spare_events[c->num_spare++] = event;
 }
 
+uint64_t blob__comm_next_seq(blob_comm *c)
+{
+    blob__board_started(c->board, c->rank, ++c->seq);
+    return c->seq;
+}
+
 blob_status blob__comm_track(blob_comm *c, const char *func, const char *what)
 {
     if (c->num_ops == c->cap_ops) {
@@ -174,6 +180,7 @@ blob_status blob__comm_track(blob_comm *c, const char *func, const char *what)
     blob__comm_op *op = &c->ops[c->num_ops++];
     op->event = event;
     op->deadline = blob__now() + c->timeout_s;
+    op->seq = c->seq;
     snprintf(op->what, sizeof op->what, "%s", what);
     return BLOB_OK;
 }
@@ -190,9 +197,13 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what, 
         if (ready)
             return BLOB_OK;
         double waited = blob__now() - start;
-        if (waited > c->timeout_s)
-            return blob__comm_fail(c, func, BLOB_ETIMEDOUT, "%s did not finish within %.1f s: %s",
-                                   what, c->timeout_s, hint);
+        if (waited > c->timeout_s) {
+            char why[200];
+            blob__board_explain(c->board, c->rank, c->seq, why, sizeof why);
+            return blob__comm_fail(c, func, BLOB_ETIMEDOUT,
+                                   "%s did not finish within %.1f s: %s%s%s", what, c->timeout_s,
+                                   hint, *why ? ": " : "", why);
+        }
         poll_pause(waited);
     }
 }
@@ -236,11 +247,14 @@ static blob_status check_locked(blob_comm *c, const char *func)
             break;
         }
         if (!finished) {
-            if (now > op->deadline)
+            if (now > op->deadline) {
+                char why[200];
+                blob__board_explain(c->board, c->rank, op->seq, why, sizeof why);
                 st = blob__comm_fail(c, func, BLOB_ETIMEDOUT,
                                      "%s did not complete within %.1f s: a rank did not take "
-                                     "part (it stopped, failed, or made other calls)",
-                                     op->what, c->timeout_s);
+                                     "part (it stopped, failed, or made other calls)%s%s",
+                                     op->what, c->timeout_s, *why ? ": " : "", why);
+            }
             break;
         }
         give_event(c, op->event);

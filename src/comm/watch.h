@@ -41,7 +41,7 @@ blob_status blob__comm_poison(blob_comm *c, const char *func, blob_status status
 blob_status blob__comm_usable(blob_comm *c, const char *func);
 
 /* mu held: wait until the handle has finished its last call, what (within the timeout;
- * hint says why it would not). */
+ * hint says why it would not, and the board what it knows of the other ranks). */
 blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what, const char *hint);
 #define BLOB__COMM_PEER_HINT "NCCL is waiting for a rank that did not take part"
 
@@ -50,6 +50,10 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what, 
 blob_status blob__comm_all_reduce_launch(blob_comm *c, const char *func, const char *what,
                                          void *buf, size_t count, blob_dtype dtype,
                                          blob_comm_op op);
+
+/* The number of the collective c starts now (one more than the last), posted on c's
+ * board. */
+uint64_t blob__comm_next_seq(blob_comm *c);
 
 /* mu held: watch the work just queued on c->stream, named what, until it completes. */
 blob_status blob__comm_track(blob_comm *c, const char *func, const char *what);
