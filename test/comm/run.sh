@@ -68,9 +68,10 @@ if [ ! -e "$(dirname "$(cat "$tmp/out")")" ]; then pass "... at the end"; else f
 # ranks share it as two hosts would (blob-launch --one-gpu), over sockets.
 gpus=$("$probe" gpus 2>/dev/null || echo 0)
 # Tests per transport: 3 collectives, 2 kills (eager; the communicator's choice) of 4
-# checks each, and over NVLink and shared memory that the choice was to replay; 5
-# failures at the start; 6 tests as two hosts of two GPUs.
-p2p_tests=12 socket_tests=11 start_tests=5 two_host_tests=6
+# checks each, and over NVLink and shared memory a fifth (the survivor names the rank
+# that ended) and that the choice was to replay; 5 failures at the start; 6 tests as two
+# hosts of two GPUs.
+p2p_tests=14 socket_tests=11 start_tests=5 two_host_tests=6
 if [ "$gpus" -ge 2 ]; then
     transports="nvlink shm sockets" one_gpu=
 elif [ "$gpus" = 1 ]; then
@@ -101,6 +102,12 @@ kill_test() {
         fail "... within the deadline + 5 s (${t:-no} s)"; fi
     if has 'rank 0: weights intact: those of step 4'; then pass "... its weights are those of step 4"; else
         fail "... its weights are those of step 4"; fi
+    # a missed deadline (not a closed socket) reads the host's board of the ranks
+    if [ "$transport" != sockets ]; then
+        if has 'rank 0: step 5 failed after .*: rank 1 (pid [0-9]*) has ended, after collective #'; then
+            pass "... naming the rank that ended ($name)"; else
+            fail "... naming the rank that ended ($name)"; fi
+    fi
     echo "        (the run took $(elapsed "$t0") s)"
 }
 if [ -n "$transports" ]; then
