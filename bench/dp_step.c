@@ -18,8 +18,9 @@
  * mean all-reduce as soon as its backward is queued, so that the communicator's stream
  * reduces them (in place on the flat gradient, in buckets of BLOB_COMM_BUCKET_MB, or
  * BLOB_COMM_DEFAULT_BUCKET_BYTES) while backward goes on; the update (SGD, momentum 0.9,
- * weight decay 5e-4) after a wait on the device. The host never waits in a step and no loss is read back;
- * steps run eagerly (a CUDA graph cannot hold the watched collectives).
+ * weight decay 5e-4) after a wait on the device. The host never waits in a step and no
+ * loss is read back; steps run eagerly (a CUDA graph cannot hold the watched
+ * collectives).
  * Each figure: bench_time (bench/timing.c) over runs of S steps, each ending with a
  * synchronize of the rank's stream and, with several ranks, a barrier of them all (a
  * one-value blob_comm_all_reduce_host); one untimed run, then the median of R, in ms

@@ -147,6 +147,17 @@ static void give_event(blob_comm *c, void *event)
     c->spare_events[c->num_spare++] = event;
 }
 
+/* What c's board tells of the other ranks and collective #seq, as the end of a message:
+ * ": rank 1 (pid ...) ..." into told (size > 2 bytes), or "" when it tells nothing. */
+static void board_told(const blob_comm *c, uint64_t seq, char *told, size_t size)
+{
+    blob__board_explain(c->board, c->rank, seq, told + 2, size - 2);
+    if (told[2])
+        memcpy(told, ": ", 2);
+    else
+        told[0] = '\0';
+}
+
 uint64_t blob__comm_next_seq(blob_comm *c)
 {
     blob__board_started(c->board, c->rank, ++c->seq);
@@ -198,11 +209,10 @@ blob_status blob__comm_settle(blob_comm *c, const char *func, const char *what, 
             return BLOB_OK;
         double waited = blob__now() - start;
         if (waited > c->timeout_s) {
-            char why[200];
-            blob__board_explain(c->board, c->rank, c->seq, why, sizeof why);
-            return blob__comm_fail(c, func, BLOB_ETIMEDOUT,
-                                   "%s did not finish within %.1f s: %s%s%s", what, c->timeout_s,
-                                   hint, *why ? ": " : "", why);
+            char told[200];
+            board_told(c, c->seq, told, sizeof told);
+            return blob__comm_fail(c, func, BLOB_ETIMEDOUT, "%s did not finish within %.1f s: %s%s",
+                                   what, c->timeout_s, hint, told);
         }
         poll_pause(waited);
     }
@@ -248,12 +258,12 @@ static blob_status check_locked(blob_comm *c, const char *func)
         }
         if (!finished) {
             if (now > op->deadline) {
-                char why[200];
-                blob__board_explain(c->board, c->rank, op->seq, why, sizeof why);
+                char told[200];
+                board_told(c, op->seq, told, sizeof told);
                 st = blob__comm_fail(c, func, BLOB_ETIMEDOUT,
                                      "%s did not complete within %.1f s: a rank did not take "
-                                     "part (it stopped, failed, or made other calls)%s%s",
-                                     op->what, c->timeout_s, *why ? ": " : "", why);
+                                     "part (it stopped, failed, or made other calls)%s",
+                                     op->what, c->timeout_s, told);
             }
             break;
         }

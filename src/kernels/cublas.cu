@@ -1,7 +1,8 @@
 /* The BLAS launchers over cuBLAS (the 32-bit entries, the 64-bit ones past INT_MAX).
  * Each thread has one handle per device, created on first use (pointer mode host, the
- * default) and destroyed at thread exit; its workspace is the thread's cuBLASLt workspace of the stream it is bound to (lt.cuh).
- * Row-major matrices are handed to column-major cuBLAS as their transposes. */
+ * default) and destroyed at thread exit; its workspace is the thread's cuBLASLt
+ * workspace of the stream it is bound to (lt.cuh). Row-major matrices are handed to
+ * column-major cuBLAS as their transposes. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
