@@ -1776,6 +1776,60 @@ static void missing_peer(double timeout, double slack, int rounds, bool replay)
 START_TEST(test_fake_missing_peer) { missing_peer(0.5, 1.0, 0, false); }
 END_TEST
 
+/* An eager all-reduce of a packed bucket keeps its buffer: a step asks the allocator for
+ * no memory and gives none back. With the cache off a block given back synchronises the
+ * device (as cudaFree does), and on two GPUs a survivor whose peer had died hung there,
+ * its collective in flight, when the step gave its buffer back. */
+static uint64_t requests_at[MAX_RANKS][2];
+
+static void rank_steps(team *t, int r)
+{
+    blob_comm *c = t->comms[r];
+    int dev = blob_comm_device(c);
+    blob *b[2] = {make_blob(BLOB_FLOAT32, dev, 37), make_blob(BLOB_FLOAT32, dev, 100)};
+    float *p;
+    for (int i = 0; i < 2; i++) {
+        ck_ok(blob_mutable_cpu_diff(b[i], (void **)&p));
+        for (int64_t k = 0; k < blob_count(b[i]); k++)
+            p[k] = (float)(r + 1);
+    }
+    blob_comm_list *l = NULL;
+    double t0 = blob__now();
+    blob_status st = blob_comm_list_create(&l, c, b, 2);
+    blob_alloc_stats as;
+    for (int step = 0; step < 4 && st == BLOB_OK; step++) {
+        if (step == 1 || step == 3) { /* around the second and third steps */
+            ck_ok(blob_alloc_get_stats(blob_place_device(dev), &as));
+            requests_at[r][step / 2] = as.requests;
+        }
+        if (step < 3)
+            st = blob_comm_all_reduce(l, BLOB_COMM_SUM);
+        if (st == BLOB_OK && step < 3)
+            st = blob_comm_synchronize(c);
+    }
+    report(t, r, st, t0);
+    ck_ok(blob_cpu_diff(b[1], (const void **)&p));
+    ck_assert_msg(p[99] == 12, "rank %d: %g", r, p[99]); /* 1 + 2, then doubled twice */
+    blob_comm_list_free(l);
+    blob_free(b[0]);
+    blob_free(b[1]);
+}
+
+START_TEST(test_fake_steps_keep_their_buffer)
+{
+    fake_reset_counts();
+    team t = {0};
+    run_team(&t, team_ranks(), 5, 0, rank_steps, NULL);
+    ck_assert_uint_gt(fake_get_stats().d2d, 0); /* the bucket was packed */
+    for (int r = 0; r < t.n; r++) {
+        ck_assert_msg(t.st[r] == BLOB_OK, "rank %d: %s", r, t.msg[r]);
+        ck_assert_msg(requests_at[r][1] == requests_at[r][0],
+                      "rank %d: %llu allocations in two steps", r,
+                      (unsigned long long)(requests_at[r][1] - requests_at[r][0]));
+    }
+}
+END_TEST
+
 /* A transport error: every rank gets BLOB_ECOMM, and later calls the same. */
 START_TEST(test_fake_transport_error)
 {
@@ -2349,9 +2403,9 @@ void comm_suite(Suite *s)
     add_loop_tests(tc, 0, NUM_VARIANTS, test_fake_reduce);
     add_loop_tests(tc, 0, 2, test_fake_overlapped);
     add_tests(tc, test_fake_replay_refused, test_fake_broadcast, test_fake_mismatch,
-              test_fake_bad_registration, test_fake_missing_peer, test_fake_transport_error,
-              test_fake_alloc_failures, test_fake_blobs_outlive, test_fake_world_too_large,
-              test_fake_file_rendezvous);
+              test_fake_bad_registration, test_fake_missing_peer, test_fake_steps_keep_their_buffer,
+              test_fake_transport_error, test_fake_alloc_failures, test_fake_blobs_outlive,
+              test_fake_world_too_large, test_fake_file_rendezvous);
 
     tc = suite_case(s, "gpus", "gpu gpu2", 0, NULL, NULL);
     add_tests(tc, test_gpu_reduce, test_gpu_overlapped, test_gpu_bf16, test_gpu_broadcast,

@@ -230,10 +230,11 @@ BLOB_API blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op);
  * new thread every time, a replay costs a few microseconds. That is done where NCCL's
  * graph of a collective has no host function on any rank, as the communicator's first
  * list creation finds out; a network transport's proxy needs one, and the ranks of
- * several hosts keep NCCL's launches. A replayed packed bucket keeps its buffer until
- * the list is freed. The diffs end on the GPU (head AT_GPU). Errors: BLOB_EINVAL (op), BLOB_ESTATE (begin twice, or ready/end with no
- * step), BLOB_ERANGE (first, n), BLOB_ESHAPE (a blob changed its count), communicator
- * errors. */
+ * several hosts keep NCCL's launches. A packed bucket keeps its buffer until the list
+ * is freed, so that a step gives no memory back while its collectives are in flight.
+ * The diffs end on the GPU (head AT_GPU). Errors: BLOB_EINVAL (op), BLOB_ESTATE (begin
+ * twice, or ready/end with no step), BLOB_ERANGE (first, n), BLOB_ESHAPE (a blob changed
+ * its count), communicator errors. */
 BLOB_API blob_status blob_comm_reduce_begin(blob_comm_list *l, blob_comm_op op);
 BLOB_API blob_status blob_comm_reduce_ready(blob_comm_list *l, int first, int n);
 BLOB_API blob_status blob_comm_reduce_end(blob_comm_list *l);

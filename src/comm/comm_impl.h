@@ -74,7 +74,7 @@ typedef struct {
     void *graph, *exec; /* NULL until captured */
     blob_comm_op op;    /* as captured */
     char **dev;         /* device sides of the bucket's blobs (first..last), as captured */
-    void *buf;          /* a packed bucket's buffer, kept for the replays */
+    void *buf;          /* a packed bucket's buffer, kept with the list (reduce_bucket) */
 } blob__comm_replay;
 
 struct blob_comm_list {

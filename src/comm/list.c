@@ -625,11 +625,13 @@ static blob_status mark_done(blob_comm_list *l, int kb)
 }
 
 /* All-reduce bucket kb on the communicator's stream: in place when its diffs lie back
- * to back, else packed into a buffer of the caching allocator and unpacked after. From
- * the bucket's second all-reduce on (the first lets NCCL connect), the collective is
- * replayed from a graph, captured again when the op or a diff moved; every rank makes
- * the same choice, as all make the same calls. func: the public call that queues it,
- * named in errors. */
+ * to back, else packed into a buffer of the caching allocator and unpacked after. The
+ * buffer stays with the list for the next calls and the replays: given back while the
+ * collective may wait for a peer, it would make the allocator synchronise the device
+ * when its cache is off (a survivor of a dead peer hung so). From the bucket's second
+ * all-reduce on (the first lets NCCL connect), the collective is replayed from a graph,
+ * captured again when the op or a diff moved; every rank makes the same choice, as all
+ * make the same calls. func: the public call that queues it, named in errors. */
 static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
 {
     blob_comm *c = l->c;
@@ -649,16 +651,12 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
     blob_status st = BLOB_OK;
     if (in_place) {
         buf = l->dev[k->first] + (size_t)(k->begin - l->offset[k->first]) * l->elem;
-    } else if (!replayed || !r->buf) {
+    } else {
         /* padded to 16 bytes: NCCL reads its input in whole words past the end of a
          * 2-byte type's last element (only the buffer holds such a type, never a blob) */
-        void *p = NULL;
-        size_t padded = (bytes + 15) & ~(size_t)15;
-        st = blob_place_alloc(blob_place_device(c->device), padded, c->stream, &p);
-        buf = p;
-        if (replayed)
-            r->buf = p;
-    } else {
+        if (!r->buf)
+            st = blob_place_alloc(blob_place_device(c->device), (bytes + 15) & ~(size_t)15,
+                                  c->stream, &r->buf);
         buf = r->buf;
     }
     if (st == BLOB_OK)
@@ -675,8 +673,6 @@ static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
             st = replay(l, kb, func, what);
     } else {
         st = bucket_collective(l, k, buf, in_place, func, what);
-        if (!in_place) /* reused on the communicator's stream, after the work queued there */
-            blob_place_free(blob_place_device(c->device), buf);
         if (st == BLOB_OK) {
             pthread_mutex_lock(&c->mu);
             st = blob__comm_track(c, func, what);
