@@ -1778,8 +1778,8 @@ END_TEST
 
 /* An eager all-reduce of a packed bucket keeps its buffer: a step asks the allocator for
  * no memory and gives none back. With the cache off a block given back synchronises the
- * device (as cudaFree does), and on two GPUs a survivor whose peer had died hung there,
- * its collective in flight, when the step gave its buffer back. */
+ * device (as cudaFree does): on two GPUs a survivor whose peer had died hung there, in
+ * a step that gave its buffer back before its collective was watched. */
 static uint64_t requests_at[MAX_RANKS][2];
 
 static void rank_steps(team *t, int r)

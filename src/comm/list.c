@@ -628,10 +628,11 @@ static blob_status mark_done(blob_comm_list *l, int kb)
  * to back, else packed into a buffer of the caching allocator and unpacked after. The
  * buffer stays with the list for the next calls and the replays: given back while the
  * collective may wait for a peer, it would make the allocator synchronise the device
- * when its cache is off (a survivor of a dead peer hung so). From the bucket's second
- * all-reduce on (the first lets NCCL connect), the collective is replayed from a graph,
- * captured again when the op or a diff moved; every rank makes the same choice, as all
- * make the same calls. func: the public call that queues it, named in errors. */
+ * when its cache is off, before the collective is watched (a survivor of a dead peer
+ * hung so, with no deadline running). From the bucket's second all-reduce on (the first
+ * lets NCCL connect), the collective is replayed from a graph, captured again when the
+ * op or a diff moved; every rank makes the same choice, as all make the same calls.
+ * func: the public call that queues it, named in errors. */
 static blob_status reduce_bucket(blob_comm_list *l, int kb, const char *func)
 {
     blob_comm *c = l->c;
