@@ -1126,45 +1126,47 @@ END_TEST
 
 /* ---- a real GPU ---- */
 
-/* The driver's view of a tensor's memory: host memory named as GPU 0's, GPU 0's named as
- * host memory, and (with two GPUs) GPU 1's named as GPU 0's are refused; pinned host
- * memory named as kDLCUDAHost is taken. */
+/* Import a float32 tensor of 4 at data, named as dev, and expect st; the producer's
+ * deleter runs only when the import succeeded, at the blob's free. */
+static void import_place(void *data, DLDevice dev, blob_status st)
+{
+    int64_t shape[] = {4};
+    producer p;
+    producer_init(&p, data, dev, BLOB_FLOAT32, 1, shape);
+    blob *b = NULL;
+    ck_status(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY), st);
+    ck_assert_int_eq(p.deleted, 0);
+    blob_free(b);
+    ck_assert_int_eq(p.deleted, st == BLOB_OK);
+}
+
+/* The driver's view of a tensor's memory: host memory named as GPU 0's and GPU 0's named
+ * as host memory are refused; pinned host memory named as kDLCUDAHost is taken. */
 START_TEST(test_gpu_wrong_place)
 {
     float host[4];
-    void *dev[2] = {NULL, NULL}, *pinned;
-    int n = blob_device_count() > 1 ? 2 : 1;
-    for (int d = 0; d < n; d++) {
-        ck_ok(blob_device_set(d));
-        ck_ok(blob__be->device_alloc(sizeof host, &dev[d]));
-    }
-    ck_ok(blob_device_set(0));
+    void *dev, *pinned;
+    ck_ok(blob__be->device_alloc(sizeof host, &dev));
     ck_ok(blob__be->pinned_alloc(sizeof host, &pinned));
-    const struct {
-        void *data;
-        DLDevice dev;
-        blob_status st;
-    } cases[] = {
-        {host, {kDLCUDA, 0}, BLOB_EINVAL},
-        {dev[0], {kDLCPU, 0}, BLOB_EINVAL},
-        {pinned, {kDLCUDAHost, 0}, BLOB_OK},
-        {dev[1], {kDLCUDA, 0}, BLOB_EINVAL}, /* with two GPUs */
-    };
-    int64_t shape[] = {4};
-    for (int i = 0; i < 3 + (n > 1); i++) {
-        producer p;
-        producer_init(&p, cases[i].data, cases[i].dev, BLOB_FLOAT32, 1, shape);
-        blob *b = NULL;
-        ck_status(blob_from_dlpack(&b, &p.t, BLOB_HOST_ONLY), cases[i].st);
-        ck_assert_int_eq(p.deleted, 0);
-        blob_free(b);
-        ck_assert_int_eq(p.deleted, cases[i].st == BLOB_OK);
-    }
+    import_place(host, (DLDevice){kDLCUDA, 0}, BLOB_EINVAL);
+    import_place(dev, (DLDevice){kDLCPU, 0}, BLOB_EINVAL);
+    import_place(pinned, (DLDevice){kDLCUDAHost, 0}, BLOB_OK);
     blob__be->pinned_free(pinned);
-    for (int d = n - 1; d >= 0; d--) {
-        ck_ok(blob_device_set(d));
-        blob__be->device_free(dev[d]);
-    }
+    blob__be->device_free(dev);
+}
+END_TEST
+
+/* A tensor from another GPU: GPU 1's memory named as GPU 0's is refused. */
+START_TEST(test_gpu_other_gpus_memory)
+{
+    void *dev;
+    ck_ok(blob_device_set(1));
+    ck_ok(blob__be->device_alloc(4 * sizeof(float), &dev));
+    ck_ok(blob_device_set(0));
+    import_place(dev, (DLDevice){kDLCUDA, 0}, BLOB_EINVAL);
+    ck_ok(blob_device_set(1));
+    blob__be->device_free(dev);
+    ck_ok(blob_device_set(0));
 }
 END_TEST
 
@@ -1426,4 +1428,5 @@ void dlpack_suite(Suite *s)
     tc = suite_case(s, "gpu", "gpu", 0, NULL, NULL);
     add_loop_tests(tc, 0, 2, test_gpu_round_trip);
     add_tests(tc, test_gpu_pinned_host, test_gpu_wrong_place);
+    add_tests(suite_case(s, "gpu2", "gpu gpu2", 0, NULL, NULL), test_gpu_other_gpus_memory);
 }
