@@ -66,9 +66,10 @@ typedef struct {
     int first, last;
 } blob__comm_bucket;
 
-/* A bucket's all-reduce (pack, NCCL, unpack) captured in a CUDA graph and replayed:
- * NCCL launches on a nonblocking communicator through a new thread each time, tens of
- * microseconds of host time, while a replay costs a few. */
+/* What a bucket keeps from one all-reduce to the next: its count of calls, a packed
+ * bucket's buffer, and the all-reduce (pack, NCCL, unpack) captured in a CUDA graph and
+ * replayed: NCCL launches on a nonblocking communicator through a new thread each time,
+ * tens of microseconds of host time, while a replay costs a few. */
 typedef struct {
     int calls;          /* all-reduces of the bucket so far */
     void *graph, *exec; /* NULL until captured */
