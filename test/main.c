@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -81,9 +82,17 @@ typedef struct {
     int run, failed;
 } suite_result;
 
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* Run each suite in a forked child of its own, `jobs` at a time, each child's output
- * held in a file and printed whole, in the suites' order; then the totals. Returns the
- * number of failed tests (or of suites that ended without a result). */
+ * held in a file and printed whole, in the suites' order, with the seconds it took (the
+ * longest suite bounds the part's time); then the totals. Returns the number of failed
+ * tests (or of suites that ended without a result). */
 static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int jobs)
 {
     suite_result *res = mmap(NULL, (size_t)n * sizeof *res, PROT_READ | PROT_WRITE,
@@ -91,7 +100,8 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
     FILE **out = calloc((size_t)n, sizeof *out);
     pid_t *pid = calloc((size_t)n, sizeof *pid);
     int *ended = calloc((size_t)n, sizeof *ended);
-    if (res == MAP_FAILED || !out || !pid || !ended) {
+    double *took = calloc((size_t)n, sizeof *took);
+    if (res == MAP_FAILED || !out || !pid || !ended || !took) {
         perror("blob_tests: the suites side by side");
         exit(EXIT_FAILURE);
     }
@@ -102,6 +112,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
         while (running < jobs && started < n) {
             int i = started++;
             res[i] = (suite_result){0, -1};
+            took[i] = seconds_now();
             out[i] = tmpfile();
             if (!out[i] || (pid[i] = fork()) < 0) {
                 perror("blob_tests: starting a suite");
@@ -123,6 +134,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
         for (int i = 0; i < started; i++)
             if (pid[i] == done && done > 0) {
                 ended[i] = 1;
+                took[i] = seconds_now() - took[i];
                 running--;
             }
         for (; printed < n && ended[printed]; printed++) {
@@ -133,6 +145,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
             while ((got = fread(buf, 1, sizeof buf, out[i])) > 0)
                 fwrite(buf, 1, got, stdout);
             fclose(out[i]);
+            printf("suite %s: %.1f s\n", suites[i].name, took[i]);
             if (res[i].failed < 0) {
                 printf("suite %d of %d ended without a result (its output is above)\n", i + 1, n);
                 failed++;
@@ -148,6 +161,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
     free(out);
     free(pid);
     free(ended);
+    free(took);
     return failed;
 }
 
