@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../src/core/clock.h"
 #include "testutil.h"
 
 /* The suites, in the order they run: each NAME's cases are added by NAME_suite. The list
@@ -82,13 +82,6 @@ typedef struct {
     int run, failed;
 } suite_result;
 
-static double seconds_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Run each suite in a forked child of its own, `jobs` at a time, the last listed first
  * (on the GPU machines one of the last seven runs for minutes, and the part takes as long
  * as its longest suite and what started after it), each child's output held in a file and
@@ -113,7 +106,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
         while (running < jobs && started < n) {
             const int i = n - 1 - started++;
             res[i] = (suite_result){0, -1};
-            took[i] = seconds_now();
+            took[i] = blob__now();
             out[i] = tmpfile();
             if (!out[i] || (pid[i] = fork()) < 0) {
                 perror("blob_tests: starting a suite");
@@ -135,7 +128,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
         for (int i = 0; i < n; i++)
             if (pid[i] == done && done > 0) {
                 ended[i] = 1;
-                took[i] = seconds_now() - took[i];
+                took[i] = blob__now() - took[i];
                 running--;
             }
         for (; printed < n && ended[printed]; printed++) {
