@@ -69,6 +69,18 @@ static int run_part(const char *self, const char *name, const char *visible, int
     return WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_FAILURE;
 }
 
+/* Check's XML log (each test's duration) names one file, which suites run side by side
+ * would overwrite: CK_XML_LOG_FILE_NAME=F gives each suite F.NAME.xml of its own. */
+static void xml_log_of_suite(const char *name)
+{
+    const char *f = getenv("CK_XML_LOG_FILE_NAME");
+    if (!f || !*f)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%s.xml", f, name);
+    setenv("CK_XML_LOG_FILE_NAME", path, 1);
+}
+
 /* How many suites run at once: BLOB_TESTS_JOBS, or half the processors (the tests of
  * one suite are timed against deadlines, so each keeps a processor to spare), at most 8. */
 static int suite_jobs(void)
@@ -115,6 +127,7 @@ static int run_suites_side_by_side(Suite **list, int n, const char *exclude, int
             if (pid[i] == 0) {
                 dup2(fileno(out[i]), STDOUT_FILENO);
                 dup2(fileno(out[i]), STDERR_FILENO);
+                xml_log_of_suite(suites[i].name);
                 SRunner *one = srunner_create(list[i]); /* never freed: sr owns the suite */
                 srunner_run_tagged(one, NULL, NULL, NULL, exclude, CK_NORMAL);
                 res[i] = (suite_result){srunner_ntests_run(one), srunner_ntests_failed(one)};
