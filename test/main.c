@@ -35,7 +35,8 @@
     X(env)        \
     X(dtype)      \
     X(mixed)      \
-    X(layers16)
+    X(layers16)   \
+    X(conv_streams)
 
 #define SUITE_PROTOTYPE(name) void name##_suite(Suite *s);
 SUITES(SUITE_PROTOTYPE)
