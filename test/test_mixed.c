@@ -214,30 +214,24 @@ START_TEST(test_cpu_mixed_matches_float32)
 }
 END_TEST
 
-/* Float32 bits b split and joined: b back exactly (a NaN: a NaN of its sign), hi rounded to
- * nearest with ties away from zero, the rounding of blob_cpu_convert but on ties. */
-static void check_split_bits(uint32_t b)
+/* Float32 bits b split into hi and lo, joined back as back, rounded by blob_cpu_convert as
+ * rne: b back exactly (a NaN: a NaN of its sign, lo 0), hi rounded to nearest with ties away
+ * from zero, the rounding of blob_cpu_convert but on ties. */
+static void check_split_bits(uint32_t b, uint16_t hi, uint16_t lo, uint32_t back, uint16_t rne)
 {
-    uint16_t hi, lo, rne;
-    const float f = float_of(b);
-    ck_ok(blob_cpu_master_split(1, &f, &hi, &lo));
-    ck_assert_int_eq(hi, BLOB__MASTER_HI(b));
-    ck_assert_int_eq(lo, BLOB__MASTER_LO(b));
-    float back;
-    ck_ok(blob_cpu_master_join(1, &hi, &lo, &back));
-    ck_assert_uint_eq(bits_of(back), BLOB__MASTER_JOIN(hi, lo));
-    if (isnan(f)) {
-        ck_assert_msg(isnan(back) && signbit(back) == signbit(f) && lo == 0 &&
+    ck_assert_msg(hi == BLOB__MASTER_HI(b) && lo == BLOB__MASTER_LO(b) &&
+                      back == BLOB__MASTER_JOIN(hi, lo),
+                  "0x%08x: the arrays' halves are not the macros'", b);
+    if (isnan(float_of(b))) {
+        ck_assert_msg(isnan(float_of(back)) && (back >> 31) == (b >> 31) && lo == 0 &&
                           (hi & 0x7fc0) == 0x7fc0,
                       "0x%08x: hi 0x%04x lo 0x%04x", b, hi, lo);
         return;
     }
-    ck_assert_msg(bits_of(back) == b, "0x%08x joined back as 0x%08x (hi 0x%04x, lo 0x%04x)", b,
-                  bits_of(back), hi, lo);
+    ck_assert_msg(back == b, "0x%08x joined back as 0x%08x (hi 0x%04x, lo 0x%04x)", b, back, hi,
+                  lo);
     ck_assert_int_eq(hi & 0x8000, (b >> 16) & 0x8000); /* the sign */
-    ck_ok(blob_cpu_convert(BLOB_FLOAT32, BLOB_BFLOAT16, 1, &f, &rne));
-    const uint32_t rest = b & 0xffff;
-    if (rest != 0x8000) /* nearest: as blob_cpu_convert */
+    if ((b & 0xffff) != 0x8000)                        /* nearest: as blob_cpu_convert */
         ck_assert_msg(hi == rne, "0x%08x: hi 0x%04x, rounded 0x%04x", b, hi, rne);
     else /* a tie: away from zero */
         ck_assert_msg(hi == (uint16_t)((b >> 16) + 1), "0x%08x: hi 0x%04x on a tie", b, hi);
@@ -256,38 +250,49 @@ START_TEST(test_cpu_master_split_join)
         0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fffffff, 0xffffffff,
         0x7fbf8000, 0xff80ffff, /* NaNs, quiet and signaling */
     };
-    for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++)
-        check_split_bits(edges[k]);
+    const int64_t ne = (int64_t)(sizeof edges / sizeof edges[0]), count = ne + 2 * (1 << 20);
+    const size_t n4 = sizeof(uint32_t) * (size_t)count, n2 = sizeof(uint16_t) * (size_t)count;
+    uint32_t *b = malloc(n4), *back = malloc(n4);
+    float *f = malloc(n4), *g = malloc(n4);
+    uint16_t *hi = malloc(n2), *lo = malloc(n2), *rne = malloc(n2);
+    memcpy(b, edges, sizeof edges);
     test_seed(91);
-    for (int k = 0; k < 1 << 18; k++) {
-        const uint32_t b =
-            (uint32_t)(test_uniform(0, 65536)) << 16 | (uint32_t)(test_uniform(0, 65536));
-        check_split_bits(b);
-        check_split_bits((b & 0xffff0000) | 0x8000); /* its tie */
+    for (int64_t k = ne; k < count; k += 2) {
+        b[k] = (uint32_t)test_uniform(0, 65536) << 16 | (uint32_t)test_uniform(0, 65536);
+        b[k + 1] = (b[k] & 0xffff0000) | 0x8000; /* its tie */
     }
+    memcpy(f, b, n4);
+    ck_ok(blob_cpu_master_split(count, f, hi, lo));
+    ck_ok(blob_cpu_master_join(count, hi, lo, g));
+    memcpy(back, g, n4);
+    ck_ok(blob_cpu_convert(BLOB_FLOAT32, BLOB_BFLOAT16, count, f, rne));
+    for (int64_t k = 0; k < count; k++)
+        check_split_bits(b[k], hi[k], lo[k], back[k], rne[k]);
     /* every hi with remainders: split(join) is the identity where the join is not a NaN */
     const uint16_t los[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xedcb};
-    int joined = 0;
-    for (uint32_t hi = 0; hi < 65536; hi++)
-        for (size_t k = 0; k < sizeof los / sizeof los[0]; k++) {
-            const uint16_t h = (uint16_t)hi, l = los[k];
-            float f;
-            ck_ok(blob_cpu_master_join(1, &h, &l, &f));
-            if (isnan(f))
-                continue;
-            joined++;
-            uint16_t h2, l2;
-            ck_ok(blob_cpu_master_split(1, &f, &h2, &l2));
-            ck_assert_msg(h2 == h && l2 == l, "hi 0x%04x lo 0x%04x split back as 0x%04x 0x%04x", h,
-                          l, h2, l2);
-        }
+    const int64_t pairs = 65536 * 8;
+    uint16_t *h2 = malloc(n2), *l2 = malloc(n2);
+    for (int64_t k = 0; k < pairs; k++)
+        hi[k] = (uint16_t)(k / 8), lo[k] = los[k % 8];
+    ck_ok(blob_cpu_master_join(pairs, hi, lo, f));
+    ck_ok(blob_cpu_master_split(pairs, f, h2, l2));
+    int64_t joined = 0;
+    for (int64_t k = 0; k < pairs; k++) {
+        if (isnan(f[k]))
+            continue;
+        joined++;
+        ck_assert_msg(h2[k] == hi[k] && l2[k] == lo[k],
+                      "hi 0x%04x lo 0x%04x split back as 0x%04x 0x%04x", hi[k], lo[k], h2[k],
+                      l2[k]);
+    }
     ck_assert_int_gt(joined, 65536 * 7);
+    free(b), free(back), free(f), free(g), free(hi), free(lo), free(rne), free(h2), free(l2);
     /* arrays, and a count of 0 with NULL arrays */
     const float x[] = {1.0f, -0x1.0101p0f, FLT_MAX, -FLT_MIN / 3, INFINITY, -0.0f};
-    uint16_t hi[6], lo[6];
+    uint16_t xh[6], xl[6];
     float y[6];
-    ck_ok(blob_cpu_master_split(6, x, hi, lo));
-    ck_ok(blob_cpu_master_join(6, hi, lo, y));
+    ck_ok(blob_cpu_master_split(6, x, xh, xl));
+    ck_ok(blob_cpu_master_join(6, xh, xl, y));
     ck_assert(memcmp(x, y, sizeof x) == 0);
     ck_ok(blob_cpu_master_split(0, NULL, NULL, NULL));
     ck_ok(blob_cpu_master_join(0, NULL, NULL, NULL));
