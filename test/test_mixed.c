@@ -1,6 +1,8 @@
 /* Mixed precision: the optimizer step over float32 master weights with 16-bit gradients
  * and working copies (host against the float32 step on the same values, GPU against the
- * host), finding Inf and NaN, the gradient scaler (a forced overflow skips the step and
+ * host), the split step over bfloat16 working copies and their remainders (its halves
+ * against every float32 pattern, the host against the mixed step bit for bit, the GPU
+ * against the host), finding Inf and NaN, the gradient scaler (a forced overflow skips the step and
  * backs the scale off; steps without one grow it after the interval), and the ReLUs on
  * 16-bit storage. */
 #include <float.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "../src/core/core.h"
+#include "../src/kernels/optim_formula.h"
 #include "testutil.h"
 
 /* The optimizers under test: every kind, with the options that change the arithmetic
@@ -27,6 +30,9 @@ enum { W, H, V, G, WORK, ARRAYS };
 
 /* The 16-bit dtype of the step is dt[G] (and dt[WORK]). */
 typedef test_arrays mixed;
+
+/* A split step's arrays: its remainders (16-bit) in the master weights' slot. */
+enum { LO = W };
 
 /* Random weights in [-1, 1), zero histories; with gap, odd tensors start one element late
  * (misaligned for the kernel's vectors). */
@@ -80,12 +86,10 @@ static void expect_work_is_rounded(mixed *m, const char *what)
     free(r);
 }
 
-/* Float array a of x within tol * max(|y|, 1) of y's, per element (both read back). */
-static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what)
+/* Float arrays p (of x's layout) within tol * max(|q|, 1) of q (of y's), per element. */
+static void expect_close_at(const mixed *x, const float *p, const mixed *y, const float *q, int a,
+                            double tol, const char *what)
 {
-    test_arrays_sync(x, a, false);
-    test_arrays_sync(y, a, false);
-    const float *p = x->host[a], *q = y->host[a];
     int bad = 0;
     for (int i = 0; i < x->n; i++)
         for (int64_t j = 0; j < x->counts[i]; j++) {
@@ -95,6 +99,60 @@ static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what
                         i, (long long)j, p[kx], q[ky]);
         }
     ck_assert_msg(!bad, "%s: %d values of array %d differ (see above)", what, bad, a);
+}
+
+/* Float array a of x within tol * max(|y|, 1) of y's, per element (both read back). */
+static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what)
+{
+    test_arrays_sync(x, a, false);
+    test_arrays_sync(y, a, false);
+    expect_close_at(x, x->host[a], y, y->host[a], a, tol, what);
+}
+
+/* ---- Split master weights: arrays of a split step ---- */
+
+static uint32_t bits_of(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+static float float_of(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* The arrays of a split step (bfloat16) of m's layout, master weights of m's W split. */
+static mixed split_new(const mixed *m, const int64_t *counts, bool gap)
+{
+    const blob_dtype dt[ARRAYS] = {[LO] = BLOB_BFLOAT16,
+                                   [H] = BLOB_FLOAT32,
+                                   [V] = BLOB_FLOAT32,
+                                   [G] = BLOB_BFLOAT16,
+                                   [WORK] = BLOB_BFLOAT16};
+    mixed s = test_arrays_new(m->gpu, m->n, counts, 8, gap, ARRAYS, dt);
+    ck_ok(blob_cpu_master_split(m->total, m->host[W], s.host[WORK], s.host[LO]));
+    return s;
+}
+
+static blob_status split_step(mixed *m, const blob_optim *o, double inv_scale)
+{
+    return (m->gpu ? blob_gpu_optim_step_split : blob_cpu_optim_step_split)(
+        o, inv_scale, m->n, m->counts, m->ptr[WORK], m->ptr[LO], (const void *const *)m->ptr[G],
+        m->ptr[H], m->ptr[V], m->step);
+}
+
+/* The master weights of a split step's arrays, joined (read back; malloc'ed). */
+static float *split_joined(mixed *m)
+{
+    test_arrays_sync(m, WORK, false);
+    test_arrays_sync(m, LO, false);
+    float *w = malloc(sizeof(float) * (size_t)m->total + 8);
+    ck_ok(blob_cpu_master_join(m->total, m->host[WORK], m->host[LO], w));
+    return w;
 }
 
 /* ---- Host ---- */
@@ -153,6 +211,211 @@ START_TEST(test_cpu_mixed_matches_float32)
     free(w), free(g), free(h), free(v);
     test_arrays_free(&m);
     test_arrays_free(&scaled);
+}
+END_TEST
+
+/* Float32 bits b split into hi and lo, joined back as back, rounded by blob_cpu_convert as
+ * rne: b back exactly (a NaN: a NaN of its sign, lo 0), hi rounded to nearest with ties away
+ * from zero, the rounding of blob_cpu_convert but on ties. */
+static void check_split_bits(uint32_t b, uint16_t hi, uint16_t lo, uint32_t back, uint16_t rne)
+{
+    ck_assert_msg(hi == BLOB__MASTER_HI(b) && lo == BLOB__MASTER_LO(b) &&
+                      back == BLOB__MASTER_JOIN(hi, lo),
+                  "0x%08x: the arrays' halves are not the macros'", b);
+    if (isnan(float_of(b))) {
+        ck_assert_msg(isnan(float_of(back)) && (back >> 31) == (b >> 31) && lo == 0 &&
+                          (hi & 0x7fc0) == 0x7fc0,
+                      "0x%08x: hi 0x%04x lo 0x%04x", b, hi, lo);
+        return;
+    }
+    ck_assert_msg(back == b, "0x%08x joined back as 0x%08x (hi 0x%04x, lo 0x%04x)", b, back, hi,
+                  lo);
+    ck_assert_int_eq(hi & 0x8000, (b >> 16) & 0x8000); /* the sign */
+    if ((b & 0xffff) != 0x8000)                        /* nearest: as blob_cpu_convert */
+        ck_assert_msg(hi == rne, "0x%08x: hi 0x%04x, rounded 0x%04x", b, hi, rne);
+    else /* a tie: away from zero */
+        ck_assert_msg(hi == (uint16_t)((b >> 16) + 1), "0x%08x: hi 0x%04x on a tie", b, hi);
+}
+
+START_TEST(test_cpu_master_split_join)
+{
+    const uint32_t edges[] = {
+        0x00000000, 0x80000000,                         /* zeros */
+        0x00000001, 0x80000001, 0x00007fff, 0x00008000, /* denormals */
+        0x00008001, 0x0000ffff, 0x007fffff, 0x807fffff, 0x007f8000, 0x80ff8000,
+        0x00800000, 0x3f800000, 0xbf800000, 0x3f808000, 0x3f818000, /* normals, ties */
+        0x3f7f8000, 0x3fff8000, 0xbf7fffff, 0x407fc000,             /* carries into the exponent */
+        0x7f7fffff, 0xff7fffff, 0x7f7f8000, 0x7f7f7fff, 0xff7f8000, /* FLT_MAX, rounding to Inf */
+        0x7f800000, 0xff800000,                                     /* Inf */
+        0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fffffff, 0xffffffff,
+        0x7fbf8000, 0xff80ffff, /* NaNs, quiet and signaling */
+    };
+    const int64_t ne = (int64_t)(sizeof edges / sizeof edges[0]), count = ne + 2 * (1 << 20);
+    const size_t n4 = sizeof(uint32_t) * (size_t)count, n2 = sizeof(uint16_t) * (size_t)count;
+    uint32_t *b = malloc(n4), *back = malloc(n4);
+    float *f = malloc(n4), *g = malloc(n4);
+    uint16_t *hi = malloc(n2), *lo = malloc(n2), *rne = malloc(n2);
+    memcpy(b, edges, sizeof edges);
+    test_seed(91);
+    for (int64_t k = ne; k < count; k += 2) {
+        b[k] = (uint32_t)test_uniform(0, 65536) << 16 | (uint32_t)test_uniform(0, 65536);
+        b[k + 1] = (b[k] & 0xffff0000) | 0x8000; /* its tie */
+    }
+    memcpy(f, b, n4);
+    ck_ok(blob_cpu_master_split(count, f, hi, lo));
+    ck_ok(blob_cpu_master_join(count, hi, lo, g));
+    memcpy(back, g, n4);
+    ck_ok(blob_cpu_convert(BLOB_FLOAT32, BLOB_BFLOAT16, count, f, rne));
+    for (int64_t k = 0; k < count; k++)
+        check_split_bits(b[k], hi[k], lo[k], back[k], rne[k]);
+    /* every hi with remainders: split(join) is the identity where the join is not a NaN */
+    const uint16_t los[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xedcb};
+    const int64_t pairs = 65536 * 8;
+    uint16_t *h2 = malloc(n2), *l2 = malloc(n2);
+    for (int64_t k = 0; k < pairs; k++)
+        hi[k] = (uint16_t)(k / 8), lo[k] = los[k % 8];
+    ck_ok(blob_cpu_master_join(pairs, hi, lo, f));
+    ck_ok(blob_cpu_master_split(pairs, f, h2, l2));
+    int64_t joined = 0;
+    for (int64_t k = 0; k < pairs; k++) {
+        if (isnan(f[k]))
+            continue;
+        joined++;
+        ck_assert_msg(h2[k] == hi[k] && l2[k] == lo[k],
+                      "hi 0x%04x lo 0x%04x split back as 0x%04x 0x%04x", hi[k], lo[k], h2[k],
+                      l2[k]);
+    }
+    ck_assert_int_gt(joined, 65536 * 7);
+    free(b), free(back), free(f), free(g), free(hi), free(lo), free(rne), free(h2), free(l2);
+    /* arrays, and a count of 0 with NULL arrays */
+    const float x[] = {1.0f, -0x1.0101p0f, FLT_MAX, -FLT_MIN / 3, INFINITY, -0.0f};
+    uint16_t xh[6], xl[6];
+    float y[6];
+    ck_ok(blob_cpu_master_split(6, x, xh, xl));
+    ck_ok(blob_cpu_master_join(6, xh, xl, y));
+    ck_assert(memcmp(x, y, sizeof x) == 0);
+    ck_ok(blob_cpu_master_split(0, NULL, NULL, NULL));
+    ck_ok(blob_cpu_master_join(0, NULL, NULL, NULL));
+}
+END_TEST
+
+/* The split host step against the mixed host step from the same master weights, on every
+ * optimizer of test_optim_config: after each step the joined master weights and the
+ * histories are the mixed step's bit for bit, the working copy is those weights rounded
+ * with ties away from zero, and it differs from the mixed step's working copy (ties to
+ * even) on ties alone. */
+START_TEST(test_cpu_split_matches_mixed)
+{
+    const blob_optim o = test_optim_config(_i / 2);
+    const bool gap = _i % 2;
+    test_seed(41 + (uint64_t)_i);
+    const int64_t counts[] = {1, 7, 4096 + 3, 33, 0, 5};
+    mixed m = mixed_new(BLOB_BFLOAT16, false, 6, counts, gap);
+    /* weights of every size, with ties of the rounding among them */
+    float *mw = m.host[W];
+    for (int64_t k = 0; k < m.total; k++) {
+        mw[k] = (float)(mw[k] * pow(2, (double)(k % 30) - 15));
+        if (k % 5 == 0)
+            mw[k] = float_of((bits_of(mw[k]) & 0xffff0000) | 0x8000);
+    }
+    mixed s = split_new(&m, counts, gap);
+    test_arrays_init(&m);
+    test_arrays_init(&s);
+    for (int st = 0; st < 5; st++) {
+        test_seed(500 + (uint64_t)st);
+        fill_grads(&m, 1);
+        memcpy(s.host[G], m.host[G], m.bytes[G]);
+        test_arrays_sync(&s, G, true);
+        ck_ok(mixed_step(&m, &o, 0.5));
+        ck_ok(split_step(&s, &o, 0.5));
+        for (int a = W; a < ARRAYS; a++)
+            if (a != G) {
+                test_arrays_sync(&m, a, false);
+                test_arrays_sync(&s, a, false);
+            }
+        float *joined = split_joined(&s);
+        const uint16_t *work = s.host[WORK], *mwork = m.host[WORK];
+        const float *sh = s.host[H], *mh = m.host[H], *sv = s.host[V], *mv = m.host[V];
+        for (int i = 0; i < m.n; i++)
+            for (int64_t j = 0; j < counts[i]; j++) {
+                const int64_t k = m.offset[i] + j;
+                const uint32_t b = bits_of(mw[k]);
+                ck_assert_msg(bits_of(joined[k]) == b && sh[k] == mh[k] && sv[k] == mv[k],
+                              "step %d tensor %d [%lld]: split %.9g (0x%08x) %.9g %.9g, mixed "
+                              "%.9g (0x%08x) %.9g %.9g",
+                              st, i, (long long)j, joined[k], bits_of(joined[k]), sh[k], sv[k],
+                              mw[k], b, mh[k], mv[k]);
+                ck_assert_int_eq(work[k], BLOB__MASTER_HI(b));
+                if (work[k] != mwork[k]) {
+                    ck_assert_msg((b & 0xffff) == 0x8000, "0x%08x: work 0x%04x, mixed 0x%04x", b,
+                                  work[k], mwork[k]);
+                }
+            }
+        free(joined);
+    }
+    ck_assert_int_eq(s.step[0], 5);
+    test_arrays_free(&m);
+    test_arrays_free(&s);
+}
+END_TEST
+
+/* Bad arguments of the split step: the mixed step's errors, a NULL lo; nothing changes. */
+START_TEST(test_split_errors)
+{
+    const blob_optim o = test_optim_config(5); /* Adam: both histories */
+    float h[4] = {1, 2, 3, 4}, v[4] = {1, 2, 3, 4};
+    uint16_t g[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80}, work[4] = {0x3f80, 0x4000, 0, 0x8000},
+             lo[4] = {1, 0x8000, 0xffff, 0};
+    int64_t counts[] = {4}, bad_counts[] = {-1};
+    void *pk[] = {work}, *pl[] = {lo}, *ph[] = {h}, *pv[] = {v}, *none[] = {NULL};
+    const void *pg[] = {g}, *nog[] = {NULL};
+    int64_t step[BLOB_OPTIM_STEP_WORDS] = {0};
+    float h0[4], v0[4];
+    uint16_t work0[4], lo0[4];
+    memcpy(h0, h, sizeof h), memcpy(v0, v, sizeof v);
+    memcpy(work0, work, sizeof work), memcpy(lo0, lo, sizeof lo);
+    blob_status (*steps[2])(const blob_optim *, double, int, const int64_t *, void *const *,
+                            void *const *, const void *const *, void *const *, void *const *,
+                            int64_t *) = {blob_cpu_optim_step_split, blob_gpu_optim_step_split};
+    for (int side = 0; side < 2; side++) {
+        blob_status (*f)(const blob_optim *, double, int, const int64_t *, void *const *,
+                         void *const *, const void *const *, void *const *, void *const *,
+                         int64_t *) = steps[side];
+        ck_status(f(&o, 1, 1, counts, pk, NULL, pg, ph, pv, step), BLOB_EINVAL);
+        ck_assert_ptr_nonnull(strstr(blob_last_error(), "lo is NULL"));
+        ck_assert_ptr_nonnull(strstr(blob_last_error(), side ? "blob_gpu_optim_step_split"
+                                                             : "blob_cpu_optim_step_split"));
+        ck_status(f(&o, 1, 1, counts, pk, none, pg, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, counts, NULL, pl, pg, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, counts, none, pl, pg, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, counts, pk, pl, NULL, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, counts, pk, pl, nog, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, counts, pk, pl, pg, ph, none, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, counts, pk, pl, pg, ph, pv, NULL), BLOB_EINVAL);
+        ck_status(f(NULL, 1, 1, counts, pk, pl, pg, ph, pv, step), BLOB_EINVAL);
+        const double factors[] = {0, -1, INFINITY, NAN, 1e300};
+        for (int k = 0; k < 5; k++)
+            ck_status(f(&o, factors[k], 1, counts, pk, pl, pg, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, -1, counts, pk, pl, pg, ph, pv, step), BLOB_EINVAL);
+        ck_status(f(&o, 1, 1, bad_counts, pk, pl, pg, ph, pv, step), BLOB_EINVAL);
+        blob_optim bad = o;
+        bad.lr = -1;
+        ck_status(f(&bad, 1, 1, counts, pk, pl, pg, ph, pv, step), BLOB_EINVAL);
+        /* nothing changed */
+        ck_assert_int_eq(step[0], 0);
+        ck_assert(memcmp(h, h0, sizeof h) == 0 && memcmp(v, v0, sizeof v) == 0);
+        ck_assert(memcmp(work, work0, sizeof work) == 0 && memcmp(lo, lo0, sizeof lo) == 0);
+    }
+    /* no tensors: nothing needed, the step counted */
+    ck_ok(blob_cpu_optim_step_split(&o, 1, 0, NULL, NULL, NULL, NULL, NULL, NULL, step));
+    ck_assert_int_eq(step[0], 1);
+    float m[2];
+    ck_status(blob_cpu_master_split(-1, m, work, lo), BLOB_EINVAL);
+    ck_status(blob_cpu_master_split(2, NULL, work, lo), BLOB_EINVAL);
+    ck_status(blob_cpu_master_split(2, m, NULL, lo), BLOB_EINVAL);
+    ck_status(blob_cpu_master_join(2, work, NULL, m), BLOB_EINVAL);
+    ck_status(blob_cpu_master_join(-2, work, lo, m), BLOB_EINVAL);
+    ck_assert(memcmp(work, work0, sizeof work) == 0 && memcmp(lo, lo0, sizeof lo) == 0);
 }
 END_TEST
 
@@ -585,6 +848,95 @@ START_TEST(test_gpu_mixed_vs_float32)
 }
 END_TEST
 
+/* The GPU's split step against the host's on the same values: every kind, odd sizes (not
+ * multiples of the vectors), misaligned arrays, more tensors than one launch takes, a
+ * gradient factor, and master weights with non-zero remainders. The joined master weights
+ * and the histories agree as the mixed step's do (fused multiply-adds on the GPU); each
+ * side's working copy is its own master weights rounded with ties away, by construction. */
+START_TEST(test_gpu_split_vs_host)
+{
+    const blob_optim o = test_optim_config(_i);
+    int64_t many[600];
+    for (int i = 0; i < 600; i++)
+        many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300;
+    const int64_t odd[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 600001};
+    for (int shape = 0; shape < 2; shape++) {
+        const int n = shape ? 600 : 8;
+        const int64_t *counts = shape ? many : odd;
+        const bool gap = _i % 2;
+        test_seed(9 + (uint64_t)_i);
+        mixed mg = mixed_new(BLOB_BFLOAT16, true, n, counts, gap),
+              mh = mixed_new(BLOB_BFLOAT16, false, n, counts, false);
+        mixed g = split_new(&mg, counts, gap), h = split_new(&mh, counts, false);
+        /* the same weights on both sides: mg's, in h's layout */
+        for (int i = 0; i < n; i++) {
+            const size_t b = sizeof(uint16_t) * (size_t)counts[i];
+            memcpy((uint16_t *)h.host[WORK] + h.offset[i], (uint16_t *)g.host[WORK] + g.offset[i],
+                   b);
+            memcpy((uint16_t *)h.host[LO] + h.offset[i], (uint16_t *)g.host[LO] + g.offset[i], b);
+        }
+        test_arrays_init(&g);
+        test_arrays_init(&h);
+        const int steps = 4;
+        for (int s = 0; s < steps; s++) {
+            test_seed(700 + (uint64_t)s);
+            fill_grads(&g, 512);
+            test_seed(700 + (uint64_t)s);
+            fill_grads(&h, 512);
+            ck_ok(split_step(&g, &o, 1.0 / 512));
+            ck_ok(split_step(&h, &o, 1.0 / 512));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gpu split config %d, %d tensors", _i, n);
+        const double tol = 16 * FLT_EPSILON * steps;
+        float *jg = split_joined(&g), *jh = split_joined(&h);
+        expect_close_at(&g, jg, &h, jh, LO, tol, what);
+        for (int a = H; a < H + blob_optim_history_count(&o); a++)
+            expect_close(&g, &h, a, tol, what);
+        free(jg), free(jh);
+        int64_t st[BLOB_OPTIM_STEP_WORDS];
+        ck_ok(blob__be->copy_async(st, g.step, sizeof st, BLOB__D2H, blob_stream_get()));
+        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+        ck_assert_int_eq(st[0], steps);
+        ck_assert_int_eq(st[1], 0);
+        test_arrays_free(&mg), test_arrays_free(&mh);
+        test_arrays_free(&g), test_arrays_free(&h);
+    }
+}
+END_TEST
+
+/* The GPU's split step against its mixed step from the same master weights: the same
+ * kernel body on the same values, so the joined master weights agree with the mixed
+ * step's within the tolerance above, and the histories too. */
+START_TEST(test_gpu_split_vs_mixed)
+{
+    const blob_optim o = test_optim_config(_i);
+    const int64_t counts[] = {4000003, 5, 2051};
+    test_seed(27 + (uint64_t)_i);
+    mixed m = mixed_new(BLOB_BFLOAT16, true, 3, counts, false);
+    mixed s = split_new(&m, counts, false);
+    /* the mixed step's master weights are the joined ones (a NaN-free round trip) */
+    ck_ok(blob_cpu_master_join(m.total, s.host[WORK], s.host[LO], m.host[W]));
+    test_arrays_init(&m);
+    test_arrays_init(&s);
+    for (int st = 0; st < 3; st++) {
+        fill_grads(&m, 1);
+        memcpy(s.host[G], m.host[G], m.bytes[G]);
+        test_arrays_sync(&s, G, true);
+        ck_ok(mixed_step(&m, &o, 1));
+        ck_ok(split_step(&s, &o, 1));
+    }
+    test_arrays_sync(&m, W, false);
+    float *js = split_joined(&s);
+    expect_close_at(&s, js, &m, m.host[W], W, 16 * FLT_EPSILON * 3, "split vs mixed");
+    for (int a = H; a < H + blob_optim_history_count(&o); a++)
+        expect_close(&s, &m, a, 16 * FLT_EPSILON * 3, "split vs mixed");
+    free(js);
+    test_arrays_free(&m);
+    test_arrays_free(&s);
+}
+END_TEST
+
 START_TEST(test_gpu_find_nonfinite)
 {
     const blob_dtype dt = (blob_dtype)_i;
@@ -635,6 +987,9 @@ void mixed_suite(Suite *s)
     add_loop_tests(tc, 0, 2 * CONFIGS, test_cpu_mixed_matches_float32);
     add_loop_tests(tc, 0, 4, test_cpu_find_nonfinite);
     add_tests(tc, test_mixed_errors);
+    add_tests(tc, test_cpu_master_split_join);
+    add_loop_tests(tc, 0, 2 * TEST_OPTIM_CONFIGS, test_cpu_split_matches_mixed);
+    add_tests(tc, test_split_errors);
     add_loop_tests(tc, 0, 2, test_blob_scaler_host);
     add_loop_tests(tc, 0, 2, test_blob_mixed_host);
     add_loop_tests(tc, 0, 2, test_cpu_relu_half);
@@ -642,6 +997,8 @@ void mixed_suite(Suite *s)
     TCase *gpu = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_host);
     add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_float32);
+    add_loop_tests(gpu, 0, TEST_OPTIM_CONFIGS, test_gpu_split_vs_host);
+    add_loop_tests(gpu, 0, TEST_OPTIM_CONFIGS, test_gpu_split_vs_mixed);
     add_loop_tests(gpu, 0, 4, test_gpu_find_nonfinite);
     add_loop_tests(gpu, 0, 2, test_gpu_blob_scaler);
     add_loop_tests(gpu, 0, 2, test_gpu_relu_half);

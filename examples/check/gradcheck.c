@@ -16,8 +16,9 @@
  *     weights agree, also the fused with the plain on the CPU; the results read one step
  *     late (net_output_ago) are those read at once. On the GPU the eager steps with the
  *     net's side stream (the default) agree to SAME_TOL with those on one stream. The
- *     bf16-mixed steps of both (bfloat16 activations and weights, float32 master weights)
- *     agree between the CPU and the GPU, eager and with graphs, to MIXED_TOL.
+ *     bf16-mixed steps of both (bfloat16 activations and weights, float32 master weights
+ *     split into the working copy and a remainder) agree between the CPU and the GPU,
+ *     eager and with graphs, to MIXED_TOL.
  *
  * GPU parts are skipped, saying so, when no GPU is present. Exits 1 on any failure.
  */

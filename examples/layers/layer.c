@@ -24,7 +24,8 @@
         .max_pool_backward = blob_##side##_max_pool_backward,                                     \
         .avg_pool_forward = blob_##side##_avg_pool_forward,                                       \
         .avg_pool_backward = blob_##side##_avg_pool_backward,                                     \
-        .optim_step = blob_##side##_optim_step, .data = blob_##side##_data,                       \
+        .optim_step = blob_##side##_optim_step,                                                   \
+        .optim_step_split = blob_##side##_optim_step_split, .data = blob_##side##_data,           \
         .mutable_data = blob_mutable_##side##_data, .diff = blob_##side##_diff,                   \
         .mutable_diff = blob_mutable_##side##_diff,                                               \
     }

@@ -74,6 +74,9 @@ typedef struct {
                                      void *);
     blob_status (*optim_step)(const blob_optim *, blob_dtype, int, const int64_t *, void *const *,
                               const void *const *, void *const *, void *const *, int64_t *);
+    blob_status (*optim_step_split)(const blob_optim *, double, int, const int64_t *, void *const *,
+                                    void *const *, const void *const *, void *const *,
+                                    void *const *, int64_t *);
     blob_status (*data)(blob *, const void **);
     blob_status (*mutable_data)(blob *, void **);
     blob_status (*diff)(blob *, const void **);

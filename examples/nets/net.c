@@ -28,10 +28,13 @@ struct net {
     blob *params[MAX_PARAMS];    /* the layers' blobs, viewing flat's memory */
     char names[MAX_PARAMS][24];
     blob *flat;    /* every parameter (data) and its gradient (diff) */
-    blob *history; /* the momentum, one per element of flat */
-    /* 16-bit dtypes: float32 master weights (flat's data is their working copy), updated
-     * with state's histories */
+    blob *history; /* the momentum, one per element of flat (float32 with split_master) */
+    /* float16, and bfloat16 with a loss scale: float32 master weights (flat's data is their
+     * working copy), updated with state's histories */
     blob *master;
+    /* bfloat16 without a loss scale (split_master): the master weights are flat's data and
+     * these remainders (a uint16_t per element, blob_*_optim_step_split) */
+    blob_syncedmem *lo;
     blob_optim_state *state;
     blob_grad_scaler *scaler;    /* cfg.loss_scale: dynamic loss scaling, else NULL */
     int64_t skipped;             /* steps the scaler skipped */
@@ -131,10 +134,34 @@ static bool mixed(const net *n)
     return n->cfg.dtype == BLOB_BFLOAT16 || n->cfg.dtype == BLOB_FLOAT16;
 }
 
+/* bfloat16 without loss scaling: the master weights split into flat's working copy and
+ * remainders (blob_*_optim_step_split), updated with a float32 history and a step counter
+ * of the net's own, by one step of the mode's side that a graph can capture. */
+static bool split_master(const net *n)
+{
+    return n->cfg.dtype == BLOB_BFLOAT16 && n->cfg.loss_scale == 0;
+}
+
+/* The remainders' memory on the mode's side. */
+static blob_status lo_memory(net *n, void **out)
+{
+    return n->cfg.mode == NN_GPU ? blob_syncedmem_mutable_gpu_data(n->lo, out)
+                                 : blob_syncedmem_mutable_cpu_data(n->lo, out);
+}
+
 /* 16-bit dtypes: the float32 master weights from flat's working copy (their values, which
- * the fillers rounded), the optimizer's state and the scaler. */
+ * the fillers rounded), the optimizer's state and the scaler; split, the remainders, zero
+ * (the fillers' weights are bfloat16: each is its own master weight), and the float32
+ * history, both zero-filled on the mode's side. */
 static blob_status mixed_init(net *n, int64_t total)
 {
+    if (split_master(n)) {
+        void *lo, *history;
+        NN_TRY(blob_syncedmem_create(&n->lo, (size_t)total * sizeof(uint16_t),
+                                     nn_device(n->cfg.mode)));
+        NN_TRY(lo_memory(n, &lo));
+        return n->m->mutable_data(n->history, &history);
+    }
     const void *work;
     void *master;
     NN_TRY(nn_blob_create(&n->master, n->cfg.mode, BLOB_FLOAT32, 1, &total));
@@ -158,9 +185,10 @@ static blob_status flatten(net *n)
         n->split += blob_count(n->params[i]);
     if (n->split == total)
         n->split = 0;
-    if (!mixed(n))
-        NN_TRY(nn_blob_create(&n->history, c->mode, c->dtype, 1, &total));
-    if (!c->plain && !mixed(n))
+    if (!mixed(n) || split_master(n))
+        NN_TRY(nn_blob_create(&n->history, c->mode, split_master(n) ? BLOB_FLOAT32 : c->dtype, 1,
+                              &total));
+    if (!c->plain && (!mixed(n) || split_master(n)))
         NN_TRY(blob_syncedmem_create(&n->steps, 2 * BLOB_OPTIM_STEP_WORDS * sizeof(int64_t),
                                      nn_device(c->mode)));
     NN_TRY(nn_blob_create(&n->flat, c->mode, c->dtype, 1, &total));
@@ -299,6 +327,7 @@ void net_free(net *n)
     blob_free(n->flat); /* after the parameters that borrow its memory */
     blob_free(n->history);
     blob_free(n->master);
+    blob_syncedmem_free(n->lo);
     blob_optim_state_free(n->state);
     blob_grad_scaler_free(n->scaler);
     blob_syncedmem_free(n->steps);
@@ -437,6 +466,18 @@ static blob_status sgd_update(net *n)
 {
     const nn_math *m = n->m;
     const net_config *c = &n->cfg;
+    if (split_master(n)) { /* flat's data and the remainders from flat's gradients */
+        const blob_optim opt = sgd_of(c);
+        void *w, *lo, *h;
+        const void *dw;
+        int64_t *steps, count = blob_count(n->flat);
+        NN_TRY(m->mutable_data(n->flat, &w));
+        NN_TRY(m->diff(n->flat, &dw));
+        NN_TRY(m->mutable_data(n->history, &h));
+        NN_TRY(lo_memory(n, &lo));
+        NN_TRY(steps_memory(n, &steps));
+        return m->optim_step_split(&opt, 1, 1, &count, &w, &lo, &dw, &h, NULL, steps);
+    }
     if (mixed(n)) { /* the master weights from flat's 16-bit gradients, flat's data rounded */
         const blob_optim opt = sgd_of(c);
         bool skipped;

@@ -132,7 +132,10 @@ typedef struct {
     /* bfloat16 and float16 dtypes (mixed precision): activations, weights and gradients
      * are 16-bit blobs, the GEMMs run on them with float32 accumulation, and the loss is
      * float32; float32 master weights and momentum are updated by one
-     * blob_optim_step_mixed, which writes the 16-bit working copy. loss_scale > 0 scales
+     * blob_optim_step_mixed, which writes the 16-bit working copy (12 bytes per parameter
+     * with the gradient). bfloat16 without loss_scale keeps no float32 master array: each
+     * master weight is the working copy plus a 16-bit remainder, updated by one
+     * blob_*_optim_step_split (10 bytes per parameter). loss_scale > 0 scales
      * the loss gradient dynamically from that scale (blob_grad_scaler, for float16):
      * steps whose gradients overflow are skipped (net_skipped_steps). Mixed precision
      * takes neither plain nor comm, nor graph with loss_scale (BLOB_ENOTSUP). */

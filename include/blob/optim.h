@@ -91,6 +91,42 @@ BLOB_API blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype
                                                void *const *hist1, void *const *hist2,
                                                void *const *work, int64_t *step);
 
+/* The split step, for bfloat16: the mixed step without float32 master weights, each one
+ * kept as two 16-bit halves of its bits, work[i] (the bfloat16 working copy, the master
+ * weight rounded to nearest with ties away from zero) and lo[i] (counts[i] uint16_t, the
+ * remainder: bits == (work << 16) + (int16_t)lo, exactly; see blob_cpu_master_split).
+ * Each element's master weight is joined from the two, the rule runs on it in float32 as
+ * in blob_*_optim_step_mixed (gradients diff[i] of bfloat16 times inv_scale, float32
+ * histories), and the result is split back into work[i] and lo[i]: 2 bytes per parameter
+ * less than a float32 master with its working copy. On the host, from master weights
+ * join(work, lo) equal to the mixed step's data and the same gradients and histories, the
+ * joined result and the histories are those of blob_cpu_optim_step_mixed, bit for bit (the
+ * working copy differs from the mixed step's on ties of the rounding). The GPU side is one
+ * kernel as the mixed step's, reading and writing work and lo in its pass.
+ * Errors: as blob_*_optim_step_mixed; BLOB_EINVAL (NULL lo or work, or a NULL lo[i]). */
+BLOB_API blob_status blob_cpu_optim_step_split(const blob_optim *opt, double inv_scale, int n,
+                                               const int64_t *counts, void *const *work,
+                                               void *const *lo, const void *const *diff,
+                                               void *const *hist1, void *const *hist2,
+                                               int64_t *step);
+BLOB_API blob_status blob_gpu_optim_step_split(const blob_optim *opt, double inv_scale, int n,
+                                               const int64_t *counts, void *const *work,
+                                               void *const *lo, const void *const *diff,
+                                               void *const *hist1, void *const *hist2,
+                                               int64_t *step);
+
+/* Split count float32 master weights into the halves of blob_*_optim_step_split, on the
+ * host: hi[j] the bits of master[j] rounded to bfloat16 (nearest, ties away from zero; a
+ * finite value that rounds to Inf keeps its value in lo), lo[j] the rest. A NaN becomes
+ * the quiet NaN of its sign and lo 0; every other value is joined back exactly by
+ * blob_cpu_master_join, which sets master[j] from hi[j] and lo[j]. A bfloat16 working copy
+ * is its own master weight with lo 0.
+ * Errors: BLOB_EINVAL (count < 0, a NULL array with count > 0). */
+BLOB_API blob_status blob_cpu_master_split(int64_t count, const float *master, uint16_t *hi,
+                                           uint16_t *lo);
+BLOB_API blob_status blob_cpu_master_join(int64_t count, const uint16_t *hi, const uint16_t *lo,
+                                          float *master);
+
 /* Set *found (one int32 in memory of the side) to 1 if any of the n arrays x[i] (counts[i]
  * elements of float dtype) holds an Inf or a NaN; it is left alone otherwise, so that a
  * flag cleared once collects several calls. The GPU side queues one kernel per non-empty

@@ -123,13 +123,15 @@ blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode
 blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
                                         blob_trans trans_b, int64_t M, int64_t N, int64_t K,
                                         blob_epilogue epilogue, bool with_mask, bool *fused);
-/* One optimizer step as blob_gpu_optim_step (gdtype == dtype; work unused, inv_scale 1) or
- * blob_gpu_optim_step_mixed (dtype float32, gdtype the 16-bit dtype of diff and work), with
+/* One optimizer step as blob_gpu_optim_step (gdtype == dtype; work and lo unused, inv_scale
+ * 1), blob_gpu_optim_step_mixed (dtype float32, gdtype the 16-bit dtype of diff and work, lo
+ * NULL) or blob_gpu_optim_step_split (lo not NULL, data unused, gdtype bfloat16), with
  * validated arguments (opt's fields included; hist1 / hist2 non-NULL where used). */
 blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype,
                                blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
-                               const void *const *diff, void *const *hist1, void *const *hist2,
-                               void *const *work, double inv_scale, int64_t *step);
+                               void *const *lo, const void *const *diff, void *const *hist1,
+                               void *const *hist2, void *const *work, double inv_scale,
+                               int64_t *step);
 /* *found = 1 (an int32 on the device) if any of the n arrays x[i] (counts[i] elements of
  * float dtype) holds an Inf or a NaN; left alone otherwise. One kernel per non-empty array. */
 blob_status blob__k_find_nonfinite(void *stream, blob_dtype dtype, int n, const int64_t *counts,

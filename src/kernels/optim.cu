@@ -21,10 +21,16 @@
  * as many G as a 16-byte vector holds floats, widened and multiplied by the inverse loss
  * scale, and the updated weights are rounded into the working copy in the same pass.
  *
+ * A split step (blob_gpu_optim_step_split) is the bfloat16 mixed step with SPLIT set: there is
+ * no float32 master array; each master weight is joined from the working copy and its
+ * remainder (optim_formula.h), loaded as vectors beside the gradients, and split back into
+ * both in the same pass (18 bytes moved per parameter with momentum, against 20).
+ *
  * The step number lives in device memory: every block reads it, and in the last launch
  * of a step the last block to finish increments it (the blocks count themselves in the
  * second word, which that block sets back to 0), so a captured graph replays correctly. */
 #include <math.h>
+#include <string.h>
 
 #include <atomic>
 #include <type_traits>
@@ -70,6 +76,26 @@ static __device__ T grad_value(G g, float inv_scale)
         return __fmul_rn(wide(g), inv_scale);
 }
 
+/* A split master weight: the float joined from working copy hi (a bfloat16) and remainder
+ * lo, and a float split back into them (optim_formula.h). */
+template <typename G>
+static __device__ float master_join(G hi, uint16_t lo)
+{
+    static_assert(sizeof(G) == 2, "a split master weight's working copy is 16-bit");
+    uint16_t bits;
+    memcpy(&bits, &hi, sizeof bits);
+    return __uint_as_float(BLOB__MASTER_JOIN(bits, lo));
+}
+
+template <typename G>
+static __device__ void master_split(float w, G &hi, uint16_t &lo)
+{
+    const uint32_t b = __float_as_uint(w);
+    const uint16_t bits = BLOB__MASTER_HI(b);
+    memcpy(&hi, &bits, sizeof bits);
+    lo = BLOB__MASTER_LO(b);
+}
+
 template <typename T>
 struct Scalars {
     BLOB__OPTIM_SCALAR_FIELDS(T)
@@ -82,27 +108,29 @@ __host__ __device__ static constexpr int64_t chunk_elems()
     return (int64_t)THREADS * VECS * (16 / sizeof(T));
 }
 
-/* G is T, or a 16-bit float in a mixed step (T float), which has the working copies. */
-template <typename T, typename G, int CAP>
+/* G is T, or a 16-bit float in a mixed step (T float), which has the working copies; a
+ * split step (SPLIT, G bfloat16) has no data but the working copies' remainders lo. */
+template <typename T, typename G, bool SPLIT, int CAP>
 struct Args {
     static constexpr bool MIXED = !std::is_same<T, G>::value;
     int count;                    /* tensors of this launch (none: only the step count) */
     bool last;                    /* this launch ends the step: increment it */
     int64_t chunk_start[CAP + 1]; /* first chunk of each tensor, and the total */
     int64_t n[CAP];
-    T *data[CAP];
+    T *data[SPLIT ? 1 : CAP]; /* split: none */
     const G *diff[CAP];
     T *h1[CAP], *h2[CAP];
-    G *work[MIXED ? CAP : 1]; /* mixed: the working copies written */
-    Scalars<T> s;             /* the step-dependent fields are set on the device */
-    float inv_scale;          /* mixed: the gradients' factor */
+    G *work[MIXED ? CAP : 1];      /* mixed: the working copies written (split: read too) */
+    uint16_t *lo[SPLIT ? CAP : 1]; /* split: the remainders */
+    Scalars<T> s;                  /* the step-dependent fields are set on the device */
+    float inv_scale;               /* mixed: the gradients' factor */
     double lr, beta1, beta2;
     unsigned long long *step; /* [0] steps taken, [1] blocks finished */
 };
 
 /* Count this block as finished; the last one increments the step. */
-template <typename T, typename G, int CAP>
-static __device__ void finish_step(const Args<T, G, CAP> &a)
+template <typename T, typename G, bool SPLIT, int CAP>
+static __device__ void finish_step(const Args<T, G, SPLIT, CAP> &a)
 {
     if (!a.last)
         return;
@@ -117,8 +145,8 @@ static __device__ void finish_step(const Args<T, G, CAP> &a)
 }
 
 /* The tensor holding chunk c: the last one starting at or before it. */
-template <typename T, typename G, int CAP>
-static __device__ int tensor_of_chunk(const Args<T, G, CAP> &a, int64_t c)
+template <typename T, typename G, bool SPLIT, int CAP>
+static __device__ int tensor_of_chunk(const Args<T, G, SPLIT, CAP> &a, int64_t c)
 {
     int lo = 0, hi = a.count - 1;
     while (lo < hi) {
@@ -131,23 +159,32 @@ static __device__ int tensor_of_chunk(const Args<T, G, CAP> &a, int64_t c)
     return lo;
 }
 
-/* A whole chunk at 16-byte aligned w, h and v (and g, wk aligned to their vectors): each
- * thread loads VECS vectors of each, updates their elements, and stores them. */
-template <typename T, typename G, int KIND, int CAP, int VECS>
-static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T> &s,
+/* A whole chunk at 16-byte aligned w, h and v (and g, wk, lo aligned to their vectors):
+ * each thread loads VECS vectors of each, updates their elements, and stores them. A split
+ * step reads its weights from wk and lo instead of w, and writes them back there. */
+template <typename T, typename G, bool SPLIT, int KIND, int CAP, int VECS>
+static __device__ void update_vectors(const Args<T, G, SPLIT, CAP> &a, const Scalars<T> &s,
                                       T *__restrict__ w, const G *__restrict__ g, T *__restrict__ h,
-                                      T *__restrict__ v, G *__restrict__ wk)
+                                      T *__restrict__ v, G *__restrict__ wk,
+                                      uint16_t *__restrict__ lo)
 {
-    constexpr bool MIXED = Args<T, G, CAP>::MIXED;
+    constexpr bool MIXED = Args<T, G, SPLIT, CAP>::MIXED;
     constexpr int E = 16 / sizeof(T);
     typedef typename Vec<T>::type V;
     typedef GVec<T, G> GV;
+    typedef Pack<uint16_t, E> LV; /* split: E remainders beside E working copies */
     V wv[VECS], hv[VECS], vv[VECS];
-    GV gv[VECS];
+    GV gv[VECS], kv[SPLIT ? VECS : 1];
+    LV lv[SPLIT ? VECS : 1];
 #pragma unroll
     for (int k = 0; k < VECS; k++) {
         const int i = threadIdx.x + k * THREADS;
-        wv[k] = ((const V *)w)[i];
+        if constexpr (SPLIT) {
+            kv[k] = ((const GV *)wk)[i];
+            lv[k] = ((const LV *)lo)[i];
+        } else {
+            wv[k] = ((const V *)w)[i];
+        }
         gv[k] = ((const GV *)g)[i];
         if (h)
             hv[k] = ((const V *)h)[i];
@@ -160,18 +197,27 @@ static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T>
         G *pg = (G *)&gv[k];
 #pragma unroll
         for (int e = 0; e < E; e++) {
+            if constexpr (SPLIT)
+                pw[e] = master_join(((G *)&kv[k])[e], ((uint16_t *)&lv[k])[e]);
             BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, pw[e], (grad_value<T, G>(pg[e], a.inv_scale)),
                                 ph[e], pv[e]);
-            if (MIXED)
+            if constexpr (SPLIT)
+                master_split(pw[e], ((G *)&kv[k])[e], ((uint16_t *)&lv[k])[e]);
+            else if (MIXED)
                 pg[e] = narrow<G>(pw[e]); /* the gradient's slot takes the working copy */
         }
     }
 #pragma unroll
     for (int k = 0; k < VECS; k++) {
         const int i = threadIdx.x + k * THREADS;
-        ((V *)w)[i] = wv[k];
-        if (MIXED)
-            ((GV *)wk)[i] = gv[k];
+        if constexpr (SPLIT) {
+            ((GV *)wk)[i] = kv[k];
+            ((LV *)lo)[i] = lv[k];
+        } else {
+            ((V *)w)[i] = wv[k];
+            if (MIXED)
+                ((GV *)wk)[i] = gv[k];
+        }
         if (h)
             ((V *)h)[i] = hv[k];
         if (v)
@@ -180,18 +226,26 @@ static __device__ void update_vectors(const Args<T, G, CAP> &a, const Scalars<T>
 }
 
 /* The len elements of a chunk one at a time (a tensor's short end, or unaligned). */
-template <typename T, typename G, int KIND, int CAP>
-static __device__ void update_elements(const Args<T, G, CAP> &a, const Scalars<T> &s,
+template <typename T, typename G, bool SPLIT, int KIND, int CAP>
+static __device__ void update_elements(const Args<T, G, SPLIT, CAP> &a, const Scalars<T> &s,
                                        T *__restrict__ w, const G *__restrict__ g,
                                        T *__restrict__ h, T *__restrict__ v, G *__restrict__ wk,
-                                       int64_t len)
+                                       uint16_t *__restrict__ lo, int64_t len)
 {
     for (int64_t i = threadIdx.x; i < len; i += THREADS) {
-        T hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
-        BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, w[i], (grad_value<T, G>(g[i], a.inv_scale)), hi_,
-                            vi_);
-        if (Args<T, G, CAP>::MIXED)
-            wk[i] = narrow<G>(w[i]);
+        T wi_, hi_ = h ? h[i] : T(0), vi_ = v ? v[i] : T(0);
+        if constexpr (SPLIT)
+            wi_ = master_join(wk[i], lo[i]);
+        else
+            wi_ = w[i];
+        BLOB__OPTIM_ELEMENT(T, KIND, s, sqrt, wi_, (grad_value<T, G>(g[i], a.inv_scale)), hi_, vi_);
+        if constexpr (SPLIT) {
+            master_split(wi_, wk[i], lo[i]);
+        } else {
+            w[i] = wi_;
+            if (Args<T, G, SPLIT, CAP>::MIXED)
+                wk[i] = narrow<G>(wi_);
+        }
         if (h)
             h[i] = hi_;
         if (v)
@@ -200,30 +254,31 @@ static __device__ void update_elements(const Args<T, G, CAP> &a, const Scalars<T
 }
 
 /* Update chunk c (of chunk_elems<T, VECS>() elements, fewer at a tensor's end). */
-template <typename T, typename G, int KIND, int CAP, int VECS>
-static __device__ void update_chunk(const Args<T, G, CAP> &a, const Scalars<T> &s, int64_t c)
+template <typename T, typename G, bool SPLIT, int KIND, int CAP, int VECS>
+static __device__ void update_chunk(const Args<T, G, SPLIT, CAP> &a, const Scalars<T> &s, int64_t c)
 {
-    constexpr bool MIXED = Args<T, G, CAP>::MIXED;
+    constexpr bool MIXED = Args<T, G, SPLIT, CAP>::MIXED;
     const int t = tensor_of_chunk(a, c);
     constexpr int64_t CHUNK = chunk_elems<T, VECS>();
     const int64_t off = (c - a.chunk_start[t]) * CHUNK, rest = a.n[t] - off;
     const int64_t len = rest < CHUNK ? rest : CHUNK;
-    T *__restrict__ w = a.data[t] + off;
+    T *__restrict__ w = SPLIT ? nullptr : a.data[SPLIT ? 0 : t] + off;
     const G *__restrict__ g = a.diff[t] + off;
     T *__restrict__ h = a.h1[t] ? a.h1[t] + off : nullptr;
     T *__restrict__ v = a.h2[t] ? a.h2[t] + off : nullptr;
     G *__restrict__ wk = MIXED ? a.work[MIXED ? t : 0] + off : nullptr;
+    uint16_t *__restrict__ lo = SPLIT ? a.lo[SPLIT ? t : 0] + off : nullptr;
     if (len == CHUNK && (((uintptr_t)w | (uintptr_t)h | (uintptr_t)v) & 15) == 0 &&
-        (((uintptr_t)g | (uintptr_t)wk) & (sizeof(GVec<T, G>) - 1)) == 0)
-        update_vectors<T, G, KIND, CAP, VECS>(a, s, w, g, h, v, wk);
+        (((uintptr_t)g | (uintptr_t)wk | (uintptr_t)lo) & (sizeof(GVec<T, G>) - 1)) == 0)
+        update_vectors<T, G, SPLIT, KIND, CAP, VECS>(a, s, w, g, h, v, wk, lo);
     else
-        update_elements<T, G, KIND, CAP>(a, s, w, g, h, v, wk, len);
+        update_elements<T, G, SPLIT, KIND, CAP>(a, s, w, g, h, v, wk, lo, len);
 }
 
 /* Blocks loop over the chunks of all tensors of the launch. */
-template <typename T, typename G, int KIND, int CAP, int VECS>
+template <typename T, typename G, bool SPLIT, int KIND, int CAP, int VECS>
 static __global__ void __launch_bounds__(THREADS)
-    optim_kernel(const __grid_constant__ Args<T, G, CAP> a)
+    optim_kernel(const __grid_constant__ Args<T, G, SPLIT, CAP> a)
 {
     __shared__ Scalars<T> shared;
     if (threadIdx.x == 0) {
@@ -240,7 +295,7 @@ static __global__ void __launch_bounds__(THREADS)
     const Scalars<T> s = shared;
     const int64_t chunks = a.count > 0 ? a.chunk_start[a.count] : 0;
     for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x)
-        update_chunk<T, G, KIND, CAP, VECS>(a, s, c);
+        update_chunk<T, G, SPLIT, KIND, CAP, VECS>(a, s, c);
     finish_step(a);
 }
 
@@ -265,19 +320,19 @@ struct Lists {
     const int64_t *counts;
     void *const *data;
     const void *const *diff;
-    void *const *hist1, *const *hist2, *const *work;
+    void *const *hist1, *const *hist2, *const *work, *const *lo;
     float inv_scale;
     int64_t *step;
 };
 
 /* Launch the tensors [first, end) of the non-empty ones (idx) with a CAP-sized struct,
  * on at most `most` blocks. */
-template <typename T, typename G, int KIND, int CAP, int VECS>
+template <typename T, typename G, bool SPLIT, int KIND, int CAP, int VECS>
 static blob_status launch(const char *func, cudaStream_t stream, const blob_optim *opt,
                           const int *idx, int first, int end, bool last, const Lists &l,
                           int64_t most)
 {
-    typedef Args<T, G, CAP> A;
+    typedef Args<T, G, SPLIT, CAP> A;
     static_assert(sizeof(A) <= 32764, "kernel parameters over 32 KB");
     A a; /* every field read by the kernel is set below */
     a.count = end - first;
@@ -287,12 +342,15 @@ static blob_status launch(const char *func, cudaStream_t stream, const blob_opti
     for (int j = 0; j < a.count; j++) {
         const int i = idx[first + j];
         a.n[j] = l.counts[i];
-        a.data[j] = (T *)l.data[i];
+        if (!SPLIT)
+            a.data[SPLIT ? 0 : j] = (T *)l.data[i];
         a.diff[j] = (const G *)l.diff[i];
         a.h1[j] = l.hist1 ? (T *)l.hist1[i] : nullptr;
         a.h2[j] = l.hist2 ? (T *)l.hist2[i] : nullptr;
         if (A::MIXED)
             a.work[A::MIXED ? j : 0] = (G *)l.work[i];
+        if (SPLIT)
+            a.lo[SPLIT ? j : 0] = (uint16_t *)l.lo[i];
         a.chunk_start[j + 1] = a.chunk_start[j] + (l.counts[i] + chunk - 1) / chunk;
     }
     BLOB__OPTIM_FILL(T, a.s, opt, 1);
@@ -306,22 +364,23 @@ static blob_status launch(const char *func, cudaStream_t stream, const blob_opti
     const int64_t chunks = a.chunk_start[a.count] > 0 ? a.chunk_start[a.count] : 1;
     const int64_t rounds = (chunks + most - 1) / most;
     const unsigned blocks = (unsigned)((chunks + rounds - 1) / rounds);
-    optim_kernel<T, G, KIND, CAP, VECS><<<blocks, THREADS, 0, stream>>>(a);
+    optim_kernel<T, G, SPLIT, KIND, CAP, VECS><<<blocks, THREADS, 0, stream>>>(a);
     return launch_check("optim_kernel", func);
 }
 
 /* The non-empty tensors (idx, m of them), in launches of at most LARGE_CAP. */
-template <typename T, typename G, int KIND, int VECS>
+template <typename T, typename G, bool SPLIT, int KIND, int VECS>
 static blob_status launch_all(const char *func, cudaStream_t stream, const blob_optim *opt,
                               const int *idx, int m, const Lists &l, int64_t most)
 {
     if (m <= SMALL_CAP)
-        return launch<T, G, KIND, SMALL_CAP, VECS>(func, stream, opt, idx, 0, m, true, l, most);
+        return launch<T, G, SPLIT, KIND, SMALL_CAP, VECS>(func, stream, opt, idx, 0, m, true, l,
+                                                          most);
     blob_status st = BLOB_OK;
     for (int first = 0; first < m && st == BLOB_OK; first += LARGE_CAP) {
         const int end = m - first > LARGE_CAP ? first + LARGE_CAP : m;
-        st = launch<T, G, KIND, LARGE_CAP, VECS>(func, stream, opt, idx, first, end, end == m, l,
-                                                 most);
+        st = launch<T, G, SPLIT, KIND, LARGE_CAP, VECS>(func, stream, opt, idx, first, end,
+                                                        end == m, l, most);
     }
     return st;
 }
@@ -330,7 +389,7 @@ static blob_status launch_all(const char *func, cudaStream_t stream, const blob_
  * the SMs' resident blocks with those (the parameters of a small net): twice the blocks
  * move the same bytes sooner (measured on an H200: 1.4 us less a training step of an
  * MLP of 235K parameters). */
-template <typename T, typename G, int KIND>
+template <typename T, typename G, bool SPLIT, int KIND>
 static blob_status step_all(const char *func, cudaStream_t stream, const blob_optim *opt, int n,
                             const Lists &l)
 {
@@ -348,14 +407,14 @@ static blob_status step_all(const char *func, cudaStream_t stream, const blob_op
             chunks += (l.counts[i] + chunk_elems<T, 2>() - 1) / chunk_elems<T, 2>();
         }
     blob_status st = chunks < resident
-                         ? launch_all<T, G, KIND, 1>(func, stream, opt, idx, m, l, most)
-                         : launch_all<T, G, KIND, 2>(func, stream, opt, idx, m, l, most);
+                         ? launch_all<T, G, SPLIT, KIND, 1>(func, stream, opt, idx, m, l, most)
+                         : launch_all<T, G, SPLIT, KIND, 2>(func, stream, opt, idx, m, l, most);
     if (idx != small)
         free(idx);
     return st;
 }
 
-template <typename T, typename G>
+template <typename T, typename G, bool SPLIT>
 static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim *opt, int n,
                               Lists l)
 {
@@ -365,27 +424,33 @@ static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim
     if (hist < 2)
         l.hist2 = nullptr;
     switch (opt->kind) {
-    case BLOB_OPTIM_SGD: return step_all<T, G, BLOB_OPTIM_SGD>(func, s, opt, n, l);
-    case BLOB_OPTIM_SGD_CAFFE: return step_all<T, G, BLOB_OPTIM_SGD_CAFFE>(func, s, opt, n, l);
-    case BLOB_OPTIM_ADAM: return step_all<T, G, BLOB_OPTIM_ADAM>(func, s, opt, n, l);
-    case BLOB_OPTIM_ADAMW: return step_all<T, G, BLOB_OPTIM_ADAMW>(func, s, opt, n, l);
+    case BLOB_OPTIM_SGD: return step_all<T, G, SPLIT, BLOB_OPTIM_SGD>(func, s, opt, n, l);
+    case BLOB_OPTIM_SGD_CAFFE:
+        return step_all<T, G, SPLIT, BLOB_OPTIM_SGD_CAFFE>(func, s, opt, n, l);
+    case BLOB_OPTIM_ADAM: return step_all<T, G, SPLIT, BLOB_OPTIM_ADAM>(func, s, opt, n, l);
+    case BLOB_OPTIM_ADAMW: return step_all<T, G, SPLIT, BLOB_OPTIM_ADAMW>(func, s, opt, n, l);
     }
     return blob__fail(BLOB_EINVAL, func, "bad optimizer kind %d", (int)opt->kind);
 }
 
 extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype,
                                           blob_dtype gdtype, int n, const int64_t *counts,
-                                          void *const *data, const void *const *diff,
-                                          void *const *hist1, void *const *hist2, void *const *work,
-                                          double inv_scale, int64_t *step)
+                                          void *const *data, void *const *lo,
+                                          const void *const *diff, void *const *hist1,
+                                          void *const *hist2, void *const *work, double inv_scale,
+                                          int64_t *step)
 {
-    const char *func = gdtype == dtype ? "blob_gpu_optim_step" : "blob_gpu_optim_step_mixed";
+    const char *func = lo                ? "blob_gpu_optim_step_split"
+                       : gdtype == dtype ? "blob_gpu_optim_step"
+                                         : "blob_gpu_optim_step_mixed";
     cudaStream_t s = (cudaStream_t)stream;
-    const Lists l = {counts, data, diff, hist1, hist2, work, (float)inv_scale, step};
+    const Lists l = {counts, data, diff, hist1, hist2, work, lo, (float)inv_scale, step};
+    if (lo)
+        return step_typed<float, __nv_bfloat16, true>(func, s, opt, n, l);
     switch (gdtype) {
-    case BLOB_FLOAT64: return step_typed<double, double>(func, s, opt, n, l);
-    case BLOB_BFLOAT16: return step_typed<float, __nv_bfloat16>(func, s, opt, n, l);
-    case BLOB_FLOAT16: return step_typed<float, __half>(func, s, opt, n, l);
-    default: return step_typed<float, float>(func, s, opt, n, l);
+    case BLOB_FLOAT64: return step_typed<double, double, false>(func, s, opt, n, l);
+    case BLOB_BFLOAT16: return step_typed<float, __nv_bfloat16, false>(func, s, opt, n, l);
+    case BLOB_FLOAT16: return step_typed<float, __half, false>(func, s, opt, n, l);
+    default: return step_typed<float, float, false>(func, s, opt, n, l);
     }
 }

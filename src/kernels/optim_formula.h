@@ -1,8 +1,11 @@
 /* Internal: the optimizer's update of one element (blob/optim.h, blob_optim), shared by the
  * host loop (src/math/optim.c) and the GPU kernel (optim.cu) so that both sides compute
- * exactly the same arithmetic in the element type. Plain C and C++. */
+ * exactly the same arithmetic in the element type, and the halves of a split master
+ * weight (blob_*_optim_step_split). Plain C and C++. */
 #ifndef BLOB_KERNELS_OPTIM_FORMULA_H
 #define BLOB_KERNELS_OPTIM_FORMULA_H
+
+#include <stdint.h>
 
 #include "blob/types.h"
 
@@ -67,5 +70,23 @@
             (w) = (w) - (s).step_size * (h) / (SQRT(v) / (s).bc2_sqrt + (s).eps); \
         }                                                                         \
     } while (0)
+
+/* The split master weight of a bfloat16 mixed-precision step (blob_*_optim_step_split): the
+ * bits b (a uint32_t) of a float32 weight kept as two 16-bit halves, hi = BLOB__MASTER_HI(b),
+ * the bfloat16 working copy (b rounded to nearest, ties away from zero), and lo =
+ * BLOB__MASTER_LO(b), read as a signed correction: b == BLOB__MASTER_JOIN(hi, lo) ==
+ * (hi << 16) + (int16_t)lo, modulo 2^32, for every b but a NaN's. As the rounding adds
+ * 0x8000 to the bits, lo is b's low half (0x8000 and up when hi was rounded up, a negative
+ * correction), and a finite b that rounds up to Inf (from 0x7f7f8000) joins back exactly
+ * from hi = Inf and its negative lo. A NaN splits into the quiet NaN of its sign and lo 0.
+ * The arithmetic is on unsigned values alone, so that C and C++ define every case. */
+#define BLOB__MASTER_IS_NAN(b) (((uint32_t)(b)&0x7fffffffu) > 0x7f800000u)
+#define BLOB__MASTER_HI(b)                                                           \
+    ((uint16_t)(BLOB__MASTER_IS_NAN(b) ? (((uint32_t)(b) >> 16) & 0x8000u) | 0x7fc0u \
+                                       : ((uint32_t)(b) + 0x8000u) >> 16))
+#define BLOB__MASTER_LO(b) ((uint16_t)(BLOB__MASTER_IS_NAN(b) ? 0u : (uint32_t)(b)&0xffffu))
+#define BLOB__MASTER_JOIN(hi, lo)                                             \
+    ((uint32_t)(((uint32_t)(uint16_t)(hi) << 16) + (uint32_t)(uint16_t)(lo) - \
+                (((uint32_t)(uint16_t)(lo)&0x8000u) << 1)))
 
 #endif

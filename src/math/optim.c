@@ -52,11 +52,12 @@ static blob_status check_half(const char *fn, blob_dtype half)
 }
 
 /* The arguments of a step: data and histories of dtype, diff of gdtype, and with a mixed
- * step (gdtype != dtype) the working copies work of gdtype. */
+ * step (gdtype != dtype) the working copies work of gdtype; a split step (lo not NULL) has
+ * no data, its master weights being work and the remainders lo (16-bit, as work). */
 static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype dtype,
                               blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
-                              const void *const *diff, void *const *hist1, void *const *hist2,
-                              void *const *work, const int64_t *step)
+                              void *const *lo, const void *const *diff, void *const *hist1,
+                              void *const *hist2, void *const *work, const int64_t *step)
 {
     BLOB_TRY(check_optim(fn, opt));
     BLOB_TRY(blob__check_dtype(fn, dtype));
@@ -65,27 +66,28 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
     if (n < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative tensor count %d", n);
     const int hist = blob_optim_history_count(opt);
-    const bool mixed = gdtype != dtype;
-    /* data, diff, the histories used, and work when mixed */
-    const void *lists[] = {counts, data, diff, hist1, hist2, work};
-    static const char *const names[] = {"counts", "data", "diff", "hist1", "hist2", "work"};
-    const bool used[] = {true, true, true, hist >= 1, hist >= 2, mixed};
-    for (int l = 0; n > 0 && l < 6; l++)
+    const bool mixed = gdtype != dtype, split = lo != NULL;
+    /* data (but split), diff, the histories used, work when mixed and lo when split */
+    const void *lists[] = {counts, data, diff, hist1, hist2, work, lo};
+    static const char *const names[] = {"counts", "data", "diff", "hist1", "hist2", "work", "lo"};
+    const bool used[] = {true, !split, true, hist >= 1, hist >= 2, mixed, split};
+    for (int l = 0; n > 0 && l < 7; l++)
         if (used[l] && !lists[l])
             return blob__fail(BLOB_EINVAL, fn, "%s is NULL with %d tensors", names[l], n);
     for (int i = 0; i < n; i++) {
         const void *arrays[] = {NULL,
-                                data[i],
+                                split ? NULL : data[i],
                                 diff[i],
                                 used[3] ? hist1[i] : NULL,
                                 used[4] ? hist2[i] : NULL,
-                                mixed ? work[i] : NULL};
-        for (int l = 1; l < 6; l++) {
+                                mixed ? work[i] : NULL,
+                                split ? lo[i] : NULL};
+        for (int l = 1; l < 7; l++) {
             char name[32];
             snprintf(name, sizeof name, "%s[%d]", names[l], i);
             if (used[l])
-                BLOB_TRY(blob__check_array(fn, l == 2 || l == 5 ? gdtype : dtype, counts[i], name,
-                                           arrays[l]));
+                BLOB_TRY(blob__check_array(fn, l == 1 || l == 3 || l == 4 ? dtype : gdtype,
+                                           counts[i], name, arrays[l]));
         }
     }
     return BLOB_OK;
@@ -104,7 +106,7 @@ typedef struct {
 
 /* The arguments of one tensor's loop: the scalars of the step (of the element type) and
  * the arrays (h and v NULL when unused); a mixed step's gradient dtype, the gradients'
- * factor and the working copy. */
+ * factor and the working copy, and a split step's remainders (w NULL). */
 typedef struct {
     const void *s;
     void *w;
@@ -113,6 +115,7 @@ typedef struct {
     blob_dtype half;
     float inv_scale;
     void *work;
+    uint16_t *lo;
 } step_args;
 
 /* The update's formula runs on vectors of elements as on scalars (math_impl.h). */
@@ -177,20 +180,46 @@ STEP_RANGE(sgd_caffe_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM
 STEP_RANGE(adam_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADAM)
 STEP_RANGE(adamw_f64, double, vec_f64, vec_sqrt_f64, scalars_f64, BLOB_OPTIM_ADAMW)
 
+/* The float32 weight of bfloat16 hi[j] and remainder lo[j] (optim_formula.h). */
+static float master_join(const uint16_t *hi, const uint16_t *lo, int64_t j)
+{
+    const uint32_t b = BLOB__MASTER_JOIN(hi[j], lo[j]);
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* Store float32 f as hi[j] and lo[j]. */
+static void master_split(float f, uint16_t *hi, uint16_t *lo, int64_t j)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    hi[j] = BLOB__MASTER_HI(b);
+    lo[j] = BLOB__MASTER_LO(b);
+}
+
 /* NAME: the elements [lo, hi) of one tensor of a mixed step, for kind K: each gradient
  * widened and multiplied by the factor in float32 (as the kernel does), the update in
- * float32, and the weight rounded into the working copy. */
+ * float32, and the weight rounded into the working copy; or, split (a->lo), the weight
+ * joined from the working copy and its remainder and split back into them. */
 #define STEP_RANGE_MIXED(NAME, K)                                                    \
     static void NAME(void *args, int64_t lo, int64_t hi)                             \
     {                                                                                \
         const step_args *a = args;                                                   \
         const scalars_f32 s = *(const scalars_f32 *)a->s;                            \
         float *w = a->w, *h = a->h, *v = a->v;                                       \
+        uint16_t *wk = a->work, *rem = a->lo;                                        \
         for (int64_t j = lo; j < hi; j++) {                                          \
+            float w_ = rem ? master_join(wk, rem, j) : w[j];                         \
             float h_ = h ? h[j] : 0, v_ = v ? v[j] : 0;                              \
             const float gw = (float)blob__elem_get(a->half, a->g, j) * a->inv_scale; \
-            BLOB__OPTIM_ELEMENT(float, K, s, sqrtf, w[j], gw, h_, v_);               \
-            blob__elem_set(a->half, a->work, j, w[j]);                               \
+            BLOB__OPTIM_ELEMENT(float, K, s, sqrtf, w_, gw, h_, v_);                 \
+            if (rem) {                                                               \
+                master_split(w_, wk, rem, j);                                        \
+            } else {                                                                 \
+                w[j] = w_;                                                           \
+                blob__elem_set(a->half, wk, j, w_);                                  \
+            }                                                                        \
             if (h)                                                                   \
                 h[j] = h_;                                                           \
             if (v)                                                                   \
@@ -209,10 +238,11 @@ static const blob__range_fn step_ranges[3][4] = {
     {sgd_mixed, sgd_caffe_mixed, adam_mixed, adamw_mixed},
 };
 
-/* The host step of checked arguments (gdtype != dtype: mixed). */
+/* The host step of checked arguments (gdtype != dtype: mixed; lo not NULL: split). */
 static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype, double inv_scale,
-                     int n, const int64_t *counts, void *const *data, const void *const *diff,
-                     void *const *hist1, void *const *hist2, void *const *work, int64_t *step)
+                     int n, const int64_t *counts, void *const *data, void *const *lo,
+                     const void *const *diff, void *const *hist1, void *const *hist2,
+                     void *const *work, int64_t *step)
 {
     const int hist = blob_optim_history_count(opt);
     const int table = gdtype != dtype ? 2 : dtype == BLOB_FLOAT32 ? 0 : 1;
@@ -222,13 +252,14 @@ static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype,
     BLOB__OPTIM_FILL(double, s64, opt, step[0] + 1);
     for (int i = 0; i < n; i++) {
         step_args a = {dtype == BLOB_FLOAT32 ? (const void *)&s32 : (const void *)&s64,
-                       data[i],
+                       lo ? NULL : data[i],
                        diff[i],
                        hist >= 1 ? hist1[i] : NULL,
                        hist >= 2 ? hist2[i] : NULL,
                        gdtype,
                        (float)inv_scale,
-                       work ? work[i] : NULL};
+                       work ? work[i] : NULL,
+                       lo ? lo[i] : NULL};
         blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[table][opt->kind], &a);
     }
     step[0]++;
@@ -238,9 +269,9 @@ blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const int64_t *counts, void *const *data, const void *const *diff,
                                 void *const *hist1, void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(
-        check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL, step));
-    cpu_step(opt, dtype, dtype, 1, n, counts, data, diff, hist1, hist2, NULL, step);
+    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, NULL, diff, hist1, hist2,
+                        NULL, step));
+    cpu_step(opt, dtype, dtype, 1, n, counts, data, NULL, diff, hist1, hist2, NULL, step);
     return BLOB_OK;
 }
 
@@ -248,23 +279,25 @@ blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const int64_t *counts, void *const *data, const void *const *diff,
                                 void *const *hist1, void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(
-        check_step(__func__, opt, dtype, dtype, n, counts, data, diff, hist1, hist2, NULL, step));
+    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, NULL, diff, hist1, hist2,
+                        NULL, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, dtype, dtype, n, counts, data, diff, hist1,
-                              hist2, NULL, 1, step);
+    return blob__k_optim_step(blob_stream_get(), opt, dtype, dtype, n, counts, data, NULL, diff,
+                              hist1, hist2, NULL, 1, step);
 }
 
-/* The checks of a mixed step: a 16-bit half and a finite positive inv_scale, then the arrays. */
+/* The checks of a mixed step: a 16-bit half and a finite positive inv_scale, then the arrays
+ * (split: lo not NULL, and no data). */
 static blob_status check_mixed(const char *fn, const blob_optim *opt, blob_dtype half,
                                double inv_scale, int n, const int64_t *counts, void *const *data,
-                               const void *const *diff, void *const *hist1, void *const *hist2,
-                               void *const *work, const int64_t *step)
+                               void *const *lo, const void *const *diff, void *const *hist1,
+                               void *const *hist2, void *const *work, const int64_t *step)
 {
     BLOB_TRY(check_half(fn, half));
     BLOB_NEED(inv_scale > 0 && isfinite(inv_scale) && isfinite((float)inv_scale), fn,
               "bad gradient factor %g (not finite and positive in float32)", inv_scale);
-    return check_step(fn, opt, BLOB_FLOAT32, half, n, counts, data, diff, hist1, hist2, work, step);
+    return check_step(fn, opt, BLOB_FLOAT32, half, n, counts, data, lo, diff, hist1, hist2, work,
+                      step);
 }
 
 blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, double inv_scale,
@@ -272,9 +305,10 @@ blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, void *const *work, int64_t *step)
 {
-    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2, work,
-                         step));
-    cpu_step(opt, BLOB_FLOAT32, half, inv_scale, n, counts, data, diff, hist1, hist2, work, step);
+    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, NULL, diff, hist1, hist2,
+                         work, step));
+    cpu_step(opt, BLOB_FLOAT32, half, inv_scale, n, counts, data, NULL, diff, hist1, hist2, work,
+             step);
     return BLOB_OK;
 }
 
@@ -283,11 +317,75 @@ blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, void *const *work, int64_t *step)
 {
-    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, diff, hist1, hist2, work,
-                         step));
+    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, NULL, diff, hist1, hist2,
+                         work, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, half, n, counts, data, diff,
-                              hist1, hist2, work, inv_scale, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, half, n, counts, data, NULL,
+                              diff, hist1, hist2, work, inv_scale, step);
+}
+
+/* The split step: the mixed step of bfloat16 over master weights kept as work[i] and lo[i].
+ * A NULL lo is refused here, as the steps below take a NULL lo for a mixed step; a split
+ * step of no tensors passes no_lo instead. */
+static void *const no_lo[1] = {NULL};
+
+static blob_status check_split(const char *fn, const blob_optim *opt, double inv_scale, int n,
+                               const int64_t *counts, void *const *work, void *const *lo,
+                               const void *const *diff, void *const *hist1, void *const *hist2,
+                               const int64_t *step)
+{
+    BLOB_NEED(lo || n <= 0, fn, "lo is NULL with %d tensors", n);
+    return check_mixed(fn, opt, BLOB_BFLOAT16, inv_scale, n, counts, NULL, lo ? lo : no_lo, diff,
+                       hist1, hist2, work, step);
+}
+
+blob_status blob_cpu_optim_step_split(const blob_optim *opt, double inv_scale, int n,
+                                      const int64_t *counts, void *const *work, void *const *lo,
+                                      const void *const *diff, void *const *hist1,
+                                      void *const *hist2, int64_t *step)
+{
+    BLOB_TRY(check_split(__func__, opt, inv_scale, n, counts, work, lo, diff, hist1, hist2, step));
+    cpu_step(opt, BLOB_FLOAT32, BLOB_BFLOAT16, inv_scale, n, counts, NULL, lo ? lo : no_lo, diff,
+             hist1, hist2, work, step);
+    return BLOB_OK;
+}
+
+blob_status blob_gpu_optim_step_split(const blob_optim *opt, double inv_scale, int n,
+                                      const int64_t *counts, void *const *work, void *const *lo,
+                                      const void *const *diff, void *const *hist1,
+                                      void *const *hist2, int64_t *step)
+{
+    BLOB_TRY(check_split(__func__, opt, inv_scale, n, counts, work, lo, diff, hist1, hist2, step));
+    BLOB_TRY(blob__require_gpu(__func__));
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, BLOB_BFLOAT16, n, counts, NULL,
+                              lo ? lo : no_lo, diff, hist1, hist2, work, inv_scale, step);
+}
+
+/* ---- Splitting and joining master weights ---- */
+
+static blob_status check_master(const char *fn, int64_t count, const void *master, const void *hi,
+                                const void *lo)
+{
+    BLOB_TRY(blob__check_array(fn, BLOB_FLOAT32, count, "master", master));
+    BLOB_TRY(blob__check_array(fn, BLOB_BFLOAT16, count, "hi", hi));
+    return blob__check_array(fn, BLOB_BFLOAT16, count, "lo", lo);
+}
+
+blob_status blob_cpu_master_split(int64_t count, const float *master, uint16_t *hi, uint16_t *lo)
+{
+    BLOB_TRY(check_master(__func__, count, master, hi, lo));
+    for (int64_t j = 0; j < count; j++)
+        master_split(master[j], hi, lo, j);
+    return BLOB_OK;
+}
+
+blob_status blob_cpu_master_join(int64_t count, const uint16_t *hi, const uint16_t *lo,
+                                 float *master)
+{
+    BLOB_TRY(check_master(__func__, count, master, hi, lo));
+    for (int64_t j = 0; j < count; j++)
+        master[j] = master_join(hi, lo, j);
+    return BLOB_OK;
 }
 
 /* ---- Finding Inf and NaN ---- */
