@@ -997,9 +997,11 @@ void mixed_suite(Suite *s)
     TCase *gpu = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_host);
     add_loop_tests(gpu, 0, 2 * CONFIGS, test_gpu_mixed_vs_float32);
-    add_loop_tests(gpu, 0, TEST_OPTIM_CONFIGS, test_gpu_split_vs_host);
-    add_loop_tests(gpu, 0, TEST_OPTIM_CONFIGS, test_gpu_split_vs_mixed);
     add_loop_tests(gpu, 0, 4, test_gpu_find_nonfinite);
     add_loop_tests(gpu, 0, 2, test_gpu_blob_scaler);
     add_loop_tests(gpu, 0, 2, test_gpu_relu_half);
+
+    /* a case of their own, which the sanitizers can run alone (CK_RUN_CASE=gpu_split) */
+    TCase *split = suite_case(s, "gpu_split", "gpu", 300, NULL, NULL);
+    add_loop_tests(split, 0, TEST_OPTIM_CONFIGS, test_gpu_split_vs_host, test_gpu_split_vs_mixed);
 }
