@@ -16,20 +16,6 @@ static const blob_dtype NEW_DTYPES[] = {BLOB_BFLOAT16, BLOB_FLOAT16, BLOB_INT32,
                                         BLOB_UINT8};
 #define N_NEW 5
 
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* ---- the reference: 16-bit values decoded by definition, rounding by search ---- */
 
 /* Fraction bits and the exponent field of Inf and NaN. */
@@ -41,7 +27,7 @@ static uint32_t inf_bits(blob_dtype dt) { return dt == BLOB_BFLOAT16 ? 0x7f80 : 
 static double ref_value(blob_dtype dt, uint16_t h)
 {
     if (dt == BLOB_BFLOAT16)
-        return bits_f32((uint32_t)h << 16);
+        return test_bits_f32((uint32_t)h << 16);
 #ifdef __FLT16_MAX__
     _Float16 v;
     memcpy(&v, &h, sizeof v);
@@ -107,9 +93,9 @@ static int64_t tricky_floats(blob_dtype dt, float *out)
                                 0xff812345, 0x7fffffff, 0x00000001, 0x80000001, 0x007fffff,
                                 0x7f7fffff, 0xff7fffff, 0x00000000, 0x80000000};
     for (size_t i = 0; i < sizeof special / sizeof *special; i++)
-        out[n++] = bits_f32(special[i]);
+        out[n++] = test_bits_f32(special[i]);
     for (int i = 0; i < 4000; i++)
-        out[n++] = bits_f32((uint32_t)(test_uniform(0, 4294967296.0)));
+        out[n++] = test_bits_f32((uint32_t)(test_uniform(0, 4294967296.0)));
     return n;
 }
 
@@ -156,8 +142,8 @@ START_TEST(test_round_trip_all_patterns)
     for (uint32_t p = 0; p < 65536; p++) {
         double v = ref_value(dt, (uint16_t)p);
         if (isnan(v)) {
-            ck_assert_msg(f32_bits(f[p]) == (p & 0x8000 ? 0xffc00000u : 0x7fc00000u),
-                          "%s %04x -> %08x", blob_dtype_name(dt), p, f32_bits(f[p]));
+            ck_assert_msg(test_f32_bits(f[p]) == (p & 0x8000 ? 0xffc00000u : 0x7fc00000u),
+                          "%s %04x -> %08x", blob_dtype_name(dt), p, test_f32_bits(f[p]));
             ck_assert_uint_eq(back[p], ref_nan(dt, p & 0x8000));
         } else {
             ck_assert_msg((double)f[p] == v && !signbit(f[p]) == !signbit(v), "%s %04x -> %g",
@@ -182,7 +168,8 @@ START_TEST(test_round_float32)
     ck_ok(blob_cpu_convert(BLOB_FLOAT32, dt, n, x, y));
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(y[i] == ref_round(dt, x[i]), "%s: %a (%08x) -> %04x, expected %04x",
-                      blob_dtype_name(dt), (double)x[i], f32_bits(x[i]), y[i], ref_round(dt, x[i]));
+                      blob_dtype_name(dt), (double)x[i], test_f32_bits(x[i]), y[i],
+                      ref_round(dt, x[i]));
     free(x);
     free(y);
 }
@@ -234,8 +221,8 @@ START_TEST(test_convert_between)
     ck_ok(blob_cpu_convert(BLOB_FLOAT64, BLOB_FLOAT32, 6, d, f));
     ck_ok(blob_cpu_convert(BLOB_FLOAT32, BLOB_FLOAT64, 6, f, back));
     ck_assert(f[0] == (float)(1.0 / 3) && f[1] == -INFINITY && f[2] == 0 && f[5] == INFINITY);
-    ck_assert_uint_eq(f32_bits(f[3]), 0x7fc00000u);
-    ck_assert_uint_eq(f32_bits(f[4]), 0xffc00000u);
+    ck_assert_uint_eq(test_f32_bits(f[3]), 0x7fc00000u);
+    ck_assert_uint_eq(test_f32_bits(f[4]), 0xffc00000u);
     ck_assert(back[0] == (double)f[0] && isnan(back[4]) && signbit(back[4]));
     free(h);
     free(o);

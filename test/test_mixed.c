@@ -111,20 +111,6 @@ static void expect_close(mixed *x, mixed *y, int a, double tol, const char *what
 
 /* ---- Split master weights: arrays of a split step ---- */
 
-static uint32_t bits_of(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-static float float_of(uint32_t b)
-{
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
 /* The arrays of a split step (bfloat16) of m's layout, master weights of m's W split. */
 static mixed split_new(const mixed *m, const int64_t *counts, bool gap)
 {
@@ -222,8 +208,8 @@ static void check_split_bits(uint32_t b, uint16_t hi, uint16_t lo, uint32_t back
     ck_assert_msg(hi == BLOB__MASTER_HI(b) && lo == BLOB__MASTER_LO(b) &&
                       back == BLOB__MASTER_JOIN(hi, lo),
                   "0x%08x: the arrays' halves are not the macros'", b);
-    if (isnan(float_of(b))) {
-        ck_assert_msg(isnan(float_of(back)) && (back >> 31) == (b >> 31) && lo == 0 &&
+    if (isnan(test_bits_f32(b))) {
+        ck_assert_msg(isnan(test_bits_f32(back)) && (back >> 31) == (b >> 31) && lo == 0 &&
                           (hi & 0x7fc0) == 0x7fc0,
                       "0x%08x: hi 0x%04x lo 0x%04x", b, hi, lo);
         return;
@@ -316,7 +302,7 @@ START_TEST(test_cpu_split_matches_mixed)
     for (int64_t k = 0; k < m.total; k++) {
         mw[k] = (float)(mw[k] * pow(2, (double)(k % 30) - 15));
         if (k % 5 == 0)
-            mw[k] = float_of((bits_of(mw[k]) & 0xffff0000) | 0x8000);
+            mw[k] = test_bits_f32((test_f32_bits(mw[k]) & 0xffff0000) | 0x8000);
     }
     mixed s = split_new(&m, counts, gap);
     test_arrays_init(&m);
@@ -339,12 +325,12 @@ START_TEST(test_cpu_split_matches_mixed)
         for (int i = 0; i < m.n; i++)
             for (int64_t j = 0; j < counts[i]; j++) {
                 const int64_t k = m.offset[i] + j;
-                const uint32_t b = bits_of(mw[k]);
-                ck_assert_msg(bits_of(joined[k]) == b && sh[k] == mh[k] && sv[k] == mv[k],
+                const uint32_t b = test_f32_bits(mw[k]);
+                ck_assert_msg(test_f32_bits(joined[k]) == b && sh[k] == mh[k] && sv[k] == mv[k],
                               "step %d tensor %d [%lld]: split %.9g (0x%08x) %.9g %.9g, mixed "
                               "%.9g (0x%08x) %.9g %.9g",
-                              st, i, (long long)j, joined[k], bits_of(joined[k]), sh[k], sv[k],
-                              mw[k], b, mh[k], mv[k]);
+                              st, i, (long long)j, joined[k], test_f32_bits(joined[k]), sh[k],
+                              sv[k], mw[k], b, mh[k], mv[k]);
                 ck_assert_int_eq(work[k], BLOB__MASTER_HI(b));
                 if (work[k] != mwork[k]) {
                     ck_assert_msg((b & 0xffff) == 0x8000, "0x%08x: work 0x%04x, mixed 0x%04x", b,

@@ -532,3 +532,17 @@ double test_rel_err(blob_dtype dtype, const void *a, const double *ref, int64_t 
     }
     return worst;
 }
+
+uint32_t test_f32_bits(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits;
+}
+
+float test_bits_f32(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}

@@ -134,6 +134,10 @@ int test_dir_entries(const char *dir);
  * communicator tests stretch their deadlines by, for runs under compute-sanitizer. */
 double test_time_scale(void);
 
+/* The bits of a float32, and the float32 of bits. */
+uint32_t test_f32_bits(float f);
+float test_bits_f32(uint32_t bits);
+
 /* Deterministic pseudo-random numbers for test data: uniform in [lo, hi), never all 0. */
 void test_seed(uint64_t seed);
 double test_uniform(double lo, double hi);
