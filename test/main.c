@@ -36,6 +36,7 @@
     X(dtype)      \
     X(mixed)      \
     X(layers16)   \
+    X(split)      \
     X(conv_streams)
 
 #define SUITE_PROTOTYPE(name) void name##_suite(Suite *s);
