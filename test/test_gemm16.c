@@ -599,6 +599,17 @@ END_TEST
 START_TEST(test_gpu_epilogue16) { epilogues_all(_i, true); }
 END_TEST
 
+/* The same tuned: each fused product is timed against the plain one and the epilogue
+ * kernels, and whichever is kept computes what the host does. */
+START_TEST(test_gpu_epilogue16_tuned)
+{
+    const bool tuning = blob_gemm_tuning_get();
+    blob_gemm_tuning_set(true);
+    epilogues_all(_i, true);
+    blob_gemm_tuning_set(tuning);
+}
+END_TEST
+
 /* Which epilogues cuBLASLt fuses on 16-bit floats at an MLP layer's shape, for the record
  * (those it does not run as the product and the 16-bit epilogue kernels, which the tests
  * above check either way). */
@@ -695,6 +706,7 @@ void gemm16_suite(Suite *s)
     TCase *gpu = suite_case(s, "gpu", "gpu", 600, NULL, NULL);
     add_loop_tests(gpu, 0, 2, test_gpu_gemm16);
     add_loop_tests(gpu, 0, 2, test_gpu_epilogue16);
+    add_loop_tests(gpu, 0, 2, test_gpu_epilogue16_tuned);
     add_tests(gpu, test_gpu16_fused_report);
     add_loop_tests(gpu, 0, 2, test_gpu_gemm16_replay);
 }

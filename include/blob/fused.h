@@ -58,7 +58,9 @@ BLOB_API blob_status blob_gpu_gemm_epilogue(blob_dtype dtype, blob_trans trans_a
 /* *fused = whether blob_gpu_gemm_epilogue runs this problem as one cuBLASLt call with the
  * epilogue fused (true) or as a product followed by kernels of its own (false), on the
  * current GPU, for arrays aligned as the allocator's blocks are; with_mask says whether a
- * ReLU epilogue writes its mask. Empty products never fuse. *fused is false on failure.
+ * ReLU epilogue writes its mask. Empty products never fuse. With GEMM tuning on, a problem
+ * whose fused form times slower than the other runs as the other, which this does not
+ * tell (blob/math_mode.h). *fused is false on failure.
  * Errors: as blob_gpu_gemm_epilogue's (the arrays are not needed), BLOB_ENODEV. */
 BLOB_API blob_status blob_gpu_gemm_epilogue_fused(blob_dtype dtype, blob_trans trans_a,
                                                   blob_trans trans_b, int64_t M, int64_t N,

@@ -44,7 +44,9 @@ BLOB_API const char *blob_math_mode_name(blob_math_mode mode);
  * algorithm of a product by a heuristic. With tuning on, blob_gpu_gemm_epilogue times
  * instead, on the device, the heuristic's candidates and the splits of K each allows,
  * the first time the calling thread meets a problem (its shape, transposes, epilogue,
- * mode and pointer alignments), and keeps the fastest. That first call waits on the host
+ * mode and pointer alignments), and keeps the fastest; for an epilogue, the fastest
+ * fused product is timed against the plain product followed by the library's epilogue
+ * kernels, and the faster of the two is kept. That first call waits on the host
  * for the stream's work and runs the product some hundred times on its own arrays (what
  * it writes, the call then writes again), tens of milliseconds; a problem met first while
  * its stream is captured is timed at its first call outside a capture. The fastest can

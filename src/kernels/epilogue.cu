@@ -48,15 +48,22 @@ struct BiasRelu {
     }
 };
 
+/* Zeroes C[i,j] where the mask bit is clear, over eight columns of a row (one mask byte:
+ * a row's bits start at a byte, row_bits being a multiple of 128) per index g. */
 template <typename T>
 struct Drelu {
-    int64_t N, row_bits;
+    int64_t N, groups, row_bits; /* groups = ceil(N / 8) per row */
     const void *mask;
     void *C;
-    __device__ void operator()(int64_t i) const
+    __device__ void operator()(int64_t g) const
     {
-        if (!mask_bit((const unsigned char *)mask, row_bits, i / N, i % N))
-            ((T *)C)[i] = narrow<T>(wide_t<T>(0));
+        const int64_t i = g / groups, j0 = (g - i * groups) * 8;
+        const unsigned bits = ((const unsigned char *)mask)[(i * row_bits + j0) / 8];
+        T *c = (T *)C + i * N + j0;
+        const int n = N - j0 < 8 ? (int)(N - j0) : 8;
+        for (int k = 0; k < n; k++)
+            if (!((bits >> k) & 1))
+                c[k] = narrow<T>(wide_t<T>(0));
     }
 };
 
@@ -118,7 +125,10 @@ static blob_status apply(const char *func, cudaStream_t s, blob_trans trans_a, b
         }
         return each(func, s, M * N, BiasRelu<T>{N, bias, relu, C});
     }
-    case BLOB_EPILOGUE_DRELU: return each(func, s, M * N, Drelu<T>{N, row_bits, mask, C});
+    case BLOB_EPILOGUE_DRELU: {
+        const int64_t groups = (N + 7) / 8;
+        return each(func, s, M * groups, Drelu<T>{N, groups, row_bits, mask, C});
+    }
     case BLOB_EPILOGUE_DRELU_BGRAD:
         if (N == 0)
             return BLOB_OK;

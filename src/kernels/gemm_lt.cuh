@@ -19,8 +19,9 @@
  * Each thread keeps, per device, a cuBLASLt handle, and a small cache of plans (the
  * matmul and layout descriptors and the algorithm chosen among the heuristic's) keyed by
  * the whole problem, pointer alignments included, so a call in steady state only sets the
- * bias and mask pointers and launches. A problem cuBLASLt cannot fuse is remembered as
- * such and runs as a cuBLAS product followed by the epilogue kernels. */
+ * bias and mask pointers and launches. A problem cuBLASLt cannot fuse, or whose fused form
+ * timed slower at tuning, is remembered as such and runs as a plain product followed by
+ * the epilogue kernels. */
 #ifndef BLOB_KERNELS_GEMM_LT_CUH
 #define BLOB_KERNELS_GEMM_LT_CUH
 
@@ -79,7 +80,7 @@ struct Launch {
 
 struct Plan {
     Key key;
-    bool fused; /* false: cuBLASLt has no algorithm; run the fallback */
+    bool fused; /* false: cuBLASLt has no algorithm, or it timed slower; run the fallback */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -155,18 +156,25 @@ static inline cublasStatus_t lt_matmul(cublasLtHandle_t h, const Plan *p,
 /* gemm_lt_tune.cu */
 
 /* The candidates of tuning (p->untimed): each usable heuristic result, and its algorithm
- * with every split of K that cuBLASLt accepts here within ws bytes of workspace. None if
- * there is no choice to make or no memory for them. */
+ * with every split of K that cuBLASLt accepts here within ws bytes of workspace; one alone
+ * is timed too, against the unfused path. None if there are none or no memory for them. */
 void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
                               const cublasLtMatmulHeuristicResult_t *results, int found, size_t ws);
 
+/* Times n ways of computing one problem on stream: each way, behind a kernel that holds
+ * the stream while the host queues it, runs TUNE_RUNS times back to back between two
+ * events; ms[i] = its best of TUNE_ROUNDS rounds in ms, -1 if run(ctx, i) failed (false)
+ * or could not be timed. The host waits for the stream. False if there were no events. */
+bool blob__lt_time_ways(void *stream, int n, bool (*run)(const void *ctx, int way), const void *ctx,
+                        float *ms);
+
 /* Time the plan's untimed candidates on stream with this call's arrays (its descriptor
- * points at its bias and mask) and keep the fastest as p->algo; the host waits for the
- * stream. beta must be 0: C is written many times over. If nothing could be timed the
- * heuristic's choice stays. */
-void blob__lt_tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
-                        const void *beta, const void *A, const void *B, void *C,
-                        const Workspace *w);
+ * points at its bias and mask), keep the fastest as p->algo and return its time as
+ * blob__lt_time_ways gives it (INFINITY if nothing could be timed, and the heuristic's
+ * choice stays). beta must be 0: C is written many times over. */
+float blob__lt_tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
+                         const void *beta, const void *A, const void *B, void *C,
+                         const Workspace *w);
 
 /* gemm_lt_replay.cu */
 

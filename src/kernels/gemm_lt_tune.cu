@@ -1,8 +1,9 @@
 /* Tuning of the cuBLASLt GEMM's plans (gemm_lt.cuh; blob_gemm_tuning_set). With tuning a
  * plan keeps the candidates instead of the heuristic's choice alone: the heuristic's
  * usable ones and each one's algorithm with every split of K in SPLITS, and the first
- * call outside a capture times them all on the device and keeps the fastest. Owns the
- * candidates, from their making to the choice. */
+ * call outside a capture times them all on the device and keeps the fastest (the launcher
+ * then times that against the unfused path, the same way). Owns the candidates, from
+ * their making to the choice, and the way of timing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@ void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
                 add_candidate(c, &n, a);
         }
     }
-    if (n < 2) {
+    if (n < 1) {
         free(c);
         return;
     }
@@ -79,56 +80,78 @@ static __global__ void hold(uint64_t ns)
     while (t - t0 < ns);
 }
 
-/* TUNE_RUNS products back to back for each candidate while a hold kernel lets the host
- * queue them, best of TUNE_ROUNDS. What fails to run is not a candidate. */
-void blob__lt_tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
-                        const void *beta, const void *A, const void *B, void *C, const Workspace *w)
+bool blob__lt_time_ways(void *stream, int n, bool (*run)(const void *ctx, int way), const void *ctx,
+                        float *ms)
 {
-    const int n = p->num_untimed;
     cudaEvent_t *ev = (cudaEvent_t *)calloc(2 * (size_t)n, sizeof *ev);
-    float *best = (float *)malloc((size_t)n * sizeof *best);
     int made = 0;
-    while (ev && best && made < 2 * n && cudaEventCreate(&ev[made]) == cudaSuccess)
+    while (ev && made < 2 * n && cudaEventCreate(&ev[made]) == cudaSuccess)
         made++;
     const cudaStream_t s = (cudaStream_t)stream;
+    for (int i = 0; i < n; i++)
+        ms[i] = INFINITY;
     for (int round = 0; made == 2 * n && round < TUNE_ROUNDS; round++) {
         for (int i = 0; i < n; i++) {
-            if (round && best[i] < 0) /* failed before */
+            if (ms[i] < 0) /* failed before */
                 continue;
-            bool ran = true;
             hold<<<1, 1, 0, s>>>(TUNE_HOLD_NS);
-            ran &= cudaEventRecord(ev[2 * i], s) == cudaSuccess;
+            bool ran = cudaEventRecord(ev[2 * i], s) == cudaSuccess;
             for (int r = 0; r < TUNE_RUNS && ran; r++)
-                ran = lt_matmul(h, p, &p->untimed[i], alpha, beta, A, B, C, w, s) ==
-                      CUBLAS_STATUS_SUCCESS;
+                ran = run(ctx, i);
             ran &= cudaEventRecord(ev[2 * i + 1], s) == cudaSuccess;
-            if (!round)
-                best[i] = INFINITY;
             if (!ran)
-                best[i] = -1;
+                ms[i] = -1;
         }
         if (cudaStreamSynchronize(s) != cudaSuccess)
             break;
         for (int i = 0; i < n; i++) {
-            float ms;
-            if (best[i] >= 0 && cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) == cudaSuccess)
-                best[i] = ms < best[i] ? ms : best[i];
+            float t;
+            if (ms[i] >= 0 && cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]) == cudaSuccess)
+                ms[i] = t < ms[i] ? t : ms[i];
             else
-                best[i] = -1;
+                ms[i] = -1;
         }
     }
     (void)cudaGetLastError(); /* refusals of candidates */
-    int pick = -1;
-    for (int i = 0; made == 2 * n && i < n; i++)
-        if (best[i] >= 0 && best[i] < INFINITY && (pick < 0 || best[i] < best[pick]))
-            pick = i;
-    if (pick >= 0)
-        p->algo = p->untimed[pick];
     for (int i = 0; i < made; i++)
         (void)cudaEventDestroy(ev[i]);
     free(ev);
-    free(best);
+    return made == 2 * n;
+}
+
+/* A candidate's product, as blob__lt_time_ways runs it. */
+struct CandidateRun {
+    cublasLtHandle_t h;
+    const Plan *p;
+    const void *alpha, *beta, *A, *B;
+    void *C;
+    const Workspace *w;
+    cudaStream_t s;
+};
+
+float blob__lt_tune_plan(cublasLtHandle_t h, Plan *p, void *stream, const void *alpha,
+                         const void *beta, const void *A, const void *B, void *C,
+                         const Workspace *w)
+{
+    const int n = p->num_untimed;
+    const CandidateRun c = {h, p, alpha, beta, A, B, C, w, (cudaStream_t)stream};
+    const auto run = [](const void *ctx, int i) {
+        const CandidateRun &r = *(const CandidateRun *)ctx;
+        return lt_matmul(r.h, r.p, &r.p->untimed[i], r.alpha, r.beta, r.A, r.B, r.C, r.w, r.s) ==
+               CUBLAS_STATUS_SUCCESS;
+    };
+    float *ms = (float *)malloc((size_t)n * sizeof *ms);
+    int pick = -1;
+    if (ms && blob__lt_time_ways(stream, n, run, &c, ms))
+        for (int i = 0; i < n; i++)
+            if (ms[i] >= 0 && ms[i] < INFINITY && (pick < 0 || ms[i] < ms[pick]))
+                pick = i;
+    const float best = pick >= 0 ? ms[pick] : INFINITY;
+    if (pick >= 0)
+        p->algo = p->untimed[pick];
+    free(ms);
     free(p->untimed);
     p->untimed = nullptr;
     p->num_untimed = 0;
+    return best;
 }
