@@ -1,5 +1,5 @@
 # libblob: make [CUDA=0] [V=1] | make check | make bench | make bench-comm | make bench-dp |
-#          make demo | make install | make fuzz [FUZZ_SECONDS=60]
+#          make bench-trace | make demo | make install | make fuzz [FUZZ_SECONDS=60]
 #
 # CUDA builds are chosen when $(CUDA_HOME)/bin/nvcc exists (CUDA_HOME defaults to
 # /usr/local/cuda); CUDA=0 builds a library with no CUDA dependency at all. Each build
@@ -298,6 +298,26 @@ bench: $(BENCH_BIN) $(NET_STEP)
 	$(Q)$(NET_STEP) --if cpu --net lenet --batch 64 $(if $(BENCH_FULL),--batch 256) --steps 20
 	$(if $(BENCH_FULL),$(Q)$(NET_STEP) --if cpu --net mlp4096 --batch 512 --steps 10 --repeats 3)
 	$(Q)BLOB_LIBRARY=$(CURDIR)/$(SHARED) $(PYTHON) bench/dlpack.py
+
+# make bench-trace: a kernel trace (CUPTI, bench/ktrace.c) of net_step's last replayed
+# step, node by node, for where a graphed step's time goes; BENCH_TRACE_ARGS are
+# net_step's (default: mlp4096 at 512 in bf16-mixed, tuned). CUDA builds only.
+.PHONY: bench-trace
+KTRACE := $(BUILD)/bench/ktrace.so
+BENCH_TRACE_ARGS ?= --net mlp4096 --batch 512 --precision bf16-mixed --steps 30 --repeats 2 \
+    --tune 1 --compile 0
+$(KTRACE): bench/ktrace.c
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -shared -fPIC $(CUDA_CFLAGS) -o $@ $< -L$(CUDA_LIBDIR) \
+	    -Wl,-rpath,$(CUDA_LIBDIR) -lcupti
+ifeq ($(CUDA),1)
+bench-trace: $(KTRACE) $(NET_STEP)
+	$(Q)CUDA_INJECTION64_PATH=$(CURDIR)/$(KTRACE) BLOB_BENCH_PYTHON=false \
+	    $(NET_STEP) --if gpu $(BENCH_TRACE_ARGS)
+else
+bench-trace:
+	@echo "bench-trace: a CUDA build only (CUPTI)"
+endif
 
 # The packages of `check` (all of them); `demo` asks for its own, fewer.
 deps:
