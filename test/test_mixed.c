@@ -743,6 +743,40 @@ END_TEST
 
 /* ---- Real GPU ---- */
 
+/* The tensors of the GPU-against-host checks, by shape: eight of odd sizes (0), or 600,
+ * more than one launch takes, every seventh empty (1); *n of them. */
+static const int64_t *gpu_host_counts(int shape, int *n)
+{
+    static const int64_t odd[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 600001};
+    static int64_t many[600];
+    for (int i = 0; i < 600; i++)
+        many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300;
+    *n = shape ? 600 : 8;
+    return shape ? many : odd;
+}
+
+enum { GPU_HOST_STEPS = 4 };
+
+/* GPU_HOST_STEPS steps of g (on the GPU) and h (on the host) with the same gradients,
+ * seeded from seed; then g's step counter reads the steps, its block count 0. */
+static void steps_on_both(mixed *g, mixed *h, const blob_optim *o, uint64_t seed,
+                          blob_status (*step)(mixed *, const blob_optim *, double))
+{
+    for (int s = 0; s < GPU_HOST_STEPS; s++) {
+        test_seed(seed + (uint64_t)s);
+        fill_grads(g, 512);
+        test_seed(seed + (uint64_t)s);
+        fill_grads(h, 512);
+        ck_ok(step(g, o, 1.0 / 512));
+        ck_ok(step(h, o, 1.0 / 512));
+    }
+    int64_t st[BLOB_OPTIM_STEP_WORDS];
+    ck_ok(blob__be->copy_async(st, g->step, sizeof st, BLOB__D2H, blob_stream_get()));
+    ck_ok(blob__be->stream_synchronize(blob_stream_get()));
+    ck_assert_int_eq(st[0], GPU_HOST_STEPS);
+    ck_assert_int_eq(st[1], 0);
+}
+
 /* The GPU's mixed step against the host's on the same values: every kind, both 16-bit
  * dtypes, odd sizes, misaligned arrays, more tensors than one launch takes, and a loss
  * scale. The GPU contracts the rule into fused multiply-adds, so master weights and
@@ -753,13 +787,9 @@ START_TEST(test_gpu_mixed_vs_host)
     const blob_dtype half = test_halves[_i % 2];
     const int c = _i / 2;
     const blob_optim o = config(c);
-    int64_t many[600];
-    for (int i = 0; i < 600; i++)
-        many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300;
-    const int64_t odd[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 600001};
     for (int shape = 0; shape < 2; shape++) {
-        const int n = shape ? 600 : 8;
-        const int64_t *counts = shape ? many : odd;
+        int n;
+        const int64_t *counts = gpu_host_counts(shape, &n);
         test_seed(7 + (uint64_t)_i);
         mixed g = mixed_new(half, true, n, counts, c % 2),
               h = mixed_new(half, false, n, counts, false);
@@ -768,27 +798,14 @@ START_TEST(test_gpu_mixed_vs_host)
                    sizeof(float) * (size_t)counts[i]);
         test_arrays_init(&g);
         test_arrays_init(&h);
-        const int steps = 4;
-        for (int s = 0; s < steps; s++) {
-            test_seed(300 + (uint64_t)s);
-            fill_grads(&g, 512);
-            test_seed(300 + (uint64_t)s);
-            fill_grads(&h, 512);
-            ck_ok(mixed_step(&g, &o, 1.0 / 512));
-            ck_ok(mixed_step(&h, &o, 1.0 / 512));
-        }
+        steps_on_both(&g, &h, &o, 300, mixed_step);
         char what[96];
         snprintf(what, sizeof what, "gpu %s config %d, %d tensors", blob_dtype_name(half), c, n);
-        const double tol = 16 * FLT_EPSILON * steps;
+        const double tol = 16 * FLT_EPSILON * GPU_HOST_STEPS;
         expect_close(&g, &h, W, tol, what);
         for (int a = H; a < H + blob_optim_history_count(&o); a++)
             expect_close(&g, &h, a, tol, what);
         expect_work_is_rounded(&g, what);
-        int64_t st[BLOB_OPTIM_STEP_WORDS];
-        ck_ok(blob__be->copy_async(st, g.step, sizeof st, BLOB__D2H, blob_stream_get()));
-        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
-        ck_assert_int_eq(st[0], steps);
-        ck_assert_int_eq(st[1], 0);
         test_arrays_free(&g);
         test_arrays_free(&h);
     }
@@ -842,13 +859,9 @@ END_TEST
 START_TEST(test_gpu_split_vs_host)
 {
     const blob_optim o = test_optim_config(_i);
-    int64_t many[600];
-    for (int i = 0; i < 600; i++)
-        many[i] = i % 7 == 0 ? 0 : 1 + (i * 37) % 300;
-    const int64_t odd[] = {1, 3, 4, 7, 2048, 2051, 4096 * 3 + 5, 600001};
     for (int shape = 0; shape < 2; shape++) {
-        const int n = shape ? 600 : 8;
-        const int64_t *counts = shape ? many : odd;
+        int n;
+        const int64_t *counts = gpu_host_counts(shape, &n);
         const bool gap = _i % 2;
         test_seed(9 + (uint64_t)_i);
         mixed mg = mixed_new(BLOB_BFLOAT16, true, n, counts, gap),
@@ -863,28 +876,15 @@ START_TEST(test_gpu_split_vs_host)
         }
         test_arrays_init(&g);
         test_arrays_init(&h);
-        const int steps = 4;
-        for (int s = 0; s < steps; s++) {
-            test_seed(700 + (uint64_t)s);
-            fill_grads(&g, 512);
-            test_seed(700 + (uint64_t)s);
-            fill_grads(&h, 512);
-            ck_ok(split_step(&g, &o, 1.0 / 512));
-            ck_ok(split_step(&h, &o, 1.0 / 512));
-        }
+        steps_on_both(&g, &h, &o, 700, split_step);
         char what[96];
         snprintf(what, sizeof what, "gpu split config %d, %d tensors", _i, n);
-        const double tol = 16 * FLT_EPSILON * steps;
+        const double tol = 16 * FLT_EPSILON * GPU_HOST_STEPS;
         float *jg = split_joined(&g), *jh = split_joined(&h);
         expect_close_at(&g, jg, &h, jh, LO, tol, what);
         for (int a = H; a < H + blob_optim_history_count(&o); a++)
             expect_close(&g, &h, a, tol, what);
         free(jg), free(jh);
-        int64_t st[BLOB_OPTIM_STEP_WORDS];
-        ck_ok(blob__be->copy_async(st, g.step, sizeof st, BLOB__D2H, blob_stream_get()));
-        ck_ok(blob__be->stream_synchronize(blob_stream_get()));
-        ck_assert_int_eq(st[0], steps);
-        ck_assert_int_eq(st[1], 0);
         test_arrays_free(&mg), test_arrays_free(&mh);
         test_arrays_free(&g), test_arrays_free(&h);
     }
