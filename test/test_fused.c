@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../src/core/core.h"
+#include "../src/kernels/kernels.h"
 #include "testutil.h"
 
 static const char *const epi_names[] = {"NONE",  "BIAS",        "RELU",   "BIAS_RELU",
@@ -692,6 +693,50 @@ START_TEST(test_gpu_global_mode)
 }
 END_TEST
 
+/* The library's DRELU kernel (blob__k_epilogue_apply), which the GEMM runs where cuBLASLt
+ * does not fuse or was timed slower, on every float dtype: rows of whole 16-byte vectors,
+ * rows at odd element offsets, short tails. A masked entry becomes +0 and every other
+ * keeps its bits, the elements before C included. */
+START_TEST(test_gpu_drelu_kernel)
+{
+    static const blob_dtype dtypes[] = {BLOB_FLOAT32, BLOB_FLOAT64, BLOB_BFLOAT16, BLOB_FLOAT16};
+    static const int64_t shapes[][3] = {/* M, N, C's offset in elements */
+                                        {37, 64, 0}, {3, 4096, 0}, {5, 10, 0},
+                                        {9, 20, 0},  {7, 24, 1},   {4, 136, 3}};
+    test_seed(77);
+    for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            const blob_dtype dt = dtypes[d];
+            const int64_t M = shapes[k][0], N = shapes[k][1], off = shapes[k][2];
+            const size_t es = blob_dtype_size(dt), cbytes = (size_t)(M * N + off) * es;
+            const size_t mbytes = blob_relu_mask_bytes(M, N);
+            const int64_t row_bits = BLOB_RELU_MASK_ROW_BITS(N);
+            unsigned char *c = malloc(cbytes), *mask = malloc(mbytes), *got = malloc(cbytes);
+            test_fill(dt, c, M * N + off, -1, 1);
+            for (size_t b = 0; b < mbytes; b++)
+                mask[b] = (unsigned char)test_uniform(0, 256);
+            mask[0] = 0xFF; /* a group kept whole, and one dropped whole */
+            mask[row_bits / 8 * (M - 1)] = 0;
+            void *dc = side_copy(true, c, cbytes), *dmask = side_copy(true, mask, mbytes);
+            ck_ok(blob__k_epilogue_apply(
+                __func__, blob_stream_get(), dt, BLOB_NO_TRANS, BLOB_NO_TRANS, M, N, 1, NULL, NULL,
+                (char *)dc + (size_t)off * es, BLOB_EPILOGUE_DRELU, NULL, dmask));
+            side_read(true, got, dc, cbytes);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    const int64_t bit = i * row_bits + j;
+                    if (!((mask[bit / 8] >> (bit % 8)) & 1))
+                        memset(c + (size_t)(off + i * N + j) * es, 0, es);
+                }
+            ck_assert_msg(!memcmp(c, got, cbytes), "DRELU kernel, %s %lld x %lld at offset %lld",
+                          test_dtype_name(dt), (long long)M, (long long)N, (long long)off);
+            side_free(true, dc);
+            side_free(true, dmask);
+            free(c), free(mask), free(got);
+        }
+}
+END_TEST
+
 /* With tuning, every epilogue and transpose at the MLP's first layer (where K is split)
  * and at odd sizes, in FP32 and TF32: the timed algorithms compute what the loops do.
  * Then a problem met first inside a capture: the replay, and the call after it that
@@ -920,5 +965,6 @@ void fused_suite(Suite *s)
     tc = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(tc, 0, 4, test_gpu_epilogues);
     add_loop_tests(tc, 0, 3, test_gpu_global_mode);
-    add_tests(tc, test_gpu_epilogue_graph, test_gpu_epilogue_replay, test_gpu_gemm_tuning);
+    add_tests(tc, test_gpu_epilogue_graph, test_gpu_epilogue_replay, test_gpu_gemm_tuning,
+              test_gpu_drelu_kernel);
 }

@@ -57,8 +57,8 @@ static blob_status unfused(const char *func, const Call &c)
             BLOB_TRY(blob__k_gemm(c.stream, c.dtype, c.trans_a, c.trans_b, c.M, c.N, c.K, c.alpha,
                                   c.A, c.B, c.beta, c.C));
     }
-    return blob__epilogue_apply(func, c.stream, c.dtype, c.trans_a, c.trans_b, c.M, c.N, c.K, c.A,
-                                c.B, c.C, c.epilogue, c.bias, c.mask);
+    return blob__k_epilogue_apply(func, c.stream, c.dtype, c.trans_a, c.trans_b, c.M, c.N, c.K, c.A,
+                                  c.B, c.C, c.epilogue, c.bias, c.mask);
 }
 
 /* Whether the plain product and the epilogue kernels beat fused_ms, timed as the fused

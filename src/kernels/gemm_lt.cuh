@@ -157,7 +157,8 @@ static inline cublasStatus_t lt_matmul(cublasLtHandle_t h, const Plan *p,
 
 /* The candidates of tuning (p->untimed): each usable heuristic result, and its algorithm
  * with every split of K that cuBLASLt accepts here within ws bytes of workspace; one alone
- * is timed too, against the unfused path. None if there are none or no memory for them. */
+ * is timed too where it has an epilogue, against the unfused path. None if there are
+ * none, one without an epilogue, or no memory for them. */
 void blob__lt_tune_candidates(cublasLtHandle_t h, Plan *p,
                               const cublasLtMatmulHeuristicResult_t *results, int found, size_t ws);
 

@@ -118,6 +118,14 @@ blob_status blob__k_gemm_epilogue(void *stream, blob_dtype dtype, blob_math_mode
                                   int64_t K, double alpha, const void *A, const void *B,
                                   double beta, void *C, blob_epilogue epilogue, void *bias,
                                   void *mask, bool tune);
+/* C already holds P = op(A) op(B) (M x N, row-major): apply the epilogue to it and write
+ * bias / mask as blob_gpu_gemm_epilogue does (the bias sums of BGRADA and BGRADB come
+ * from A and B), by the library's kernels: where cuBLASLt does not fuse, or its fused
+ * form was timed slower. Queued on stream; errors recorded under func. */
+blob_status blob__k_epilogue_apply(const char *func, void *stream, blob_dtype dtype,
+                                   blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
+                                   int64_t K, const void *A, const void *B, void *C,
+                                   blob_epilogue epilogue, void *bias, void *mask);
 /* *fused = whether cuBLASLt fuses the epilogue of this problem on the current device
  * (for 256-byte aligned arrays); empty problems never fuse. */
 blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,

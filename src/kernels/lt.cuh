@@ -7,14 +7,6 @@
 
 #include "common.cuh"
 
-/* C already holds P = op(A) op(B) (M x N, row-major): apply the epilogue to it and write
- * bias / mask as blob_gpu_gemm_epilogue does (the bias sums of BGRADA and BGRADB come
- * from A and B). Queued on stream; errors recorded under func. */
-blob_status blob__epilogue_apply(const char *func, void *stream, blob_dtype dtype,
-                                 blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N,
-                                 int64_t K, const void *A, const void *B, void *C,
-                                 blob_epilogue epilogue, void *bias, void *mask);
-
 /* The calling thread's cuBLASLt workspace for stream on the current device, made (with
  * the thread's cuBLASLt handle) on first use, which must come before a stream capture.
  * The thread's cuBLAS handle takes it too: the calls queued on one stream run in order,

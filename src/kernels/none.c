@@ -74,6 +74,9 @@ NO_CUDA(blob__k_gemm_epilogue, void *stream, blob_dtype dtype, blob_math_mode mo
         blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N, int64_t K, double alpha,
         const void *A, const void *B, double beta, void *C, blob_epilogue epilogue, void *bias,
         void *mask, bool tune)
+NO_CUDA(blob__k_epilogue_apply, const char *func, void *stream, blob_dtype dtype,
+        blob_trans trans_a, blob_trans trans_b, int64_t M, int64_t N, int64_t K, const void *A,
+        const void *B, void *C, blob_epilogue epilogue, void *bias, void *mask)
 NO_CUDA(blob__k_gemm_epilogue_fused, blob_dtype dtype, blob_math_mode mode, blob_trans trans_a,
         blob_trans trans_b, int64_t M, int64_t N, int64_t K, blob_epilogue epilogue, bool with_mask,
         bool *fused)
