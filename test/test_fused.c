@@ -693,47 +693,111 @@ START_TEST(test_gpu_global_mode)
 }
 END_TEST
 
-/* The library's DRELU kernel (blob__k_epilogue_apply), which the GEMM runs where cuBLASLt
- * does not fuse or was timed slower, on every float dtype: rows of whole 16-byte vectors,
- * rows at odd element offsets, short tails. A masked entry becomes +0 and every other
- * keeps its bits, the elements before C included. */
-START_TEST(test_gpu_drelu_kernel)
+/* Column sums of a dtype's kernel against the host's in double: each within the sum's
+ * own rounding (float32 accumulation over rows terms) and one rounding to the dtype. */
+static void check_col_sums(blob_dtype dt, const void *got, const double *sum, const double *abs_sum,
+                           int64_t n, int64_t rows, const char *what)
 {
-    static const blob_dtype dtypes[] = {BLOB_FLOAT32, BLOB_FLOAT64, BLOB_BFLOAT16, BLOB_FLOAT16};
+    const double acc = dt == BLOB_FLOAT64 ? DBL_EPSILON : FLT_EPSILON;
+    for (int64_t j = 0; j < n; j++) {
+        const double tol = (test_eps(dt) + (double)rows * acc) * abs_sum[j] + DBL_MIN;
+        const double v = test_get(dt, got, j);
+        ck_assert_msg(fabs(v - sum[j]) <= tol,
+                      "%s, %s: sum %lld is %.9g, not %.9g (tolerance %.3g)", what,
+                      test_dtype_name(dt), (long long)j, v, sum[j], tol);
+    }
+}
+
+/* The library's epilogue kernels (blob__k_epilogue_apply), which the GEMM runs where
+ * cuBLASLt does not fuse or was timed slower, on every float dtype. DRELU and DRELU_BGRAD
+ * on rows of whole 16-byte vectors, rows at odd element offsets and short tails: a masked
+ * entry becomes +0 and every other keeps its bits (the elements before C too), and the
+ * bias gradient sums the columns kept. BGRADA of a transposed A: the column sums of a
+ * narrow (10 classes) and a wide A. */
+static const blob_dtype kernel_dtypes[] = {BLOB_FLOAT32, BLOB_FLOAT64, BLOB_BFLOAT16, BLOB_FLOAT16};
+
+START_TEST(test_gpu_drelu_kernels)
+{
     static const int64_t shapes[][3] = {/* M, N, C's offset in elements */
                                         {37, 64, 0}, {3, 4096, 0}, {5, 10, 0},
-                                        {9, 20, 0},  {7, 24, 1},   {4, 136, 3}};
-    test_seed(77);
-    for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
-        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
-            const blob_dtype dt = dtypes[d];
-            const int64_t M = shapes[k][0], N = shapes[k][1], off = shapes[k][2];
-            const size_t es = blob_dtype_size(dt), cbytes = (size_t)(M * N + off) * es;
-            const size_t mbytes = blob_relu_mask_bytes(M, N);
-            const int64_t row_bits = BLOB_RELU_MASK_ROW_BITS(N);
-            unsigned char *c = malloc(cbytes), *mask = malloc(mbytes), *got = malloc(cbytes);
-            test_fill(dt, c, M * N + off, -1, 1);
-            for (size_t b = 0; b < mbytes; b++)
-                mask[b] = (unsigned char)test_uniform(0, 256);
-            mask[0] = 0xFF; /* a group kept whole, and one dropped whole */
-            mask[row_bits / 8 * (M - 1)] = 0;
-            void *dc = side_copy(true, c, cbytes), *dmask = side_copy(true, mask, mbytes);
-            ck_ok(blob__k_epilogue_apply(
-                __func__, blob_stream_get(), dt, BLOB_NO_TRANS, BLOB_NO_TRANS, M, N, 1, NULL, NULL,
-                (char *)dc + (size_t)off * es, BLOB_EPILOGUE_DRELU, NULL, dmask));
-            side_read(true, got, dc, cbytes);
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    const int64_t bit = i * row_bits + j;
-                    if (!((mask[bit / 8] >> (bit % 8)) & 1))
-                        memset(c + (size_t)(off + i * N + j) * es, 0, es);
-                }
-            ck_assert_msg(!memcmp(c, got, cbytes), "DRELU kernel, %s %lld x %lld at offset %lld",
-                          test_dtype_name(dt), (long long)M, (long long)N, (long long)off);
-            side_free(true, dc);
-            side_free(true, dmask);
-            free(c), free(mask), free(got);
-        }
+                                        {9, 20, 0},  {7, 24, 1},   {300, 136, 3}};
+    const blob_dtype dt = kernel_dtypes[_i / 2];
+    const blob_epilogue e = _i % 2 ? BLOB_EPILOGUE_DRELU_BGRAD : BLOB_EPILOGUE_DRELU;
+    test_seed(77 + (uint64_t)_i);
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const int64_t M = shapes[k][0], N = shapes[k][1], off = shapes[k][2];
+        const size_t es = blob_dtype_size(dt), cbytes = (size_t)(M * N + off) * es;
+        const size_t mbytes = blob_relu_mask_bytes(M, N);
+        const int64_t row_bits = BLOB_RELU_MASK_ROW_BITS(N);
+        unsigned char *c = malloc(cbytes), *mask = malloc(mbytes), *got = malloc(cbytes);
+        void *bias = malloc((size_t)N * es);
+        double *sum = calloc((size_t)N, sizeof *sum), *abs_sum = calloc((size_t)N, sizeof *abs_sum);
+        test_fill(dt, c, M * N + off, -1, 1);
+        for (size_t b = 0; b < mbytes; b++)
+            mask[b] = (unsigned char)test_uniform(0, 256);
+        mask[0] = 0xFF; /* a group kept whole, and one dropped whole */
+        mask[row_bits / 8 * (M - 1)] = 0;
+        void *dc = side_copy(true, c, cbytes), *dmask = side_copy(true, mask, mbytes);
+        void *dbias = side_alloc(true, (size_t)N * es);
+        ck_ok(blob__k_epilogue_apply(__func__, blob_stream_get(), dt, BLOB_NO_TRANS, BLOB_NO_TRANS,
+                                     M, N, 1, NULL, NULL, (char *)dc + (size_t)off * es, e,
+                                     e == BLOB_EPILOGUE_DRELU_BGRAD ? dbias : NULL, dmask));
+        side_read(true, got, dc, cbytes);
+        if (e == BLOB_EPILOGUE_DRELU_BGRAD)
+            side_read(true, bias, dbias, (size_t)N * es);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                const int64_t bit = i * row_bits + j, at = off + i * N + j;
+                if (!((mask[bit / 8] >> (bit % 8)) & 1))
+                    memset(c + (size_t)at * es, 0, es);
+                sum[j] += test_get(dt, c, at);
+                abs_sum[j] += fabs(test_get(dt, c, at));
+            }
+        char what[96];
+        snprintf(what, sizeof what, "%s kernel, %lld x %lld at offset %lld", epi_names[e],
+                 (long long)M, (long long)N, (long long)off);
+        ck_assert_msg(!memcmp(c, got, cbytes), "%s, %s: C differs", what, test_dtype_name(dt));
+        if (e == BLOB_EPILOGUE_DRELU_BGRAD)
+            check_col_sums(dt, bias, sum, abs_sum, N, M, what);
+        side_free(true, dc);
+        side_free(true, dmask);
+        side_free(true, dbias);
+        free(c), free(mask), free(got), free(bias), free(sum), free(abs_sum);
+    }
+}
+END_TEST
+
+START_TEST(test_gpu_bgrad_kernel)
+{
+    static const int64_t shapes[][2] = {{512, 10}, {64, 4096}, {1000, 3}, {7, 33}}; /* K, M */
+    const blob_dtype dt = kernel_dtypes[_i];
+    test_seed(91 + (uint64_t)_i);
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const int64_t K = shapes[k][0], M = shapes[k][1];
+        const size_t es = blob_dtype_size(dt);
+        void *a = malloc((size_t)(K * M) * es), *bias = malloc((size_t)M * es);
+        double *sum = calloc((size_t)M, sizeof *sum), *abs_sum = calloc((size_t)M, sizeof *abs_sum);
+        test_fill(dt, a, K * M, -1, 1);
+        for (int64_t i = 0; i < K; i++)
+            for (int64_t j = 0; j < M; j++) {
+                sum[j] += test_get(dt, a, i * M + j);
+                abs_sum[j] += fabs(test_get(dt, a, i * M + j));
+            }
+        void *da = side_copy(true, a, (size_t)(K * M) * es);
+        void *dbias = side_alloc(true, (size_t)M * es), *dc = side_alloc(true, (size_t)M * es);
+        /* op(A) = A^T is M x K: C (M x 1) is the product, untouched; bias sums over K */
+        ck_ok(blob__k_epilogue_apply(__func__, blob_stream_get(), dt, BLOB_TRANS, BLOB_NO_TRANS, M,
+                                     1, K, da, dc, dc, BLOB_EPILOGUE_BGRADA, dbias, NULL));
+        side_read(true, bias, dbias, (size_t)M * es);
+        char what[64];
+        snprintf(what, sizeof what, "BGRADA kernel, A^T of %lld x %lld", (long long)K,
+                 (long long)M);
+        check_col_sums(dt, bias, sum, abs_sum, M, K, what);
+        side_free(true, da);
+        side_free(true, dbias);
+        side_free(true, dc);
+        free(a), free(bias), free(sum), free(abs_sum);
+    }
 }
 END_TEST
 
@@ -965,6 +1029,8 @@ void fused_suite(Suite *s)
     tc = suite_case(s, "gpu", "gpu", 300, NULL, NULL);
     add_loop_tests(tc, 0, 4, test_gpu_epilogues);
     add_loop_tests(tc, 0, 3, test_gpu_global_mode);
-    add_tests(tc, test_gpu_epilogue_graph, test_gpu_epilogue_replay, test_gpu_gemm_tuning,
-              test_gpu_drelu_kernel);
+    add_tests(tc, test_gpu_epilogue_graph, test_gpu_epilogue_replay, test_gpu_gemm_tuning);
+    tc = suite_case(s, "gpu-kernels", "gpu", 120, NULL, NULL);
+    add_loop_tests(tc, 0, 8, test_gpu_drelu_kernels);
+    add_loop_tests(tc, 0, 4, test_gpu_bgrad_kernel);
 }
