@@ -433,19 +433,19 @@ static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim
     return blob__fail(BLOB_EINVAL, func, "bad optimizer kind %d", (int)opt->kind);
 }
 
-extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob_dtype dtype,
-                                          blob_dtype gdtype, int n, const int64_t *counts,
-                                          void *const *data, void *const *lo,
+extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob__step_form form,
+                                          blob_dtype dtype, blob_dtype gdtype, int n,
+                                          const int64_t *counts, void *const *data, void *const *lo,
                                           const void *const *diff, void *const *hist1,
                                           void *const *hist2, void *const *work, double inv_scale,
                                           int64_t *step)
 {
-    const char *func = lo                ? "blob_gpu_optim_step_split"
-                       : gdtype == dtype ? "blob_gpu_optim_step"
-                                         : "blob_gpu_optim_step_mixed";
+    static const char *const funcs[] = {"blob_gpu_optim_step", "blob_gpu_optim_step_mixed",
+                                        "blob_gpu_optim_step_split"};
+    const char *func = funcs[form];
     cudaStream_t s = (cudaStream_t)stream;
     const Lists l = {counts, data, diff, hist1, hist2, work, lo, (float)inv_scale, step};
-    if (lo)
+    if (form == BLOB__STEP_SPLIT)
         return step_typed<float, __nv_bfloat16, true>(func, s, opt, n, l);
     switch (gdtype) {
     case BLOB_FLOAT64: return step_typed<double, double, false>(func, s, opt, n, l);

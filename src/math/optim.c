@@ -54,10 +54,11 @@ static blob_status check_half(const char *fn, blob_dtype half)
 /* The arguments of a step: data and histories of dtype, diff of gdtype, and with a mixed
  * step (gdtype != dtype) the working copies work of gdtype; a split step (lo not NULL) has
  * no data, its master weights being work and the remainders lo (16-bit, as work). */
-static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype dtype,
-                              blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
-                              void *const *lo, const void *const *diff, void *const *hist1,
-                              void *const *hist2, void *const *work, const int64_t *step)
+static blob_status check_step(const char *fn, const blob_optim *opt, blob__step_form form,
+                              blob_dtype dtype, blob_dtype gdtype, int n, const int64_t *counts,
+                              void *const *data, void *const *lo, const void *const *diff,
+                              void *const *hist1, void *const *hist2, void *const *work,
+                              const int64_t *step)
 {
     BLOB_TRY(check_optim(fn, opt));
     BLOB_TRY(blob__check_dtype(fn, dtype));
@@ -66,7 +67,7 @@ static blob_status check_step(const char *fn, const blob_optim *opt, blob_dtype 
     if (n < 0)
         return blob__fail(BLOB_EINVAL, fn, "negative tensor count %d", n);
     const int hist = blob_optim_history_count(opt);
-    const bool mixed = gdtype != dtype, split = lo != NULL;
+    const bool mixed = form != BLOB__STEP_PLAIN, split = form == BLOB__STEP_SPLIT;
     /* data (but split), diff, the histories used, work when mixed and lo when split */
     const void *lists[] = {counts, data, diff, hist1, hist2, work, lo};
     static const char *const names[] = {"counts", "data", "diff", "hist1", "hist2", "work", "lo"};
@@ -238,28 +239,29 @@ static const blob__range_fn step_ranges[3][4] = {
     {sgd_mixed, sgd_caffe_mixed, adam_mixed, adamw_mixed},
 };
 
-/* The host step of checked arguments (gdtype != dtype: mixed; lo not NULL: split). */
-static void cpu_step(const blob_optim *opt, blob_dtype dtype, blob_dtype gdtype, double inv_scale,
-                     int n, const int64_t *counts, void *const *data, void *const *lo,
-                     const void *const *diff, void *const *hist1, void *const *hist2,
-                     void *const *work, int64_t *step)
+/* The host step of checked arguments, of the given form. */
+static void cpu_step(const blob_optim *opt, blob__step_form form, blob_dtype dtype,
+                     blob_dtype gdtype, double inv_scale, int n, const int64_t *counts,
+                     void *const *data, void *const *lo, const void *const *diff,
+                     void *const *hist1, void *const *hist2, void *const *work, int64_t *step)
 {
     const int hist = blob_optim_history_count(opt);
-    const int table = gdtype != dtype ? 2 : dtype == BLOB_FLOAT32 ? 0 : 1;
+    const bool split = form == BLOB__STEP_SPLIT;
+    const int table = form != BLOB__STEP_PLAIN ? 2 : dtype == BLOB_FLOAT32 ? 0 : 1;
     scalars_f32 s32;
     scalars_f64 s64;
     BLOB__OPTIM_FILL(float, s32, opt, step[0] + 1);
     BLOB__OPTIM_FILL(double, s64, opt, step[0] + 1);
     for (int i = 0; i < n; i++) {
         step_args a = {dtype == BLOB_FLOAT32 ? (const void *)&s32 : (const void *)&s64,
-                       lo ? NULL : data[i],
+                       split ? NULL : data[i],
                        diff[i],
                        hist >= 1 ? hist1[i] : NULL,
                        hist >= 2 ? hist2[i] : NULL,
                        gdtype,
                        (float)inv_scale,
-                       work ? work[i] : NULL,
-                       lo ? lo[i] : NULL};
+                       form != BLOB__STEP_PLAIN ? work[i] : NULL,
+                       split ? lo[i] : NULL};
         blob__host_for(blob__host_threads(counts[i]), counts[i], step_ranges[table][opt->kind], &a);
     }
     step[0]++;
@@ -269,9 +271,10 @@ blob_status blob_cpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const int64_t *counts, void *const *data, const void *const *diff,
                                 void *const *hist1, void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, NULL, diff, hist1, hist2,
-                        NULL, step));
-    cpu_step(opt, dtype, dtype, 1, n, counts, data, NULL, diff, hist1, hist2, NULL, step);
+    BLOB_TRY(check_step(__func__, opt, BLOB__STEP_PLAIN, dtype, dtype, n, counts, data, NULL, diff,
+                        hist1, hist2, NULL, step));
+    cpu_step(opt, BLOB__STEP_PLAIN, dtype, dtype, 1, n, counts, data, NULL, diff, hist1, hist2,
+             NULL, step);
     return BLOB_OK;
 }
 
@@ -279,25 +282,26 @@ blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
                                 const int64_t *counts, void *const *data, const void *const *diff,
                                 void *const *hist1, void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_step(__func__, opt, dtype, dtype, n, counts, data, NULL, diff, hist1, hist2,
-                        NULL, step));
+    BLOB_TRY(check_step(__func__, opt, BLOB__STEP_PLAIN, dtype, dtype, n, counts, data, NULL, diff,
+                        hist1, hist2, NULL, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, dtype, dtype, n, counts, data, NULL, diff,
-                              hist1, hist2, NULL, 1, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_PLAIN, dtype, dtype, n, counts,
+                              data, NULL, diff, hist1, hist2, NULL, 1, step);
 }
 
-/* The checks of a mixed step: a 16-bit half and a finite positive inv_scale, then the arrays
- * (split: lo not NULL, and no data). */
-static blob_status check_mixed(const char *fn, const blob_optim *opt, blob_dtype half,
-                               double inv_scale, int n, const int64_t *counts, void *const *data,
-                               void *const *lo, const void *const *diff, void *const *hist1,
-                               void *const *hist2, void *const *work, const int64_t *step)
+/* The checks of a mixed or split step: a 16-bit half and a finite positive inv_scale, then
+ * the arrays. */
+static blob_status check_mixed(const char *fn, const blob_optim *opt, blob__step_form form,
+                               blob_dtype half, double inv_scale, int n, const int64_t *counts,
+                               void *const *data, void *const *lo, const void *const *diff,
+                               void *const *hist1, void *const *hist2, void *const *work,
+                               const int64_t *step)
 {
     BLOB_TRY(check_half(fn, half));
     BLOB_NEED(inv_scale > 0 && isfinite(inv_scale) && isfinite((float)inv_scale), fn,
               "bad gradient factor %g (not finite and positive in float32)", inv_scale);
-    return check_step(fn, opt, BLOB_FLOAT32, half, n, counts, data, lo, diff, hist1, hist2, work,
-                      step);
+    return check_step(fn, opt, form, BLOB_FLOAT32, half, n, counts, data, lo, diff, hist1, hist2,
+                      work, step);
 }
 
 blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, double inv_scale,
@@ -305,10 +309,10 @@ blob_status blob_cpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, void *const *work, int64_t *step)
 {
-    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, NULL, diff, hist1, hist2,
-                         work, step));
-    cpu_step(opt, BLOB_FLOAT32, half, inv_scale, n, counts, data, NULL, diff, hist1, hist2, work,
-             step);
+    BLOB_TRY(check_mixed(__func__, opt, BLOB__STEP_MIXED, half, inv_scale, n, counts, data, NULL,
+                         diff, hist1, hist2, work, step));
+    cpu_step(opt, BLOB__STEP_MIXED, BLOB_FLOAT32, half, inv_scale, n, counts, data, NULL, diff,
+             hist1, hist2, work, step);
     return BLOB_OK;
 }
 
@@ -317,36 +321,23 @@ blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, void *const *work, int64_t *step)
 {
-    BLOB_TRY(check_mixed(__func__, opt, half, inv_scale, n, counts, data, NULL, diff, hist1, hist2,
-                         work, step));
+    BLOB_TRY(check_mixed(__func__, opt, BLOB__STEP_MIXED, half, inv_scale, n, counts, data, NULL,
+                         diff, hist1, hist2, work, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, half, n, counts, data, NULL,
-                              diff, hist1, hist2, work, inv_scale, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_MIXED, BLOB_FLOAT32, half, n,
+                              counts, data, NULL, diff, hist1, hist2, work, inv_scale, step);
 }
 
-/* The split step: the mixed step of bfloat16 over master weights kept as work[i] and lo[i].
- * A NULL lo is refused here, as the steps below take a NULL lo for a mixed step; a split
- * step of no tensors passes no_lo instead. */
-static void *const no_lo[1] = {NULL};
-
-static blob_status check_split(const char *fn, const blob_optim *opt, double inv_scale, int n,
-                               const int64_t *counts, void *const *work, void *const *lo,
-                               const void *const *diff, void *const *hist1, void *const *hist2,
-                               const int64_t *step)
-{
-    BLOB_NEED(lo || n <= 0, fn, "lo is NULL with %d tensors", n);
-    return check_mixed(fn, opt, BLOB_BFLOAT16, inv_scale, n, counts, NULL, lo ? lo : no_lo, diff,
-                       hist1, hist2, work, step);
-}
-
+/* The split step: the mixed step of bfloat16 over master weights kept as work[i] and lo[i]. */
 blob_status blob_cpu_optim_step_split(const blob_optim *opt, double inv_scale, int n,
                                       const int64_t *counts, void *const *work, void *const *lo,
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_split(__func__, opt, inv_scale, n, counts, work, lo, diff, hist1, hist2, step));
-    cpu_step(opt, BLOB_FLOAT32, BLOB_BFLOAT16, inv_scale, n, counts, NULL, lo ? lo : no_lo, diff,
-             hist1, hist2, work, step);
+    BLOB_TRY(check_mixed(__func__, opt, BLOB__STEP_SPLIT, BLOB_BFLOAT16, inv_scale, n, counts, NULL,
+                         lo, diff, hist1, hist2, work, step));
+    cpu_step(opt, BLOB__STEP_SPLIT, BLOB_FLOAT32, BLOB_BFLOAT16, inv_scale, n, counts, NULL, lo,
+             diff, hist1, hist2, work, step);
     return BLOB_OK;
 }
 
@@ -355,10 +346,11 @@ blob_status blob_gpu_optim_step_split(const blob_optim *opt, double inv_scale, i
                                       const void *const *diff, void *const *hist1,
                                       void *const *hist2, int64_t *step)
 {
-    BLOB_TRY(check_split(__func__, opt, inv_scale, n, counts, work, lo, diff, hist1, hist2, step));
+    BLOB_TRY(check_mixed(__func__, opt, BLOB__STEP_SPLIT, BLOB_BFLOAT16, inv_scale, n, counts, NULL,
+                         lo, diff, hist1, hist2, work, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, BLOB_FLOAT32, BLOB_BFLOAT16, n, counts, NULL,
-                              lo ? lo : no_lo, diff, hist1, hist2, work, inv_scale, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_SPLIT, BLOB_FLOAT32, BLOB_BFLOAT16,
+                              n, counts, NULL, lo, diff, hist1, hist2, work, inv_scale, step);
 }
 
 /* ---- Splitting and joining master weights ---- */
