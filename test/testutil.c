@@ -1,4 +1,5 @@
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -152,6 +153,21 @@ TCase *req_tcase(const char *name, const char *tags)
     return tc;
 }
 
+/* After a test that used CUDA (the driver is loaded in its process): no kernel it queued
+ * faulted. A fault after a test's last synchronisation would otherwise go unseen, as the
+ * test's forked process ends before the error is reported. */
+static void device_check(void)
+{
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!driver)
+        return;
+    dlclose(driver);
+    const blob__backend *cuda = blob__backend_default();
+    if (cuda->device_count() > 0)
+        ck_assert_msg(cuda->device_synchronize() == BLOB_OK, "the test left a device fault: %s",
+                      blob_last_error());
+}
+
 TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFun setup,
                   SFun teardown)
 {
@@ -162,6 +178,8 @@ TCase *suite_case(Suite *s, const char *name, const char *tags, int timeout, SFu
         watch_limit_s = timeout;
     if (setup || teardown)
         tcase_add_checked_fixture(tc, setup, teardown);
+    if (!tags || !strstr(tags, "gpu2")) /* (multi-GPU cases: their ranks' devices are others) */
+        tcase_add_checked_fixture(tc, NULL, device_check);
     suite_add_tcase(s, tc);
     return tc;
 }
