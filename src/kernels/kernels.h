@@ -135,16 +135,16 @@ blob_status blob__k_gemm_epilogue_fused(blob_dtype dtype, blob_math_mode mode, b
  * a 16-bit diff and working copy) or SPLIT (float32 master weights kept as a bfloat16
  * working copy and its remainders lo, no data). */
 typedef enum { BLOB__STEP_PLAIN, BLOB__STEP_MIXED, BLOB__STEP_SPLIT } blob__step_form;
-/* One optimizer step of the given form, as blob_gpu_optim_step (PLAIN: gdtype == dtype,
- * work and lo unused, inv_scale 1), blob_gpu_optim_step_mixed (MIXED: dtype float32, gdtype
- * the 16-bit dtype of diff and work, lo unused) or blob_gpu_optim_step_split (SPLIT: data
- * unused, gdtype bfloat16), with validated arguments (opt's fields included; the arrays
+/* One optimizer step of the given form, as blob_gpu_optim_step (PLAIN: gdtype the dtype
+ * of every array, work and lo unused, inv_scale 1), blob_gpu_optim_step_mixed (MIXED:
+ * float32 data and histories, gdtype the 16-bit dtype of diff and work, lo unused) or
+ * blob_gpu_optim_step_split (SPLIT: data unused, gdtype bfloat16), with validated arguments (opt's fields included; the arrays
  * the form uses non-NULL where there are tensors). */
 blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob__step_form form,
-                               blob_dtype dtype, blob_dtype gdtype, int n, const int64_t *counts,
-                               void *const *data, void *const *lo, const void *const *diff,
-                               void *const *hist1, void *const *hist2, void *const *work,
-                               double inv_scale, int64_t *step);
+                               blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
+                               void *const *lo, const void *const *diff, void *const *hist1,
+                               void *const *hist2, void *const *work, double inv_scale,
+                               int64_t *step);
 /* *found = 1 (an int32 on the device) if any of the n arrays x[i] (counts[i] elements of
  * float dtype) holds an Inf or a NaN; left alone otherwise. One kernel per non-empty array. */
 blob_status blob__k_find_nonfinite(void *stream, blob_dtype dtype, int n, const int64_t *counts,

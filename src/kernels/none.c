@@ -81,9 +81,9 @@ NO_CUDA(blob__k_gemm_epilogue_fused, blob_dtype dtype, blob_math_mode mode, blob
         blob_trans trans_b, int64_t M, int64_t N, int64_t K, blob_epilogue epilogue, bool with_mask,
         bool *fused)
 NO_CUDA(blob__k_optim_step, void *stream, const blob_optim *opt, blob__step_form form,
-        blob_dtype dtype, blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
-        void *const *lo, const void *const *diff, void *const *hist1, void *const *hist2,
-        void *const *work, double inv_scale, int64_t *step)
+        blob_dtype gdtype, int n, const int64_t *counts, void *const *data, void *const *lo,
+        const void *const *diff, void *const *hist1, void *const *hist2, void *const *work,
+        double inv_scale, int64_t *step)
 NO_CUDA(blob__k_find_nonfinite, void *stream, blob_dtype dtype, int n, const int64_t *counts,
         const void *const *x, int32_t *found)
 NO_CUDA(blob__k_softmax_loss_mixed, void *stream, blob_dtype dtype, blob_dtype label_dtype,

@@ -434,8 +434,8 @@ static blob_status step_typed(const char *func, cudaStream_t s, const blob_optim
 }
 
 extern "C" blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob__step_form form,
-                                          blob_dtype dtype, blob_dtype gdtype, int n,
-                                          const int64_t *counts, void *const *data, void *const *lo,
+                                          blob_dtype gdtype, int n, const int64_t *counts,
+                                          void *const *data, void *const *lo,
                                           const void *const *diff, void *const *hist1,
                                           void *const *hist2, void *const *work, double inv_scale,
                                           int64_t *step)

@@ -285,8 +285,8 @@ blob_status blob_gpu_optim_step(const blob_optim *opt, blob_dtype dtype, int n,
     BLOB_TRY(check_step(__func__, opt, BLOB__STEP_PLAIN, dtype, dtype, n, counts, data, NULL, diff,
                         hist1, hist2, NULL, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_PLAIN, dtype, dtype, n, counts,
-                              data, NULL, diff, hist1, hist2, NULL, 1, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_PLAIN, dtype, n, counts, data,
+                              NULL, diff, hist1, hist2, NULL, 1, step);
 }
 
 /* The checks of a mixed or split step: a 16-bit half and a finite positive inv_scale, then
@@ -324,8 +324,8 @@ blob_status blob_gpu_optim_step_mixed(const blob_optim *opt, blob_dtype half, do
     BLOB_TRY(check_mixed(__func__, opt, BLOB__STEP_MIXED, half, inv_scale, n, counts, data, NULL,
                          diff, hist1, hist2, work, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_MIXED, BLOB_FLOAT32, half, n,
-                              counts, data, NULL, diff, hist1, hist2, work, inv_scale, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_MIXED, half, n, counts, data, NULL,
+                              diff, hist1, hist2, work, inv_scale, step);
 }
 
 /* The split step: the mixed step of bfloat16 over master weights kept as work[i] and lo[i]. */
@@ -349,8 +349,8 @@ blob_status blob_gpu_optim_step_split(const blob_optim *opt, double inv_scale, i
     BLOB_TRY(check_mixed(__func__, opt, BLOB__STEP_SPLIT, BLOB_BFLOAT16, inv_scale, n, counts, NULL,
                          lo, diff, hist1, hist2, work, step));
     BLOB_TRY(blob__require_gpu(__func__));
-    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_SPLIT, BLOB_FLOAT32, BLOB_BFLOAT16,
-                              n, counts, NULL, lo, diff, hist1, hist2, work, inv_scale, step);
+    return blob__k_optim_step(blob_stream_get(), opt, BLOB__STEP_SPLIT, BLOB_BFLOAT16, n, counts,
+                              NULL, lo, diff, hist1, hist2, work, inv_scale, step);
 }
 
 /* ---- Splitting and joining master weights ---- */
