@@ -246,7 +246,7 @@ START_TEST(test_optim_bad_arguments)
         const void *hstep;
         ck_ok(blob_create(&b, BLOB_INT64, 0, 1, &words));
         ck_ok(blob_mutable_cpu_data(b, &dstep));
-        memset(dstep, 0, sizeof step);
+        memset(dstep, 0, sizeof(int64_t) * words);
         ck_ok(blob_mutable_gpu_data(b, &dstep));
         ck_ok(f(&sgd, BLOB_FLOAT64, 0, NULL, NULL, NULL, NULL, NULL, dstep));
         ck_ok(blob_cpu_data(b, &hstep));

@@ -138,8 +138,9 @@ typedef enum { BLOB__STEP_PLAIN, BLOB__STEP_MIXED, BLOB__STEP_SPLIT } blob__step
 /* One optimizer step of the given form, as blob_gpu_optim_step (PLAIN: gdtype the dtype
  * of every array, work and lo unused, inv_scale 1), blob_gpu_optim_step_mixed (MIXED:
  * float32 data and histories, gdtype the 16-bit dtype of diff and work, lo unused) or
- * blob_gpu_optim_step_split (SPLIT: data unused, gdtype bfloat16), with validated arguments (opt's fields included; the arrays
- * the form uses non-NULL where there are tensors). */
+ * blob_gpu_optim_step_split (SPLIT: data unused, gdtype bfloat16), with validated
+ * arguments (opt's fields included; the arrays the form uses non-NULL where there are
+ * tensors). */
 blob_status blob__k_optim_step(void *stream, const blob_optim *opt, blob__step_form form,
                                blob_dtype gdtype, int n, const int64_t *counts, void *const *data,
                                void *const *lo, const void *const *diff, void *const *hist1,

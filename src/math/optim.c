@@ -51,9 +51,9 @@ static blob_status check_half(const char *fn, blob_dtype half)
     return BLOB_OK;
 }
 
-/* The arguments of a step: data and histories of dtype, diff of gdtype, and with a mixed
- * step (gdtype != dtype) the working copies work of gdtype; a split step (lo not NULL) has
- * no data, its master weights being work and the remainders lo (16-bit, as work). */
+/* The arguments of a step of the given form: data and histories of dtype, diff of gdtype,
+ * and with a mixed or split step the working copies work of gdtype; a split step has no
+ * data, its master weights being work and the remainders lo (16-bit, as work). */
 static blob_status check_step(const char *fn, const blob_optim *opt, blob__step_form form,
                               blob_dtype dtype, blob_dtype gdtype, int n, const int64_t *counts,
                               void *const *data, void *const *lo, const void *const *diff,
