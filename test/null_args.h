@@ -14,7 +14,7 @@ typedef struct {
     blob *b, *b2;        /* 2x3 float32, on the GPU when there is one */
     blob_syncedmem *mem; /* 64 bytes */
     double host[64];     /* a host array, for host math and borrowing */
-    void *dev;           /* a device array of 512 bytes for device math (host without a GPU) */
+    void *dev;           /* a device array the size of host, for device math (host without a GPU) */
     void *place_block;   /* a live block of the host place */
     char path[64];       /* a valid .npy file of a 2x3 float32 array */
     int64_t shape[2];    /* {2, 3} */

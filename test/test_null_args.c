@@ -106,8 +106,9 @@ static void fixture_setup(void)
     fx.arrays[1] = fx.host + 32;
     fx.dev = fx.host;
     if (test_real_gpu) { /* zeros: a call that runs reads initialized memory */
-        ck_ok(blob_place_alloc(blob_place_device(0), 512, NULL, &fx.dev));
-        ck_ok(blob_gpu_set(BLOB_FLOAT32, 512 / sizeof(float), 0.0, fx.dev));
+        const size_t bytes = sizeof fx.host;
+        ck_ok(blob_place_alloc(blob_place_device(0), bytes, NULL, &fx.dev));
+        ck_ok(blob_gpu_set(BLOB_FLOAT32, (int64_t)(bytes / sizeof(float)), 0.0, fx.dev));
     }
 }
 
