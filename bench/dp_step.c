@@ -9,8 +9,9 @@
  * 784-1024-1024-1024-10 (mlp1024) at 256.
  *
  *   dp_step [--gpus N] [--steps S] [--repeats R] [--launcher PATH] [--no-torch]
- *   dp_step --timeline [--gpus N]             the timeline of one mlp4096 step on N
- *                                             GPUs, a thread each (see below)
+ *   dp_step --timeline [--gpus N] [--net NET] the timeline of one step of NET (mlp4096
+ *                                             by default) on N GPUs, a thread each (see
+ *                                             below)
  *   dp_step --rank NET BATCH STEPS REPEATS    one rank of the process runs (the launcher
  *                                             starts them; rank 0 prints its figure)
  *
@@ -319,21 +320,31 @@ static int row(const dp_case *c, const char *how, int n, double one, double many
 static void usage(void)
 {
     fprintf(stderr, "usage: dp_step [--gpus N] [--steps S] [--repeats R] [--launcher PATH] "
-                    "[--no-torch]\n       dp_step --timeline [--gpus N]\n"
+                    "[--no-torch]\n       dp_step --timeline [--gpus N] [--net NET]\n"
                     "       dp_step --rank NET BATCH STEPS REPEATS\n");
     exit(2);
+}
+
+/* The case of the net called name, or NULL. */
+static const dp_case *case_find(const char *name)
+{
+    for (int k = 0; k < NUM_CASES; k++)
+        if (!strcmp(cases[k].net, name))
+            return &cases[k];
+    return NULL;
 }
 
 /* What to measure, from the command line. */
 typedef struct {
     int gpus, steps, repeats;
     const char *launcher;
+    const dp_case *timeline_case; /* --net, mlp4096 by default */
     bool with_torch, timeline;
 } options;
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {.steps = 100, .repeats = 5, .with_torch = true};
+    options o = {.steps = 100, .repeats = 5, .with_torch = true, .timeline_case = &cases[0]};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-torch")) {
@@ -355,7 +366,11 @@ static options parse_options(int argc, char **argv)
             o.repeats = atoi(v);
         else if (!strcmp(a, "--launcher"))
             o.launcher = v;
+        else if (!strcmp(a, "--net"))
+            o.timeline_case = case_find(v);
         else
+            usage();
+        if (!o.timeline_case)
             usage();
     }
     return o;
@@ -447,7 +462,7 @@ int main(int argc, char **argv)
     }
     if (o.timeline) {
         char why[512] = "";
-        double ms = time_threads(&cases[0], o.gpus, 20, 1, true, false, why, sizeof why);
+        double ms = time_threads(o.timeline_case, o.gpus, 20, 1, true, false, why, sizeof why);
         if (isnan(ms))
             printf("dp_step: the timeline could not be taken: %s\n", why);
         return isnan(ms) ? 1 : 0;

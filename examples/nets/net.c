@@ -267,6 +267,16 @@ static blob_status join_ranks(net *n, blob_comm *comm, blob_status built)
     return blob_comm_broadcast(l, 0);
 }
 
+/* The side stream's priority. Data parallel: above the current stream's usual levels (0;
+ * 1 in the trainer and net_step), so that the GPU starts each layer's weight gradients,
+ * which the all-reduce waits for, before the bottom gradient beside them, whose GEMM
+ * fills the SMs the other leaves free: the buckets' sums end sooner after backward (see
+ * docs/distributed.md). Else the default, below a current stream of higher priority. */
+static int side_priority(const net_config *cfg)
+{
+    return cfg->comm && blob_comm_size(cfg->comm) > 1 ? 2 : 0;
+}
+
 blob_status net_create(net **out, const net_config *cfg)
 {
     *out = NULL;
@@ -290,7 +300,7 @@ blob_status net_create(net **out, const net_config *cfg)
     for (int i = 1; st == BLOB_OK && i < n->num_layers; i++)
         nn_layer_fuse_relu_backward(n->layers[i], n->layers[i - 1]);
     if (st == BLOB_OK && cfg->mode == NN_GPU && !cfg->one_stream &&
-        (st = blob_stream_create(&n->side)) == BLOB_OK)
+        (st = blob_stream_create_with_priority(&n->side, side_priority(cfg))) == BLOB_OK)
         st = blob_event_create(&n->results_ready);
     for (int i = 0; st == BLOB_OK && i < n->num_layers; i++)
         nn_layer_set_side_stream(n->layers[i], n->side);

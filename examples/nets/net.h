@@ -97,7 +97,8 @@ typedef struct {
      * Both compute the same values (up to rounding). */
     bool plain;
     /* NN_GPU: queue all of a step on the current stream. By default the net has a second
-     * stream of its own, of the default priority, for the work that the rest of a pass
+     * stream of its own, of the default priority (above it in data parallel, so that the
+     * gradients reach the all-reduce sooner), for the work that the rest of a pass
      * does not read (each layer's weight and bias gradients beside its bottom's gradient,
      * the mean loss beside backward; see nn_layer_set_side_stream; and the update of all
      * but the first layer's parameters), forked from the current stream and joined back

@@ -221,10 +221,12 @@ BLOB_API blob_status blob_comm_all_reduce(blob_comm_list *l, blob_comm_op op);
  *                   at once, the last bucket first, while the caller queues more work;
  *   end()           reduces whatever is left (blobs never handed over included) and
  *                   makes the current stream wait for every bucket.
- * Buckets are runs of consecutive blobs of at most the communicator's bucket size
- * (blobs larger than that are split), reduced in place when the diffs of a bucket lie
- * back to back in device memory (one flat blob viewed by the list's blobs), and packed
- * into a buffer of the caching allocator otherwise. From a bucket's second all-reduce
+ * Buckets are runs of consecutive blobs, taken from the last blob back until a bucket
+ * holds at least the communicator's bucket size (as DDP's are), so that a layer's bias
+ * shares its weights' bucket; a bucket holds less than twice that size (a blob that
+ * would take it further is split). A bucket is reduced in place when its diffs lie back
+ * to back in device memory (one flat blob viewed by the list's blobs), and packed into
+ * a buffer of the caching allocator otherwise. From a bucket's second all-reduce
  * on, its collective is replayed from a CUDA graph captured then (again when the op or
  * the address of a diff changes): NCCL launches on a nonblocking communicator through a
  * new thread every time, a replay costs a few microseconds. That is done where NCCL's

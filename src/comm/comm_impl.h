@@ -121,11 +121,15 @@ typedef struct {
 } blob__comm_entry;
 #define BLOB__COMM_ENTRY_BF16 ((int64_t)1 << 8) /* reduced in bfloat16 */
 
-/* Split blobs of counts[0..n) into buckets of at most bucket_elems elements, walking
- * from the last blob back: a bucket takes whole blobs while they fit; a blob larger
- * than a bucket is cut into full buckets from its end, its front piece left to share a
- * bucket with the blobs before it. Blobs of count 0 hold no elements. Writes at most
- * max buckets to out (ascending) and returns how many there are. */
+/* Split blobs of counts[0..n) into buckets, walking from the last blob back: a bucket
+ * takes whole blobs until it holds at least bucket_elems elements, as DDP's do, so
+ * that a layer's small blobs (a bias) share a bucket with its large ones. A blob that
+ * would take the open bucket to twice bucket_elems or more is cut: the bucket takes
+ * the elements at its end that bring it to bucket_elems, full buckets follow, and its
+ * front piece joins the next bucket. So every bucket holds fewer than 2 x bucket_elems
+ * elements, and all but the first at least bucket_elems. Blobs of count 0 hold no
+ * elements. Writes at most max buckets to out (ascending) and returns how many there
+ * are. */
 int blob__comm_plan(const int64_t *counts, int n, int64_t bucket_elems, blob__comm_bucket *out,
                     int max);
 

@@ -26,26 +26,23 @@ int blob__comm_plan(const int64_t *counts, int n, int64_t bucket_elems, blob__co
             out[num] = (blob__comm_bucket){(b), (e), -1, -1}; \
         num++;                                                \
     } while (0)
-    int64_t end = total;   /* where the open bucket ends */
-    int64_t size = 0;      /* elements in it */
-    int64_t start = total; /* of blob i */
+    int64_t end = total; /* where the open bucket ends */
+    int64_t size = 0;    /* elements in it: fewer than bucket_elems */
     for (int i = n - 1; i >= 0; i--) {
-        int64_t c = counts[i];
-        start -= c;
-        if (c == 0)
-            continue;
-        if (size > 0 && size + c > bucket_elems) {
+        int64_t rest = counts[i]; /* of blob i, not in a bucket yet */
+        /* a blob that would bring it to 2 x bucket_elems: the bucket takes its end */
+        while (rest - (bucket_elems - size) >= bucket_elems) {
+            rest -= bucket_elems - size;
+            EMIT(end - bucket_elems, end);
+            end -= bucket_elems;
+            size = 0;
+        }
+        size += rest;
+        if (size >= bucket_elems) {
             EMIT(end - size, end);
             end -= size;
             size = 0;
         }
-        int64_t rest = c; /* a blob too large for a bucket: full buckets from its end */
-        while (size + rest > bucket_elems) {
-            EMIT(start + rest - bucket_elems, start + rest);
-            end -= bucket_elems;
-            rest -= bucket_elems;
-        }
-        size += rest;
     }
     if (size > 0)
         EMIT(end - size, end);
