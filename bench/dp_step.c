@@ -366,11 +366,9 @@ static options parse_options(int argc, char **argv)
             o.repeats = atoi(v);
         else if (!strcmp(a, "--launcher"))
             o.launcher = v;
-        else if (!strcmp(a, "--net"))
+        else if (!strcmp(a, "--net") && case_find(v))
             o.timeline_case = case_find(v);
         else
-            usage();
-        if (!o.timeline_case)
             usage();
     }
     return o;
